@@ -1,0 +1,534 @@
+"""THE rule table: for each differentiable op, one vector-Jacobian product per input.
+
+# NOTE [Rules are NumPy]
+# Every rule is written with NumPy operators and functions on plain arrays. During an ordinary
+# backward the engine passes ``numpy.ndarray`` values, so a rule costs exactly its NumPy calls.
+# Under ``create_graph=True`` it passes Tensors instead; Tensor implements ``__array_ufunc__`` and
+# ``__array_function__``, so the same rule then runs asyncgrad ops and records a differentiable
+# graph. Broadcasting is undone once, after the rule (``FunctionNode.apply``), never inside one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Callable, Final
+
+import numpy as np
+
+from .graph import _FREED, Node, SavedTensor, raise_freed
+
+__all__ = ["OPS", "OpDef", "defvjp", "sum_to"]
+
+Rule = Callable[..., Any]
+
+
+class OpDef:
+    """One op of the table: its rules, what it saves, and its backward node class."""
+
+    __slots__ = ("multi_input", "name", "node_cls", "num_outputs", "save", "vjps")
+
+    def __init__(
+        self,
+        name: str,
+        vjps: tuple[Rule | None, ...],
+        save: tuple[int, ...],
+        num_outputs: int,
+        multi_input: Rule | None,
+    ) -> None:
+        self.name = name
+        self.vjps = vjps
+        self.save = save  # positions in (ans, input0, input1, ...) to keep for backward
+        self.num_outputs = num_outputs
+        self.multi_input = multi_input
+        cls_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
+        self.node_cls = type(cls_name, (FunctionNode,), {"__slots__": ()})
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name!r})"
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def defvjp(
+    name: str,
+    *vjps: Rule | None,
+    save: str = "",
+    outputs: int = 1,
+    all_inputs: Rule | None = None,
+) -> OpDef:
+    """Register the rules of op ``name``.
+
+    Each rule is ``rule(g, ans, *inputs, **params) -> grad`` for one input (``None``: no gradient).
+    ``save`` names the values the rules read ("ans" and the input names of the rule signature);
+    the others reach the rules as ``None``. ``all_inputs`` is one rule for ops with any number of
+    inputs (``cat``, ``stack``): it returns the list of all input gradients.
+    """
+    first = next((v for v in (*vjps, all_inputs) if v is not None), None)
+    if first is None:
+        raise ValueError(f"{name}: at least one rule is needed")
+    params = [
+        p.name
+        for p in inspect.signature(first).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if all_inputs is not None:
+        positions = {"ans": 0, "inputs": 1}
+    else:
+        if params[:2] != ["g", "ans"]:
+            raise ValueError(f"{name}: rules take (g, ans, *inputs, **params), got {params}")
+        positions = {n: i for i, n in enumerate(params[1:])}
+    save_pos = []
+    for n in save.split():
+        if n not in positions:
+            raise ValueError(f"{name}: cannot save {n!r}; rule arguments are {params}")
+        save_pos.append(positions[n])
+    op = OpDef(name, tuple(vjps), tuple(save_pos), outputs, all_inputs)
+    OPS[name] = op
+    return op
+
+
+def sum_to(g: Any, shape: tuple[int, ...]) -> Any:
+    """Sum ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1
+    )
+    if axes:
+        g = np.sum(g, axis=axes, keepdims=True)
+    if lead or g.shape != shape:
+        g = np.reshape(g, shape)
+    return g
+
+
+def _fit(g: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    if g.shape != shape:
+        try:
+            g = sum_to(g, shape)
+        except ValueError:
+            raise RuntimeError(
+                f"gradient of shape {tuple(g.shape)} cannot be reduced to shape {shape}"
+            ) from None
+    if g.dtype != dtype and dtype is not None:
+        g = g.astype(dtype)
+    return g
+
+
+class FunctionNode(Node):
+    """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name."""
+
+    __slots__ = ("_in_meta", "_op", "_params", "_saved")
+
+    _op: OpDef
+    _saved: Any
+    _params: dict[str, Any]
+    _in_meta: tuple[Any, ...]
+
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> list[Any]:
+        saved = self._saved
+        if saved is _FREED:
+            raise_freed(self)
+        op = self._op
+        edges = self._next_edges
+        if op.num_outputs == 1:
+            g = grads[0]
+            if g is None:
+                return [None] * len(edges)
+        else:
+            if all(x is None for x in grads):
+                return [None] * len(edges)
+            g = grads
+        vals = [_unpack(s, self, create) for s in saved]
+        params = self._params
+        if op.multi_input is not None:
+            res = op.multi_input(g, vals[0], vals[1:], **params)
+            out = []
+            for i, e in enumerate(edges):
+                r = res[i]
+                if e is None or r is None or (needed is not None and not needed[i]):
+                    out.append(None)
+                    continue
+                shape, dtype = self._in_meta[i]
+                if r.shape != shape or r.dtype != dtype:
+                    r = _fit(r, shape, dtype)
+                out.append(r)
+            return out
+        vjps = op.vjps
+        out = []
+        for i, e in enumerate(edges):
+            if e is None or (needed is not None and not needed[i]):
+                out.append(None)
+                continue
+            r = vjps[i](g, *vals, **params)  # type: ignore[misc]
+            if r is not None:
+                shape, dtype = self._in_meta[i]
+                if r.shape != shape or r.dtype != dtype:
+                    r = _fit(r, shape, dtype)
+            out.append(r)
+        return out
+
+    def release_variables(self) -> None:
+        if self._saved is not _FREED and any(
+            type(s) is SavedTensor or type(s) is tuple for s in self._saved
+        ):
+            self._saved = _FREED
+
+    def _saved_values(self) -> tuple[Any, ...]:
+        if self._saved is _FREED:
+            raise_freed(self)
+        return tuple(_unpack(s, self, True) for s in self._saved)
+
+
+def _unpack(s: Any, node: FunctionNode, create: bool) -> Any:
+    t = type(s)
+    if t is SavedTensor:
+        if s.vc[0] != s.version:
+            s.check(node)
+        return s.unpack(node) if create else s.array
+    if t is tuple:  # the outputs of a multi-output op
+        return tuple(_unpack(x, node, create) for x in s)
+    return s
+
+
+# =====================================================================================
+# The table. g: gradient of the output; ans: the output; then the op's inputs; params by name.
+# =====================================================================================
+SQRT_2: Final = math.sqrt(2.0)
+SQRT_2_OVER_PI: Final = math.sqrt(2.0 / math.pi)
+INV_SQRT_2PI: Final = 1.0 / math.sqrt(2.0 * math.pi)
+
+# ----- Binary arithmetic -----
+defvjp("add", lambda g, ans, x, y: g, lambda g, ans, x, y: g)
+defvjp("sub", lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
+defvjp("mul", lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x, save="x y")
+defvjp(
+    "div",
+    lambda g, ans, x, y: g / y,
+    lambda g, ans, x, y: -g * x / (y * y),  # d(x/y)/dy = -x/y^2
+    save="x y",
+)
+defvjp(
+    "pow",
+    lambda g, ans, x, y: _pow_grad_base(g, x, y),
+    lambda g, ans, x, y: _pow_grad_exp(g, ans, x),
+    save="ans x y",
+)
+defvjp(
+    "maximum",
+    lambda g, ans, x, y: _minmax_grad(g, x, y, x > y),
+    lambda g, ans, x, y: _minmax_grad(g, x, y, y > x),
+    save="x y",
+)
+defvjp(
+    "minimum",
+    lambda g, ans, x, y: _minmax_grad(g, x, y, x < y),
+    lambda g, ans, x, y: _minmax_grad(g, x, y, y < x),
+    save="x y",
+)
+defvjp(
+    "where",
+    None,
+    lambda g, ans, c, x, y: np.where(c, g, 0.0),
+    lambda g, ans, c, x, y: np.where(c, 0.0, g),
+    save="c",
+)
+defvjp(
+    "matmul",
+    lambda g, ans, x, y: _matmul_grad_x(g, x, y),
+    lambda g, ans, x, y: _matmul_grad_y(g, x, y),
+    save="x y",
+)
+
+# ----- Unary math -----
+defvjp("neg", lambda g, ans, x: -g)
+defvjp("exp", lambda g, ans, x: g * ans, save="ans")
+defvjp("log", lambda g, ans, x: g / x, save="x")
+defvjp("log1p", lambda g, ans, x: g / (x + 1.0), save="x")
+defvjp("expm1", lambda g, ans, x: g * (ans + 1.0), save="ans")
+defvjp("sqrt", lambda g, ans, x: g / (2.0 * ans), save="ans")
+defvjp("rsqrt", lambda g, ans, x: -0.5 * g * ans * ans * ans, save="ans")
+defvjp("reciprocal", lambda g, ans, x: -g * ans * ans, save="ans")
+defvjp("sin", lambda g, ans, x: g * np.cos(x), save="x")
+defvjp("cos", lambda g, ans, x: -g * np.sin(x), save="x")
+defvjp("tan", lambda g, ans, x: g * (1.0 + ans * ans), save="ans")
+defvjp("tanh", lambda g, ans, x: g * (1.0 - ans * ans), save="ans")
+defvjp("sigmoid", lambda g, ans, x: g * ans * (1.0 - ans), save="ans")
+defvjp("relu", lambda g, ans, x: g * (ans > 0), save="ans")
+defvjp("abs", lambda g, ans, x: g * np.sign(x), save="x")
+defvjp("sign", lambda g, ans, x: g * 0.0)
+defvjp("erf", lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * np.exp(-x * x), save="x")
+defvjp("gelu", lambda g, ans, x, *, approximate: _gelu_grad(g, x, approximate), save="x")
+defvjp("silu", lambda g, ans, x: _silu_grad(g, x), save="x")
+defvjp(
+    "clamp",
+    lambda g, ans, x, *, min, max: g * _in_range(x, min, max),  # noqa: A006
+    save="x",
+)
+
+# ----- Reductions -----
+defvjp("sum", lambda g, ans, x, *, dim, keepdim, in_shape: _expand(g, in_shape, dim, keepdim))
+defvjp(
+    "mean",
+    lambda g, ans, x, *, dim, keepdim, in_shape: _expand(g, in_shape, dim, keepdim)
+    / _count(in_shape, dim),
+)
+defvjp(
+    "amax",
+    lambda g, ans, x, *, dim, keepdim, in_shape: _extreme_grad(g, ans, x, dim, keepdim),
+    save="ans x",
+)
+defvjp(
+    "amin",
+    lambda g, ans, x, *, dim, keepdim, in_shape: _extreme_grad(g, ans, x, dim, keepdim),
+    save="ans x",
+)
+defvjp(
+    "max_dim",
+    lambda g, ans, x, *, dim, keepdim, indices, in_shape: _index_grad(
+        g, indices, in_shape, dim, keepdim
+    ),
+)
+defvjp(
+    "logsumexp",
+    lambda g, ans, x, *, dim, keepdim, in_shape: _expand(g, in_shape, dim, keepdim)
+    * np.exp(x - _keep(ans, dim, keepdim)),
+    save="ans x",
+)
+
+# ----- Shapes and views -----
+defvjp("reshape", lambda g, ans, x, *, shape, in_shape: np.reshape(g, in_shape))
+defvjp("transpose", lambda g, ans, x, *, dim0, dim1: np.swapaxes(g, dim0, dim1))
+defvjp("permute", lambda g, ans, x, *, dims: np.transpose(g, tuple(np.argsort(dims))))
+defvjp("expand", lambda g, ans, x, *, shape: g)  # sum_to after the rule undoes the expansion
+defvjp("getitem", lambda g, ans, x, *, index, in_shape: _getitem_grad(g, index, in_shape))
+defvjp(
+    "index_put",
+    lambda g, ans, x, v, *, index: _index_put_self_grad(g, index),
+    lambda g, ans, x, v, *, index: g[index],
+)
+defvjp("cat", all_inputs=lambda g, ans, inputs, *, dim, sizes: _split_grad(g, dim, sizes))
+defvjp("stack", all_inputs=lambda g, ans, inputs, *, dim, n: _unstack_grad(g, dim, n))
+defvjp("split", lambda g, ans, x, *, dim, sizes, in_shape: _cat_grads(g, dim, sizes, in_shape),
+       outputs=-1)
+defvjp("unbind", lambda g, ans, x, *, dim, in_shape: _stack_grads(g, dim, in_shape), outputs=-1)
+defvjp("clone", lambda g, ans, x: g)
+defvjp("cast", lambda g, ans, x: g)  # the rule's result is cast back to x's dtype by _fit
+defvjp("copy", lambda g, ans, x, src: g * 0.0, lambda g, ans, x, src: g)
+defvjp("fill", lambda g, ans, x, *, value: g * 0.0)
+
+# ----- Neural-network functions -----
+defvjp(
+    "softmax",
+    lambda g, ans, x, *, dim: ans * (g - np.sum(g * ans, axis=dim, keepdims=True)),
+    save="ans",
+)
+defvjp(
+    "log_softmax",
+    lambda g, ans, x, *, dim: g - np.exp(ans) * np.sum(g, axis=dim, keepdims=True),
+    save="ans",
+)
+defvjp(
+    "nll_loss",
+    lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom: _nll_grad(
+        g, logp, target, weight, reduction, ignore_index, denom
+    ),
+    save="logp",
+)
+
+
+# =====================================================================================
+# Longer formulas (the role of PyTorch's FunctionsManual.cpp).
+# =====================================================================================
+def _pow_grad_base(g: Any, x: Any, y: Any) -> Any:
+    # d(x^y)/dx = y * x^(y-1); zero where y == 0 (also at x == 0)
+    if isinstance(y, (int, float)):
+        if y == 0:
+            return g * 0.0
+        return g * y * x ** (y - 1)
+    return np.where(y == 0, 0.0, g * y * x ** (y - 1.0))
+
+
+def _pow_grad_exp(g: Any, ans: Any, x: Any) -> Any:
+    # d(x^y)/dy = x^y * log(x); taken as 0 where x == 0 (the limit from the right for y > 0)
+    safe = np.where(x == 0, 1.0, x)
+    return np.where(x == 0, 0.0, g * ans * np.log(safe))
+
+
+def _minmax_grad(g: Any, x: Any, y: Any, wins: Any) -> Any:
+    # The larger (smaller) input gets the gradient; ties split it evenly, as torch does.
+    return np.where(wins, g, np.where(x == y, g * 0.5, 0.0))
+
+
+def _matmul_grad_x(g: Any, x: Any, y: Any) -> Any:
+    if y.ndim == 1:
+        if x.ndim == 1:
+            return g * y
+        return np.expand_dims(g, -1) * y  # (..., n, 1) * (k,)  outer product per row
+    if x.ndim == 1:
+        # (..., m) @ (..., m, k)^T -> (..., k), summed over batch by _fit
+        return np.squeeze(np.matmul(np.expand_dims(g, -2), np.swapaxes(y, -1, -2)), -2)
+    return np.matmul(g, np.swapaxes(y, -1, -2))
+
+
+def _matmul_grad_y(g: Any, x: Any, y: Any) -> Any:
+    if x.ndim == 1:
+        if y.ndim == 1:
+            return g * x
+        return np.expand_dims(x, -1) * np.expand_dims(g, -2)  # (k, 1) * (..., 1, m)
+    if y.ndim == 1:
+        # x^T @ g: (..., k, n) @ (..., n, 1) -> (..., k)
+        return np.squeeze(np.matmul(np.swapaxes(x, -1, -2), np.expand_dims(g, -1)), -1)
+    return np.matmul(np.swapaxes(x, -1, -2), g)
+
+
+def _gelu_grad(g: Any, x: Any, approximate: str) -> Any:
+    if approximate == "tanh":
+        # y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+        u = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
+        t = np.tanh(u)
+        du = SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+        return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
+    from ..ops import erf
+
+    # y = x Phi(x): dy/dx = Phi(x) + x phi(x)
+    cdf = 0.5 * (1.0 + erf(x / SQRT_2))
+    pdf = INV_SQRT_2PI * np.exp(-0.5 * x * x)
+    return g * (cdf + x * pdf)
+
+
+def _silu_grad(g: Any, x: Any) -> Any:
+    s = 1.0 / (1.0 + np.exp(-x))
+    return g * s * (1.0 + x * (1.0 - s))
+
+
+def _in_range(x: Any, lo: Any, hi: Any) -> Any:
+    if lo is None:
+        return x <= hi
+    if hi is None:
+        return x >= lo
+    return (x >= lo) & (x <= hi)
+
+
+def _norm_dims(dim: Any, ndim: int) -> tuple[int, ...]:
+    if dim is None:
+        return tuple(range(ndim))
+    return tuple(d % ndim if ndim else 0 for d in dim)
+
+
+def _keep(r: Any, dim: Any, keepdim: bool) -> Any:
+    """Reinsert the reduced axes (size 1) of a reduction result, so it broadcasts against x."""
+    if keepdim:
+        return r
+    nd = r.ndim + (len(dim) if dim is not None else 0)
+    if dim is None:
+        return r
+    axes = sorted(_norm_dims(dim, nd))
+    return np.expand_dims(r, tuple(axes))
+
+
+def _expand(g: Any, shape: tuple[int, ...], dim: Any, keepdim: bool) -> Any:
+    if dim is None:
+        return np.broadcast_to(np.reshape(g, (1,) * len(shape)), shape)
+    if not keepdim:
+        g = np.expand_dims(g, tuple(sorted(_norm_dims(dim, len(shape)))))
+    return np.broadcast_to(g, shape)
+
+
+def _count(shape: tuple[int, ...], dim: Any) -> float:
+    n = 1
+    for d in _norm_dims(dim, len(shape)):
+        n *= shape[d]
+    return float(n)
+
+
+def _extreme_grad(g: Any, ans: Any, x: Any, dim: Any, keepdim: bool) -> Any:
+    # The gradient is shared evenly among the positions that attain the max (min).
+    if dim is None:
+        mask = x == np.reshape(ans, (1,) * x.ndim)
+        return mask * (np.reshape(g, (1,) * x.ndim) / np.sum(mask))
+    mask = x == _keep(ans, dim, keepdim)
+    count = np.sum(mask, axis=dim, keepdims=True)
+    return mask * (_keep(g, dim, keepdim) / count)
+
+
+def _index_grad(g: Any, indices: Any, shape: tuple[int, ...], dim: int, keepdim: bool) -> Any:
+    # max/min along dim with indices: the gradient goes to the selected position only.
+    d = dim % len(shape)
+    idx = indices if keepdim else np.expand_dims(indices, d)
+    rng = np.arange(shape[d]).reshape((-1,) + (1,) * (len(shape) - d - 1))
+    onehot = rng == idx
+    return onehot * _keep(g, (d,), keepdim)
+
+
+def _getitem_grad(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
+    from ..ops import _index_add_zeros
+
+    return _index_add_zeros(g, index, shape)
+
+
+def _index_put_self_grad(g: Any, index: Any) -> Any:
+    from ..ops import _zero_at
+
+    return _zero_at(g, index)
+
+
+def _split_grad(g: Any, dim: int, sizes: list[int]) -> list[Any]:
+    out = []
+    start = 0
+    for s in sizes:
+        sl = [slice(None)] * g.ndim
+        sl[dim] = slice(start, start + s)
+        out.append(g[tuple(sl)])
+        start += s
+    return out
+
+
+def _unstack_grad(g: Any, dim: int, n: int) -> list[Any]:
+    lead = (slice(None),) * dim
+    return [g[(*lead, i)] for i in range(n)]
+
+
+def _cat_grads(gs: list[Any], dim: int, sizes: list[int], shape: tuple[int, ...]) -> Any:
+    parts = []
+    for g, s in zip(gs, sizes):
+        if g is None:
+            piece_shape = list(shape)
+            piece_shape[dim] = s
+            parts.append(_zeros_for(gs, tuple(piece_shape)))
+        else:
+            parts.append(g)
+    return np.concatenate(parts, axis=dim)
+
+
+def _stack_grads(gs: list[Any], dim: int, shape: tuple[int, ...]) -> Any:
+    piece = shape[:dim] + shape[dim + 1 :]
+    return np.stack([_zeros_for(gs, piece) if g is None else g for g in gs], axis=dim)
+
+
+def _zeros_for(gs: list[Any], shape: tuple[int, ...]) -> Any:
+    ref = next(g for g in gs if g is not None)
+    return np.zeros_like(ref, shape=shape)
+
+
+def _nll_grad(
+    g: Any, logp: Any, target: Any, weight: Any, reduction: str, ignore_index: int, denom: float
+) -> Any:
+    # loss_i = -w[t_i] * logp[i, t_i]; grad wrt logp is -w[t_i] on the target column, else 0.
+    n_cls = logp.shape[1]
+    tgt = np.asarray(target)
+    shape = [1] * logp.ndim
+    shape[1] = n_cls
+    onehot = np.arange(n_cls).reshape(shape) == np.expand_dims(tgt, 1)
+    coef = np.where(tgt == ignore_index, 0.0, 1.0)
+    if weight is not None:
+        coef = coef * np.asarray(weight)[np.where(tgt == ignore_index, 0, tgt)]
+    coef = coef.astype(logp.dtype)
+    if reduction == "none":
+        scale = np.expand_dims(g * coef, 1)
+    else:
+        gs = g if reduction == "sum" else g / denom
+        scale = np.expand_dims(coef, 1) * np.reshape(gs, (1,) * logp.ndim)
+    return -(onehot * scale)

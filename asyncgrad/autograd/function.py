@@ -1,0 +1,286 @@
+"""Custom differentiable functions: Function, its ctx, and once_differentiable."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+from ..tensor import Tensor
+from .grad_mode import _grad_enabled, no_grad
+from .graph import _FREED, Edge, Node, SavedTensor, raise_freed
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+
+class FunctionCtx:
+    """The ``ctx`` passed to a custom Function's forward/setup_context and backward."""
+
+    def __init__(self) -> None:
+        self._to_save: tuple[Any, ...] = ()
+        self._saved: Any = None
+        self._node: BackwardCFunction | None = None
+        self._dirty: tuple[Tensor, ...] = ()
+        self._non_differentiable: tuple[Tensor, ...] = ()
+        self.materialize_grads = True
+        self.needs_input_grad: tuple[bool, ...] = ()
+
+    def save_for_backward(self, *tensors: Tensor | None) -> None:
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_backward can only save tensors, but argument {i} is of type "
+                    f"{type(t).__name__}"
+                )
+        self._to_save = tensors
+
+    @property
+    def saved_tensors(self) -> tuple[Tensor | None, ...]:
+        node = self._node
+        if self._saved is _FREED:
+            assert node is not None
+            raise_freed(node)
+        if self._saved is None:
+            return tuple(self._to_save)
+        out: list[Tensor | None] = []
+        for s in self._saved:
+            if s is None:
+                out.append(None)
+            elif isinstance(s, SavedTensor):
+                assert node is not None
+                out.append(s.unpack(node))
+            else:
+                out.append(s)
+        return tuple(out)
+
+    def mark_dirty(self, *tensors: Tensor) -> None:
+        self._dirty = tensors
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:
+        self._non_differentiable = tensors
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
+
+
+class BackwardCFunction(Node):
+    """Backward node of a custom Function; ``Function.apply`` subclasses it per Function."""
+
+    __slots__ = ("_ctx", "_fn_cls", "_in_meta")
+
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
+        ctx = self._ctx
+        if ctx._saved is _FREED:
+            raise_freed(self)
+        user = []
+        for g, meta in zip(grads, self._input_meta):
+            if g is None:
+                user.append(
+                    Tensor._wrap(np.zeros(meta[0], dtype=meta[1])) if ctx.materialize_grads else None
+                )
+            else:
+                user.append(g if create else Tensor._wrap(g))
+        res = self._fn_cls.backward(ctx, *user)
+        if inspect.isawaitable(res):
+            return self._finish_async(res, create)
+        return self._check(res, create)
+
+    async def _finish_async(self, aw: Any, create: bool) -> list[Any]:
+        return self._check(await aw, create)
+
+    def _check(self, res: Any, create: bool) -> list[Any]:
+        if not isinstance(res, tuple):
+            res = (res,)
+        n = len(self._next_edges)
+        if len(res) > n and all(r is None for r in res[n:]):
+            res = res[:n]
+        if len(res) != n:
+            raise RuntimeError(
+                f"function {self.name()} returned an incorrect number of gradients "
+                f"(expected {n}, got {len(res)})"
+            )
+        out: list[Any] = []
+        for i, (g, meta) in enumerate(zip(res, self._in_meta)):
+            if g is None or self._next_edges[i] is None:
+                out.append(None)
+                continue
+            if not isinstance(g, Tensor):
+                raise TypeError(
+                    f"function {self.name()} returned a {type(g).__name__} as gradient {i}; "
+                    "expected a Tensor or None"
+                )
+            shape, dtype = meta
+            if tuple(g.shape) != tuple(shape):
+                try:
+                    if np.broadcast_shapes(tuple(g.shape), tuple(shape)) != tuple(g.shape):
+                        raise ValueError
+                    from .derivatives import sum_to
+
+                    g = sum_to(g, tuple(shape))
+                except ValueError:
+                    raise RuntimeError(
+                        f"Function {self.name()} returned an invalid gradient at index {i} - got "
+                        f"{list(g.shape)} but expected shape compatible with {list(shape)}"
+                    ) from None
+            if g.dtype != dtype:
+                g = g.to(dtype)
+            out.append(g if create else g._array)
+        return out
+
+    def release_variables(self) -> None:
+        if self._ctx._saved is not None:
+            self._ctx._saved = _FREED
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> None:
+        super().__init__(name, bases, ns)
+        backward = ns.get("backward")
+        is_async = backward is not None and inspect.iscoroutinefunction(
+            getattr(backward, "__func__", backward)
+        )
+        cls._backward_cls = type(  # type: ignore[attr-defined]
+            f"{name}Backward",
+            (BackwardCFunction,),
+            {"__slots__": (), "_async_apply": is_async},
+        )
+
+
+class Function(metaclass=_FunctionMeta):
+    """Base class of custom differentiable operations.
+
+    Subclasses define ``forward(ctx, *args)`` (or ``forward(*args)`` plus
+    ``setup_context(ctx, inputs, output)``) and ``backward(ctx, *grad_outputs)``, which may be
+    ``async def`` and may itself run a backward (reentrant). Call with ``MyFn.apply(*args)``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> class Square(ag.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         ctx.save_for_backward(x)
+        ...         return x * x
+        ...     @staticmethod
+        ...     def backward(ctx, g):
+        ...         (x,) = ctx.saved_tensors
+        ...         return 2 * x * g
+        >>> x = ag.tensor([3.0], requires_grad=True)
+        >>> Square.apply(x).sum().backward()
+        >>> x.grad
+        tensor([6.])
+    """
+
+    _backward_cls: type[BackwardCFunction]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            "Custom Functions are used through their apply() classmethod, not instantiated: "
+            f"call {type(self).__name__}.apply(...)"
+        )
+
+    @staticmethod
+    def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("You must implement the forward function for custom Function.")
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> Any:
+        return _NO_SETUP
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> Any:
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom "
+            "autograd.Function to use it with backward mode AD."
+        )
+
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        ctx = FunctionCtx()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        uses_setup = cls.setup_context is not Function.setup_context
+        with no_grad():
+            if uses_setup:
+                output = cls.forward(*args, **kwargs)
+            else:
+                output = cls.forward(ctx, *args, **kwargs)
+        if uses_setup:
+            cls.setup_context(ctx, args, output)
+        is_tuple = isinstance(output, tuple)
+        outs = list(output) if is_tuple else [output]
+        record = _grad_enabled.get() and any(ctx.needs_input_grad)
+        dirty_ids = {id(t) for t in ctx._dirty}
+        for i, o in enumerate(outs):
+            if isinstance(o, Tensor) and any(o is a for a in args) and id(o) not in dirty_ids:
+                # An input returned as is becomes a new tensor (sharing storage) with this node.
+                alias = Tensor._wrap(o._array)
+                alias._vc = o._vc
+                outs[i] = alias
+        for t in ctx._dirty:
+            t._vc[0] += 1
+        if not record:
+            ctx._saved = None
+            return tuple(outs) if is_tuple else outs[0]
+        edges: list[Edge | None] = []
+        in_meta: list[Any] = []
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:
+                e = a._edge()
+                edges.append(Edge(e[0], e[1]))
+                in_meta.append((a.shape, a.dtype))
+            else:
+                edges.append(None)
+                in_meta.append(None)
+        node = object.__new__(cls._backward_cls)
+        node._init_node(edges)
+        node._ctx = ctx
+        node._fn_cls = cls
+        node._in_meta = tuple(in_meta)
+        non_diff = {id(t) for t in ctx._non_differentiable}
+        tensor_outs = [o for o in outs if isinstance(o, Tensor)]
+        node._input_meta = tuple((o.shape, o.dtype) for o in tensor_outs)
+        node._device = tensor_outs[0].device if tensor_outs else None
+        for nr, o in enumerate(tensor_outs):
+            if id(o) in non_diff or o.dtype.kind not in "fc":
+                continue
+            if id(o) in dirty_ids:
+                if o._grad_fn is None and o._requires_grad:
+                    raise RuntimeError(
+                        "a leaf Variable that requires grad has been used in an in-place operation."
+                    )
+            o._grad_fn = node
+            o._output_nr = nr
+        out_ids = {id(o): o for o in tensor_outs}
+        ctx._saved = [
+            None
+            if t is None
+            else SavedTensor(t, id(t) in out_ids)
+            for t in ctx._to_save
+        ]
+        ctx._to_save = ()
+        ctx._node = node
+        return tuple(outs) if is_tuple else outs[0]
+
+
+_NO_SETUP = object()
+
+
+def once_differentiable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a ``backward`` that is not itself differentiable: it runs under ``no_grad``."""
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def awrapper(ctx: Any, *args: Any) -> Any:
+            with no_grad():
+                return await fn(ctx, *args)
+
+        return awrapper
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, *args: Any) -> Any:
+        with no_grad():
+            return fn(ctx, *args)
+
+    return wrapper

@@ -1,0 +1,174 @@
+"""Finite-difference checks of gradients (float64), public for users as in torch."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..tensor import Tensor
+from .grad_mode import no_grad
+
+__all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
+
+
+class GradcheckError(RuntimeError):
+    """Raised by gradcheck when an analytical gradient disagrees with finite differences."""
+
+
+def _as_tuple(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _diff_outputs(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[Tensor]:
+    outs = _as_tuple(func(*inputs))
+    return [o for o in outs if isinstance(o, Tensor) and o.dtype.kind in "fc"]
+
+
+def numerical_jacobian(
+    func: Callable[..., Any], inputs: tuple[Any, ...], eps: float
+) -> list[list[np.ndarray[Any, Any]]]:
+    """J[o][i] has shape (out_o.size, in_i.size): d out_o / d in_i by central differences."""
+    with no_grad():
+        outs0 = _diff_outputs(func, inputs)
+    jac = [
+        [
+            np.zeros((o.numel(), x.numel()))
+            if isinstance(x, Tensor) and x.requires_grad
+            else None
+            for x in inputs
+        ]
+        for o in outs0
+    ]
+    for i, x in enumerate(inputs):
+        if not (isinstance(x, Tensor) and x.requires_grad):
+            continue
+        flat = x._array.reshape(-1)  # a view: perturbing it perturbs x
+        for j in range(flat.size):
+            orig = flat[j].copy()
+            with no_grad():
+                flat[j] = orig + eps
+                plus = [o._array.astype(np.float64).reshape(-1).copy() for o in _diff_outputs(func, inputs)]
+                flat[j] = orig - eps
+                minus = [o._array.astype(np.float64).reshape(-1).copy() for o in _diff_outputs(func, inputs)]
+                flat[j] = orig
+            for k in range(len(outs0)):
+                jac[k][i][:, j] = (plus[k] - minus[k]) / (2 * eps)  # type: ignore[index]
+    return jac  # type: ignore[return-value]
+
+
+def analytical_jacobian(
+    func: Callable[..., Any], inputs: tuple[Any, ...]
+) -> list[list[np.ndarray[Any, Any] | None]]:
+    from . import grad_sync
+
+    outs = _diff_outputs(func, inputs)
+    diff_in = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    jac: list[list[Any]] = []
+    for o in outs:
+        rows: list[Any] = [
+            np.zeros((o.numel(), x.numel())) if isinstance(x, Tensor) and x.requires_grad else None
+            for x in inputs
+        ]
+        if o.requires_grad:
+            for k in range(o.numel()):
+                go = np.zeros(o.numel(), dtype=o.dtype)
+                go[k] = 1
+                grads = grad_sync(
+                    o, diff_in, Tensor._wrap(go.reshape(o.shape)), retain_graph=True,
+                    allow_unused=True,
+                )
+                gi = iter(grads)
+                for i, x in enumerate(inputs):
+                    if isinstance(x, Tensor) and x.requires_grad:
+                        g = next(gi)
+                        if g is not None:
+                            rows[i][k, :] = g._array.reshape(-1)
+        jac.append(rows)
+    return jac
+
+
+def gradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+) -> bool:
+    """Compare ``func``'s analytical Jacobian with central finite differences.
+
+    Inputs that require grad should be float64 (float32 differences are too coarse).
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> x = ag.randn(3, dtype=ag.float64, requires_grad=True)
+        >>> ag.autograd.gradcheck(lambda t: (t * t).sum(), (x,))
+        True
+    """
+    inputs = _as_tuple(inputs)
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor) and x.requires_grad and x.dtype != np.float64:
+            raise GradcheckError(
+                f"gradcheck: input {i} requires grad but is {x.dtype}; use float64 inputs"
+            )
+    num = numerical_jacobian(func, inputs, eps)
+    ana = analytical_jacobian(func, inputs)
+    for o, (nrow, arow) in enumerate(zip(num, ana)):
+        for i, (n, a) in enumerate(zip(nrow, arow)):
+            if n is None:
+                continue
+            if not np.allclose(a, n, rtol=rtol, atol=atol):
+                if not raise_exception:
+                    return False
+                raise GradcheckError(
+                    f"Jacobian mismatch for output {o} with respect to input {i},\n"
+                    f"numerical:{n}\nanalytical:{a}\n"
+                )
+    return True
+
+
+def gradgradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    grad_outputs: Any = None,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+) -> bool:
+    """Check second derivatives: gradcheck of ``grad(func(inputs), inputs, v, create_graph=True)``
+    with respect to both ``inputs`` and the vector ``v`` (random when not given)."""
+    from . import grad_sync
+
+    inputs = _as_tuple(inputs)
+    with no_grad():
+        outs0 = _diff_outputs(func, inputs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(0)
+        grad_outputs = tuple(
+            Tensor._wrap(rng.standard_normal(o.shape).astype(o.dtype)).requires_grad_()
+            for o in outs0
+        )
+    grad_outputs = _as_tuple(grad_outputs)
+    n_in = len(inputs)
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+
+    def first_grads(*args: Any) -> tuple[Any, ...]:
+        ins, vs = args[:n_in], args[n_in:]
+        outs = _diff_outputs(func, ins)
+        pairs = [(o, v) for o, v in zip(outs, vs) if o.requires_grad]
+        if not pairs:
+            return ()
+        gs = grad_sync(
+            [p[0] for p in pairs], [ins[i] for i in diff_idx], [p[1] for p in pairs],
+            create_graph=True, allow_unused=True, materialize_grads=True,
+        )
+        return tuple(g for g in gs if g is not None)
+
+    return gradcheck(
+        first_grads, (*inputs, *grad_outputs), eps=eps, atol=atol, rtol=rtol,
+        raise_exception=raise_exception,
+    )

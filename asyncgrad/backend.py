@@ -1,0 +1,107 @@
+"""Array backends and devices: the one place that picks NumPy (and, later, CuPy) for an array."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+__all__ = ["Device", "device", "get_array_module", "CPU"]
+
+
+class Device:
+    """A compute device: ``cpu`` or ``cuda:N``. Instances are interned, so ``is`` compares them."""
+
+    __slots__ = ("index", "type")
+    _cache: dict[tuple[str, int | None], Device] = {}
+
+    type: str
+    index: int | None
+
+    def __new__(cls, spec: str | Device | None = None, index: int | None = None) -> Device:
+        if isinstance(spec, Device):
+            return spec
+        if spec is None:
+            spec = "cpu"
+        if not isinstance(spec, str):
+            raise TypeError(f"device must be a string like 'cpu' or 'cuda:0', got {spec!r}")
+        kind, _, num = spec.partition(":")
+        if kind not in ("cpu", "cuda"):
+            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {spec}")
+        if num:
+            if not num.isdigit():
+                raise RuntimeError(f"Invalid device string: '{spec}'")
+            index = int(num)
+        if kind == "cpu":
+            index = None
+        elif index is None:
+            index = 0
+        key = (kind, index)
+        dev = cls._cache.get(key)
+        if dev is None:
+            dev = object.__new__(cls)
+            object.__setattr__(dev, "type", kind)
+            object.__setattr__(dev, "index", index)
+            cls._cache[key] = dev
+        return dev
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Device is immutable")
+
+    def __repr__(self) -> str:
+        if self.index is None:
+            return f"device(type='{self.type}')"
+        return f"device(type='{self.type}', index={self.index})"
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except (RuntimeError, TypeError):
+                return False
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Device, (str(self),))
+
+
+device = Device
+CPU: Final = Device("cpu")
+
+
+def get_array_module(array: Any) -> Any:
+    """The array namespace (``numpy`` or ``cupy``) that owns ``array``."""
+    if type(array) is np.ndarray:
+        return np
+    mod = type(array).__module__
+    if mod.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def device_of(array: Any) -> Device:
+    if type(array) is np.ndarray:
+        return CPU
+    dev = getattr(array, "device", None)
+    if dev is not None and type(array).__module__.startswith("cupy"):
+        return Device("cuda", int(dev.id))
+    return CPU
+
+
+def to_device(array: Any, dev: Device) -> Any:
+    if dev.type == "cpu":
+        if type(array) is np.ndarray:
+            return array
+        return array.get()
+    import cupy
+
+    with cupy.cuda.Device(dev.index):
+        return cupy.asarray(array)

@@ -1,0 +1,50 @@
+"""The asyncio autograd engine: one worker task per device per event loop.
+
+``ag.autograd.engine.configure(...)`` tunes it; ``max_reentrant_depth``, ``slice_s`` and
+``executor_size`` read the current settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .engine import execute, execute_sync, queue_callback, wait_idle
+from .reentrant import config, shutdown
+
+__all__ = ["configure", "execute", "execute_sync", "queue_callback", "shutdown", "wait_idle"]
+
+
+def configure(
+    *,
+    max_reentrant_depth: int | None = None,
+    slice_s: float | None = None,
+    executor_size: int | None = None,
+) -> None:
+    """Set engine options; ``None`` leaves one unchanged.
+
+    Args:
+        max_reentrant_depth: nested backward levels run on one thread's stack before the next
+            level moves to the thread pool (default 32).
+        slice_s: how long a device worker runs nodes before it yields to the event loop
+            (default 0.001 s).
+        executor_size: threads in the pool for reentrant work past the depth limit (default 4;
+            extra one-off threads are started when all are busy, so nothing can deadlock).
+    """
+    if max_reentrant_depth is not None:
+        if not isinstance(max_reentrant_depth, int) or max_reentrant_depth < 0:
+            raise ValueError(f"max_reentrant_depth must be an int >= 0, got {max_reentrant_depth!r}")
+        config.max_reentrant_depth = max_reentrant_depth
+    if slice_s is not None:
+        if not slice_s > 0:
+            raise ValueError(f"slice_s must be > 0, got {slice_s!r}")
+        config.slice_s = float(slice_s)
+    if executor_size is not None:
+        if not isinstance(executor_size, int) or executor_size < 1:
+            raise ValueError(f"executor_size must be an int >= 1, got {executor_size!r}")
+        config.executor_size = executor_size
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("max_reentrant_depth", "slice_s", "executor_size"):
+        return getattr(config, name)
+    raise AttributeError(f"module 'asyncgrad.engine' has no attribute {name!r}")

@@ -1,0 +1,291 @@
+"""Engine.execute: build a GraphTask from roots, then run it on the loop's device workers (async)
+or on the calling thread (blocking)."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Generator, Sequence
+from time import perf_counter
+from typing import Any
+
+from ..autograd.graph import Edge, GraphRoot, Node
+from ..backend import CPU, Device
+from .graph_task import ExecInfo, GraphTask
+from .ready_queue import ReadyQueue
+from .reentrant import config, current_graph_task, thread_pool
+from .worker import drain, run_callbacks_blocking
+
+# One ReadyQueue per device per event loop. See NOTE [Ready order].
+_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Device, ReadyQueue]] = (
+    weakref.WeakKeyDictionary()
+)
+
+_INF = float("inf")
+
+
+def queue_for(loop: asyncio.AbstractEventLoop, device: Device) -> ReadyQueue:
+    per_loop = _queues.get(loop)
+    if per_loop is None:
+        per_loop = _queues[loop] = {}
+    q = per_loop.get(device)
+    if q is None:
+        q = per_loop[device] = ReadyQueue(device, loop)
+    return q
+
+
+def _depths() -> tuple[int, int]:
+    parent = current_graph_task.get()
+    if parent is None:
+        return 0, 0
+    return parent.depth + 1, parent.local_depth + 1
+
+
+# ----------------------------------------------------------------------------- preparation
+def _prepare(
+    gt: GraphTask,
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    outputs: Sequence[Edge] | None,
+    accumulate: bool,
+) -> Generator[None, None, tuple[Node, list[Any]] | None]:
+    """Find the start node, exec_info and dependency counts. A generator that yields every few
+    thousand nodes so that an async caller can let the loop run meanwhile."""
+    if len(roots) == 1:
+        root, nr = roots[0]
+        buf: list[Any] = [None] * len(root._input_meta)
+        buf[nr] = root_grads[0]
+    else:
+        root = GraphRoot(list(roots), list(root_grads))
+        buf = []
+    if outputs is not None:
+        gt.captured = [None] * len(outputs)
+        info = yield from _init_exec_info(root, outputs, accumulate)
+        gt.exec_info = info
+        if root not in info:
+            return None  # no output is reachable from the roots
+    gt.dependencies = yield from _compute_dependencies(root, gt.exec_info)
+    return root, buf
+
+
+def _compute_dependencies(
+    root: Node, exec_info: dict[Node, ExecInfo] | None
+) -> Generator[None, None, dict[Node, int]]:
+    deps: dict[Node, int] = {}
+    seen = {root}
+    stack = [root]
+    count = 0
+    get = deps.get
+    while stack:
+        fn = stack.pop()
+        for e in fn._next_edges:
+            if e is None:
+                continue
+            nxt = e[0]
+            if exec_info is not None and nxt not in exec_info:
+                continue
+            deps[nxt] = get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+        count += 1
+        if count == 2048:
+            count = 0
+            yield
+    return deps
+
+
+def _init_exec_info(
+    root: Node, outputs: Sequence[Edge], accumulate: bool
+) -> Generator[None, None, dict[Node, ExecInfo]]:
+    # A node must run if some output is reachable from it; nodes whose topological number is
+    # below every output's cannot reach one and are never expanded (PyTorch's pruning).
+    info: dict[Node, ExecInfo] = {}
+    for i, (node, nr) in enumerate(outputs):
+        ei = info.get(node)
+        if ei is None:
+            ei = info[node] = ExecInfo()
+        if accumulate:
+            ei.needed = True
+        else:
+            ei.captures.append((nr, i))
+    min_topo = min(n._topological_nr for n, _ in outputs)
+
+    def mark(n: Node) -> None:
+        ei = info.get(n)
+        if ei is None:
+            info[n] = ExecInfo(True)
+        else:
+            ei.needed = True
+
+    visited = {root}
+    stack: list[tuple[Node, int]] = [(root, 0)]
+    count = 0
+    while stack:
+        node, i = stack[-1]
+        edges = node._next_edges
+        if i < len(edges):
+            stack[-1] = (node, i + 1)
+            e = edges[i]
+            if e is None:
+                continue
+            child = e[0]
+            if child in visited:
+                ei = info.get(child)
+                if ei is not None and ei.should_execute():
+                    mark(node)
+                continue
+            if child._topological_nr < min_topo:
+                continue
+            visited.add(child)
+            stack.append((child, 0))
+        else:
+            stack.pop()
+            ei = info.get(node)
+            if stack and ei is not None and ei.should_execute():
+                mark(stack[-1][0])
+            count += 1
+            if count == 2048:
+                count = 0
+                yield
+    return info
+
+
+# ----------------------------------------------------------------------------- execution
+async def execute(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    *,
+    keep_graph: bool,
+    create_graph: bool,
+    outputs: Sequence[Edge] | None = None,
+    accumulate: bool = True,
+    priority: int = 0,
+) -> list[Any]:
+    """Run a backward pass on the running loop; returns the captured gradients (for outputs)."""
+    loop = asyncio.get_running_loop()
+    depth, local = _depths()
+    if local > config.max_reentrant_depth:
+        # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
+        cf = thread_pool.submit(
+            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs,
+            accumulate, priority, depth,
+        )
+        return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
+    gt = GraphTask(keep_graph, create_graph, priority, depth, local)
+    gt.loop = loop
+    gt.future = loop.create_future()
+    queue = gt.queue = queue_for(loop, CPU)
+    prep = _prepare(gt, roots, root_grads, outputs, accumulate)
+    t_end = perf_counter() + config.slice_s
+    try:
+        while True:
+            next(prep)
+            if perf_counter() > t_end:
+                await asyncio.sleep(0)
+                t_end = perf_counter() + config.slice_s
+    except StopIteration as stop:
+        start = stop.value
+    if start is None:
+        return gt.captured
+    queue.push(gt, start[0], start[1])
+    del start
+    try:
+        await gt.future
+    except asyncio.CancelledError:
+        gt.cancel()
+        raise
+    return gt.captured
+
+
+def execute_sync(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    *,
+    keep_graph: bool,
+    create_graph: bool,
+    outputs: Sequence[Edge] | None = None,
+    accumulate: bool = True,
+    priority: int = 0,
+    _depth: tuple[int, int] | None = None,
+) -> list[Any]:
+    """Run a backward pass to completion on the calling thread, with no event loop.
+
+    Safe inside a running loop too (the loop waits while this runs; nothing here needs it).
+    """
+    depth, local = _depths() if _depth is None else _depth
+    if local > config.max_reentrant_depth:
+        cf = thread_pool.submit(
+            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs,
+            accumulate, priority, depth,
+        )
+        return cf.result()  # type: ignore[no-any-return]
+    gt = GraphTask(keep_graph, create_graph, priority, depth, local)
+    queue = gt.queue = ReadyQueue(CPU, None)
+    prep = _prepare(gt, roots, root_grads, outputs, accumulate)
+    try:
+        while True:
+            next(prep)
+    except StopIteration as stop:
+        start = stop.value
+    if start is None:
+        return gt.captured
+    queue.push(gt, start[0], start[1])
+    del start
+    try:
+        while queue.heap:
+            drain(queue, _INF)
+        if gt.error is None and gt.callbacks:
+            try:
+                run_callbacks_blocking(gt)
+            except Exception as e:
+                gt.fail(e)
+        if gt.error is not None:
+            raise gt.error
+        gt.finish()
+        return gt.captured
+    finally:
+        gt.error = None
+        if not gt.done:
+            gt.cancel()
+
+
+def _execute_offloaded(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    keep_graph: bool,
+    create_graph: bool,
+    outputs: Sequence[Edge] | None,
+    accumulate: bool,
+    priority: int,
+    depth: int,
+) -> list[Any]:
+    return execute_sync(
+        roots, root_grads, keep_graph=keep_graph, create_graph=create_graph, outputs=outputs,
+        accumulate=accumulate, priority=priority, _depth=(depth, 0),
+    )
+
+
+async def wait_idle() -> None:
+    """Wait until every device worker of the running loop has drained its queue."""
+    loop = asyncio.get_running_loop()
+    while True:
+        workers = [q.worker for q in _queues.get(loop, {}).values() if q.worker is not None]
+        if not workers:
+            return
+        await asyncio.wait(workers)
+
+
+def queue_callback(callback: Any) -> None:
+    """Run ``callback()`` once, after the current backward pass has run all its nodes.
+
+    Only valid during backward (inside a hook or a custom Function's backward). The callback may
+    be ``async def``; its exception reaches the caller of backward.
+    """
+    gt = current_graph_task.get()
+    if gt is None:
+        raise RuntimeError(
+            "Final callbacks can only be installed during the backward pass (from a hook or a "
+            "backward function)."
+        )
+    gt.callbacks.append(callback)

@@ -1,0 +1,66 @@
+"""ReadyQueue: the per-device heap of nodes whose gradients are all in."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from heapq import heappush
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from ..autograd.graph import Node
+    from .graph_task import GraphTask
+
+# NOTE [Ready order]
+# Heap entries are (key, tie, node, input_buffer, graph_task), smallest first, with
+#   key = -(priority << 80 | reentrant_depth << 64 | sequence_nr)
+# so a higher graph-task priority runs first, then deeper reentrant work (a nested backward must
+# finish before the node waiting on it can), then the newest node (largest sequence_nr: a node's
+# outputs feed older nodes, and AccumulateGrad has the largest so gradients land early). The
+# counter `tie` breaks equal keys in push order, never by comparing nodes.
+PRIORITY_SHIFT: Final = 80
+DEPTH_SHIFT: Final = 64
+
+_tie = itertools.count()
+next_tie = _tie.__next__
+
+
+def key_base(priority: int, depth: int) -> int:
+    return -((priority << PRIORITY_SHIFT) + (depth << DEPTH_SHIFT))
+
+
+class ReadyQueue:
+    """One device's ready nodes on one event loop (or on a blocking caller's thread).
+
+    With a loop, a worker task drains it: started by the first push and ending when the heap is
+    empty (see worker.run_worker). Without one (``loop is None``) the caller drains it itself.
+    """
+
+    __slots__ = ("device", "heap", "loop", "worker")
+
+    def __init__(self, device: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.device = device
+        self.loop = loop
+        self.heap: list[tuple[int, int, Node, list[Any], GraphTask]] = []
+        self.worker: asyncio.Task[None] | None = None
+
+    def push(self, gt: GraphTask, node: Node, buf: list[Any]) -> None:
+        heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))
+        gt.outstanding += 1
+        if self.worker is None and self.loop is not None:
+            from .worker import start_worker
+
+            start_worker(self)
+
+    def purge(self, gt: GraphTask) -> None:
+        """Drop every entry of ``gt`` (failed or cancelled), freeing its buffers now."""
+        import heapq
+
+        heap = self.heap
+        keep = [e for e in heap if e[4] is not gt]
+        if len(keep) != len(heap):
+            heap[:] = keep
+            heapq.heapify(heap)
+
+    def __len__(self) -> int:
+        return len(self.heap)

@@ -1,0 +1,390 @@
+"""Device workers: drain a ReadyQueue, evaluate nodes, route their gradients onward."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Generator
+from heapq import heappop, heappush
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from ..autograd.grad_mode import _grad_enabled
+from ..autograd.graph import AccumulateGrad, Node
+from .input_buffer import InputBuffer, accumulate
+from .ready_queue import next_tie
+from .reentrant import config, current_graph_task, run_blocking
+
+if TYPE_CHECKING:
+    from .graph_task import GraphTask
+    from .ready_queue import ReadyQueue
+
+_isawaitable = inspect.isawaitable
+
+
+def start_worker(queue: ReadyQueue) -> None:
+    assert queue.loop is not None
+    queue.worker = queue.loop.create_task(run_worker(queue), name=f"asyncgrad-worker-{queue.device}")
+
+
+async def run_worker(queue: ReadyQueue) -> None:
+    """Drain ``queue`` in slices of ``config.slice_s`` seconds, yielding to the loop in between,
+    and end when it is empty (the next push starts a new worker)."""
+    heap = queue.heap
+    try:
+        while heap:
+            drain(queue, config.slice_s)
+            if heap:
+                await asyncio.sleep(0)
+    finally:
+        queue.worker = None
+        if heap:  # stopped from outside (the loop is closing): fail what is left
+            for gt in {e[4] for e in heap}:
+                gt.fail(RuntimeError("the asyncgrad engine worker was stopped"))
+            heap.clear()
+
+
+def drain(queue: ReadyQueue, budget: float) -> None:
+    """Evaluate ready nodes until the heap is empty or ``budget`` seconds have passed."""
+    heap = queue.heap
+    deadline = perf_counter() + budget
+    count = 0
+    cur: GraphTask | None = None
+    mode_tok = gt_tok = None
+    try:
+        while heap:
+            _, _, node, buf, gt = heappop(heap)
+            if gt.done:
+                continue
+            if gt is not cur:
+                if mode_tok is not None:
+                    _grad_enabled.reset(mode_tok)
+                    current_graph_task.reset(gt_tok)
+                mode_tok = _grad_enabled.set(gt.create_graph)
+                gt_tok = current_graph_task.set(gt)
+                cur = gt
+            try:
+                if node._hooks is None and not node._async_apply:
+                    evaluate(gt, node, buf)
+                else:
+                    gen = evaluate_full(gt, node, buf)
+                    try:
+                        aw = gen.send(None)
+                    except StopIteration:
+                        pass
+                    else:
+                        # The node awaits something (an async hook or backward): finish it in
+                        # its own task, or block on a helper loop if nobody is serving a loop.
+                        if queue.loop is not None:
+                            _spawn(queue, gt, node, gen, aw)
+                            continue
+                        _finish_blocking(gen, aw)
+            except Exception as e:
+                gt.fail(e, node)
+                continue
+            gt.outstanding -= 1
+            if gt.outstanding == 0:
+                on_drained(gt)
+            count += 1
+            if count == 16:
+                count = 0
+                if perf_counter() > deadline:
+                    break
+    finally:
+        if mode_tok is not None:
+            _grad_enabled.reset(mode_tok)
+            current_graph_task.reset(gt_tok)  # type: ignore[arg-type]
+
+
+def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> None:
+    """The hot path: a node with no hooks and a synchronous apply."""
+    exec_info = gt.exec_info
+    needed = None
+    if exec_info is not None:
+        info = exec_info[node]
+        if info.captures:
+            for nr, idx in info.captures:
+                gt.captured[idx] = buf[nr]
+        if not info.needed:
+            return
+        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+    out = node.apply(buf, needed, gt.create_graph)
+    if not gt.keep_graph:
+        node.release_variables()
+    route(gt, node, out)
+
+
+def route(gt: GraphTask, node: Node, out: Any) -> None:
+    """Hand each gradient in ``out`` to the node its edge points at; push nodes that are ready."""
+    deps = gt.dependencies
+    not_ready = gt.not_ready
+    exec_info = gt.exec_info
+    queue = gt.queue
+    assert queue is not None
+    heap = queue.heap
+    base = gt.key_base
+    create = gt.create_graph
+    i = -1
+    for e in node._next_edges:
+        i += 1
+        if e is None:
+            continue
+        nxt, nr = e
+        if exec_info is not None and nxt not in exec_info:
+            continue
+        g = out[i]
+        d = deps[nxt] - 1
+        if d == 0:
+            del deps[nxt]
+            buf = not_ready.pop(nxt, None)
+            if buf is None:
+                n_in = len(nxt._input_meta)
+                if n_in == 1:
+                    buf = [g]
+                else:
+                    buf = InputBuffer(n_in)
+                    buf[nr] = g
+            else:
+                accumulate(buf, nr, g, create)
+            if queue.worker is None and queue.loop is not None:
+                queue.push(gt, nxt, buf)
+            else:
+                heappush(heap, (base - nxt._sequence_nr, next_tie(), nxt, buf, gt))
+                gt.outstanding += 1
+        else:
+            deps[nxt] = d
+            buf = not_ready.get(nxt)
+            if buf is None:
+                buf = not_ready[nxt] = InputBuffer(len(nxt._input_meta))
+            accumulate(buf, nr, g, create)
+
+
+def on_drained(gt: GraphTask) -> None:
+    """All nodes of ``gt`` have run: run its final callbacks, then complete it."""
+    if gt.loop is None:
+        return  # a blocking caller completes it after draining (engine.execute_sync)
+    if gt.callbacks:
+        task = gt.loop.create_task(_run_callbacks(gt))
+        gt.inflight.add(task)
+        task.add_done_callback(gt.inflight.discard)
+    else:
+        gt.finish()
+
+
+async def _run_callbacks(gt: GraphTask) -> None:
+    current_graph_task.set(gt)
+    try:
+        while gt.callbacks and not gt.done:
+            cb = gt.callbacks.pop(0)
+            r = cb()
+            if _isawaitable(r):
+                await r
+    except Exception as e:
+        gt.fail(e)
+        return
+    gt.finish()
+
+
+def run_callbacks_blocking(gt: GraphTask) -> None:
+    tok = current_graph_task.set(gt)
+    try:
+        while gt.callbacks:
+            cb = gt.callbacks.pop(0)
+            r = cb()
+            if _isawaitable(r):
+                run_blocking(lambda r=r: _await(r))
+    finally:
+        current_graph_task.reset(tok)
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+# ----------------------------------------------------------------------------------- full path
+def _user(g: Any, create: bool) -> Any:
+    from ..tensor import Tensor
+
+    if g is None or create:
+        return g
+    return Tensor._wrap(g)
+
+
+def _from_user(r: Any, node: Node, nr: int, what: str, create: bool) -> Any:
+    from ..tensor import Tensor
+
+    if r is None:
+        return None
+    if not isinstance(r, Tensor):
+        raise TypeError(
+            f"{what} for input {nr} of {node.name()} must return a Tensor or None, "
+            f"got {type(r).__name__}"
+        )
+    meta = node._input_meta[nr] if nr < len(node._input_meta) else None
+    if meta is not None and tuple(r.shape) != tuple(meta[0]):
+        raise RuntimeError(
+            f"{what} has changed the size of value: {node.name()} input {nr} expects a gradient "
+            f"of shape {tuple(meta[0])} but the hook returned shape {tuple(r.shape)}"
+        )
+    return r if create else r._array
+
+
+def _hook_name(fn: Any) -> str:
+    return f"hook '{getattr(fn, '__qualname__', type(fn).__name__)}'"
+
+
+def evaluate_full(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, None]:
+    """Evaluate a node with hooks and/or an async apply. Yields each awaitable it meets (the
+    caller awaits it and sends the result back), so one body serves the async worker and the
+    blocking driver."""
+    create = gt.create_graph
+    hooks = node._hooks
+    if hooks is not None:
+        # Tensor hooks, then retains_grad, then the node's pre-hooks (PyTorch's order).
+        for nr, fns in list(hooks.tensor_pre.items()):
+            for fn in list(fns.values()):
+                if nr >= len(buf) or buf[nr] is None:
+                    break
+                r = fn(_user(buf[nr], create))
+                if _isawaitable(r):
+                    r = yield r
+                if r is not None:
+                    buf[nr] = _from_user(r, node, nr, _hook_name(fn), create)
+        for nr, ref in list(hooks.retains.items()):
+            t = ref()
+            if t is not None and nr < len(buf) and buf[nr] is not None:
+                _retain(t, buf[nr], create)
+        if hooks.pre:
+            grads = tuple(_user(g, create) for g in buf)
+            for fn in list(hooks.pre.values()):
+                r = fn(grads)
+                if _isawaitable(r):
+                    r = yield r
+                if r is not None:
+                    r = tuple(r)
+                    if len(r) != len(buf):
+                        raise RuntimeError(
+                            f"{_hook_name(fn)} on {node.name()} returned {len(r)} gradients, "
+                            f"expected {len(buf)}"
+                        )
+                    grads = r
+            buf = [_from_user(g, node, i, _hook_name(fn), create) for i, g in enumerate(grads)]
+    exec_info = gt.exec_info
+    needed = None
+    if exec_info is not None:
+        info = exec_info[node]
+        for nr, idx in info.captures:
+            gt.captured[idx] = buf[nr]
+        if not info.needed:
+            return
+        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+    grad_outputs = tuple(buf) if hooks is not None and hooks.post else ()
+    out = node.apply(buf, needed, create)
+    if _isawaitable(out):
+        out = yield out
+    if not gt.keep_graph:
+        node.release_variables()
+    if hooks is not None:
+        if hooks.post:
+            gi = tuple(_user(g, create) for g in out)
+            go = tuple(_user(g, create) for g in grad_outputs)
+            for fn in list(hooks.post.values()):
+                r = fn(gi, go)
+                if _isawaitable(r):
+                    r = yield r
+                if r is not None:
+                    r = tuple(r)
+                    if len(r) != len(gi):
+                        raise RuntimeError(
+                            f"{_hook_name(fn)} on {node.name()} returned {len(r)} gradients, "
+                            f"expected {len(gi)}"
+                        )
+                    gi = r
+            out = [_post_from_user(g, node, i, create) for i, g in enumerate(gi)]
+        if isinstance(node, AccumulateGrad) and hooks.post_acc:
+            for fn in list(hooks.post_acc.values()):
+                r = fn(node.variable)
+                if _isawaitable(r):
+                    yield r
+    route(gt, node, out)
+
+
+def _post_from_user(g: Any, node: Node, i: int, create: bool) -> Any:
+    from ..tensor import Tensor
+
+    if g is None:
+        return None
+    if not isinstance(g, Tensor):
+        raise TypeError(f"a post hook of {node.name()} returned a {type(g).__name__}, not a Tensor")
+    e = node._next_edges[i]
+    if e is not None:
+        shape = e[0]._input_meta[e[1]][0]
+        if tuple(g.shape) != tuple(shape):
+            raise RuntimeError(
+                f"a post hook of {node.name()} has changed the size of value: gradient {i} must "
+                f"have shape {tuple(shape)}, got {tuple(g.shape)}"
+            )
+    return g if create else g._array
+
+
+def _retain(t: Any, g: Any, create: bool) -> None:
+    from ..tensor import Tensor
+
+    if t._grad is None:
+        t._grad = g.clone() if create else Tensor._wrap(g.copy())
+    else:
+        t._grad = t._grad + (g if create else Tensor._wrap(g))
+
+
+def _spawn(queue: ReadyQueue, gt: GraphTask, node: Node, gen: Any, aw: Any) -> None:
+    assert queue.loop is not None
+    task = queue.loop.create_task(_resume(gt, node, gen, aw))
+    gt.inflight.add(task)
+    task.add_done_callback(gt.inflight.discard)
+
+
+async def _resume(gt: GraphTask, node: Node, gen: Any, aw: Any) -> None:
+    try:
+        while True:
+            try:
+                val = await aw
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                try:
+                    aw = gen.throw(e)
+                except StopIteration:
+                    break
+                continue
+            try:
+                aw = gen.send(val)
+            except StopIteration:
+                break
+    except asyncio.CancelledError:
+        gen.close()
+        raise
+    except Exception as e:
+        gt.fail(e, node)
+        return
+    if gt.done:
+        return
+    gt.outstanding -= 1
+    if gt.outstanding == 0:
+        on_drained(gt)
+
+
+def _finish_blocking(gen: Any, aw: Any) -> None:
+    """Finish a node's evaluation from sync code: each awaitable runs on a helper loop."""
+    while True:
+        try:
+            val = run_blocking(lambda aw=aw: _await(aw))
+        except Exception as e:
+            try:
+                aw = gen.throw(e)
+            except StopIteration:
+                return
+            continue
+        try:
+            aw = gen.send(val)
+        except StopIteration:
+            return
