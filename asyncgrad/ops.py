@@ -106,56 +106,65 @@ def _wrap_out(out: Any) -> Tensor:
 # =====================================================================================
 def _record(op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: dict[str, Any]) -> None:
     """Attach a backward node of ``op`` to ``outs`` if any tensor input requires grad."""
-    edges: list[Edge | None] = []
-    need = False
+    edges: list[Any] = []
+    saved: list[Any] = [None]
+    mask = 0
+    bit = 1
     for x in inputs:
-        if isinstance(x, Tensor) and (
-            x._grad_fn is not None or x._requires_grad or x._base is not None
-        ):
-            e = x._edge()
+        if isinstance(x, Tensor):
+            fn = x._grad_fn
+            if x._base is not None or (fn is None and x._requires_grad):
+                e = x._edge()
+            elif fn is not None:
+                e = (fn, x._output_nr)
+            else:
+                e = None
             if e is not None:
-                need = True
-                edges.append(Edge(e[0], e[1]))
-                continue
-        edges.append(None)
-    if not need:
+                mask |= bit
+            edges.append(e)
+            saved.append(None)
+        else:
+            edges.append(None)
+            saved.append(x)  # constants are kept for the rules
+        bit <<= 1
+    if not mask:
         return
     node = object.__new__(op.node_cls)
     node._init_node(edges)
     node._op = op
     node._params = params
-    node._in_meta = tuple(
-        (x._array.shape, x._array.dtype) if isinstance(x, Tensor) else None for x in inputs
-    )
-    node._input_meta = tuple((o._array.shape, o._array.dtype) for o in outs)
-    first = outs[0]._array
-    node._device = CPU if type(first) is ndarray else device_of(first)
-    saved: list[Any] = [None] * (1 + len(inputs))
-    for pos in op.save:
+    if len(outs) == 1:
+        a = outs[0]._array
+        node._input_meta = ((a.shape, a.dtype),)
+    else:
+        a = outs[0]._array
+        node._input_meta = tuple((o._array.shape, o._array.dtype) for o in outs)
+    node._device = CPU if type(a) is ndarray else device_of(a)
+    tensor_pos: list[int] = []
+    for pos in op.saves_for(mask):
         if pos == 0:
             if op.num_outputs == 1:
                 saved[0] = SavedTensor(outs[0], True)
             else:
                 saved[0] = tuple(SavedTensor(o, True) for o in outs)
+            tensor_pos.append(0)
         else:
             x = inputs[pos - 1]
             if isinstance(x, Tensor):
+                tensor_pos.append(pos)
                 if x._meta is not None and x._meta.inference:
                     raise RuntimeError(
                         "Inference tensors cannot be saved for backward. To work around you can "
                         "make a clone to get a normal tensor and use it in autograd."
                     )
                 saved[pos] = SavedTensor(x, False)
-            else:
-                saved[pos] = x
-    if op.multi_input is None:
-        for pos, x in enumerate(inputs, 1):
-            if not isinstance(x, Tensor) and saved[pos] is None:
-                saved[pos] = x
+    node._spos = tuple(tensor_pos)  # only these are released after backward
     node._saved = saved
-    for i, o in enumerate(outs):
+    i = 0
+    for o in outs:
         o._grad_fn = node
         o._output_nr = i
+        i += 1
 
 
 def _make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = _NO_PARAMS) -> Tensor:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dis
 import inspect
 import math
 from typing import Any, Callable, Final
@@ -24,31 +25,61 @@ Rule = Callable[..., Any]
 
 
 class OpDef:
-    """One op of the table: its rules, what it saves, and its backward node class."""
+    """One op of the table: its rules, what they read, and its backward node class."""
 
-    __slots__ = ("multi_input", "name", "node_cls", "num_outputs", "save", "vjps")
+    __slots__ = ("_save_cache", "multi_input", "name", "node_cls", "num_outputs", "save", "uses", "vjps")
 
     def __init__(
         self,
         name: str,
         vjps: tuple[Rule | None, ...],
         save: tuple[int, ...],
+        uses: tuple[tuple[int, ...], ...],
         num_outputs: int,
         multi_input: Rule | None,
     ) -> None:
         self.name = name
         self.vjps = vjps
-        self.save = save  # positions in (ans, input0, input1, ...) to keep for backward
+        self.save = save  # positions in (ans, input0, input1, ...) that some rule reads
+        self.uses = uses  # per input: the positions its rule reads
         self.num_outputs = num_outputs
         self.multi_input = multi_input
+        self._save_cache: dict[int, tuple[int, ...]] = {}
         cls_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
         self.node_cls = type(cls_name, (FunctionNode,), {"__slots__": ()})
+
+    def saves_for(self, mask: int) -> tuple[int, ...]:
+        """The positions to save when the inputs in bitmask ``mask`` need gradients: only what
+        their rules read (``x * y`` keeps ``x`` only if ``y`` requires grad, as torch does)."""
+        got = self._save_cache.get(mask)
+        if got is None:
+            if self.multi_input is not None:
+                got = self.save
+            else:
+                pos: set[int] = set()
+                for i, u in enumerate(self.uses):
+                    if mask >> i & 1:
+                        pos.update(u)
+                got = tuple(sorted(pos))
+            self._save_cache[mask] = got
+        return got
 
     def __repr__(self) -> str:
         return f"OpDef({self.name!r})"
 
 
 OPS: dict[str, OpDef] = {}
+
+
+def _reads(rule: Rule, names: list[str]) -> set[str]:
+    """The parameters of ``rule`` that its body reads (local loads, or captured by a closure)."""
+    code = rule.__code__
+    used = set(code.co_cellvars)
+    for ins in dis.get_instructions(code):
+        if ins.opname.startswith(("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")):
+            v = ins.argval
+            used.update(v if isinstance(v, tuple) else (v,))
+    return used & set(names)
 
 
 def defvjp(
@@ -62,8 +93,9 @@ def defvjp(
 
     Each rule is ``rule(g, ans, *inputs, **params) -> grad`` for one input (``None``: no gradient).
     ``save`` names the values the rules read ("ans" and the input names of the rule signature);
-    the others reach the rules as ``None``. ``all_inputs`` is one rule for ops with any number of
-    inputs (``cat``, ``stack``): it returns the list of all input gradients.
+    the others reach the rules as ``None``, and registration fails if a rule reads a value that
+    ``save`` does not name. ``all_inputs`` is one rule for ops with any number of inputs (``cat``,
+    ``stack``): it returns the list of all input gradients.
     """
     first = next((v for v in (*vjps, all_inputs) if v is not None), None)
     if first is None:
@@ -79,12 +111,22 @@ def defvjp(
         if params[:2] != ["g", "ans"]:
             raise ValueError(f"{name}: rules take (g, ans, *inputs, **params), got {params}")
         positions = {n: i for i, n in enumerate(params[1:])}
-    save_pos = []
-    for n in save.split():
+    save_names = save.split()
+    for n in save_names:
         if n not in positions:
             raise ValueError(f"{name}: cannot save {n!r}; rule arguments are {params}")
-        save_pos.append(positions[n])
-    op = OpDef(name, tuple(vjps), tuple(save_pos), outputs, all_inputs)
+    uses = []
+    for i, v in enumerate(vjps):
+        if v is None:
+            uses.append(())
+            continue
+        read = _reads(v, list(positions))
+        missing = read - set(save_names)
+        if missing:
+            raise ValueError(f"{name}: the rule for input {i} reads {sorted(missing)} not in save=")
+        uses.append(tuple(sorted(positions[n] for n in read)))
+    save_pos = tuple(sorted(positions[n] for n in save_names))
+    op = OpDef(name, tuple(vjps), save_pos, tuple(uses), outputs, all_inputs)
     OPS[name] = op
     return op
 
@@ -118,14 +160,18 @@ def _fit(g: Any, shape: tuple[int, ...], dtype: Any) -> Any:
 
 
 class FunctionNode(Node):
-    """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name."""
+    """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name.
 
-    __slots__ = ("_in_meta", "_op", "_params", "_saved")
+    ``_saved[p]`` for p in (ans, input0, input1, ...): a SavedTensor at the positions in
+    ``_spos``, the value itself for non-tensor inputs (constants), else None.
+    """
+
+    __slots__ = ("_op", "_params", "_saved", "_spos")
 
     _op: OpDef
     _saved: Any
+    _spos: tuple[int, ...]
     _params: dict[str, Any]
-    _in_meta: tuple[Any, ...]
 
     def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> list[Any]:
         saved = self._saved
@@ -137,43 +183,52 @@ class FunctionNode(Node):
             g = grads[0]
             if g is None:
                 return [None] * len(edges)
-        else:
+        else:  # multi-output: the rule gets the list, None where no gradient arrived
             if all(x is None for x in grads):
                 return [None] * len(edges)
             g = grads
-        vals = [_unpack(s, self, create) for s in saved]
+        spos = self._spos
+        if spos:
+            vals = saved.copy()
+            for p in spos:
+                sv = vals[p]
+                if create or type(sv) is tuple:
+                    vals[p] = _unpack(sv, self, create)
+                else:
+                    if sv.vc[0] != sv.version:
+                        sv.check(self)
+                    vals[p] = sv.array
+        else:
+            vals = saved
         params = self._params
+        out: list[Any] = [None] * len(edges)
         if op.multi_input is not None:
             res = op.multi_input(g, vals[0], vals[1:], **params)
-            out = []
-            for i, e in enumerate(edges):
+            i = 0
+            for e in edges:
                 r = res[i]
-                if e is None or r is None or (needed is not None and not needed[i]):
-                    out.append(None)
-                    continue
-                shape, dtype = self._in_meta[i]
-                if r.shape != shape or r.dtype != dtype:
-                    r = _fit(r, shape, dtype)
-                out.append(r)
+                if e is not None and r is not None and (needed is None or needed[i]):
+                    shape, dtype = e[0]._input_meta[e[1]]
+                    if r.shape != shape or r.dtype != dtype:
+                        r = _fit(r, shape, dtype)
+                    out[i] = r
+                i += 1
             return out
         vjps = op.vjps
-        out = []
-        for i, e in enumerate(edges):
-            if e is None or (needed is not None and not needed[i]):
-                out.append(None)
-                continue
-            r = vjps[i](g, *vals, **params)  # type: ignore[misc]
-            if r is not None:
-                shape, dtype = self._in_meta[i]
-                if r.shape != shape or r.dtype != dtype:
-                    r = _fit(r, shape, dtype)
-            out.append(r)
+        i = 0
+        for e in edges:
+            if e is not None and (needed is None or needed[i]):
+                r = vjps[i](g, *vals, **params) if params else vjps[i](g, *vals)  # type: ignore[misc]
+                if r is not None:
+                    shape, dtype = e[0]._input_meta[e[1]]
+                    if r.shape != shape or (r.dtype is not dtype and r.dtype != dtype):
+                        r = _fit(r, shape, dtype)
+                out[i] = r
+            i += 1
         return out
 
     def release_variables(self) -> None:
-        if self._saved is not _FREED and any(
-            type(s) is SavedTensor or type(s) is tuple for s in self._saved
-        ):
+        if self._spos:
             self._saved = _FREED
 
     def _saved_values(self) -> tuple[Any, ...]:
@@ -189,7 +244,12 @@ def _unpack(s: Any, node: FunctionNode, create: bool) -> Any:
             s.check(node)
         return s.unpack(node) if create else s.array
     if t is tuple:  # the outputs of a multi-output op
-        return tuple(_unpack(x, node, create) for x in s)
+        for x in s:
+            if x.vc[0] != x.version:
+                x.check(node)
+        if create:
+            return tuple(x.unpack(node, i) for i, x in enumerate(s))
+        return tuple(x.array for x in s)
     return s
 
 

@@ -72,21 +72,18 @@ def _compute_dependencies(
     root: Node, exec_info: dict[Node, ExecInfo] | None
 ) -> Generator[None, None, dict[Node, int]]:
     deps: dict[Node, int] = {}
-    seen = {root}
     stack = [root]
     count = 0
-    get = deps.get
     while stack:
         fn = stack.pop()
         for e in fn._next_edges:
             if e is None:
                 continue
             nxt = e[0]
-            if exec_info is not None and nxt not in exec_info:
-                continue
-            deps[nxt] = get(nxt, 0) + 1
-            if nxt not in seen:
-                seen.add(nxt)
+            if nxt in deps:
+                deps[nxt] += 1
+            elif exec_info is None or nxt in exec_info:
+                deps[nxt] = 1
                 stack.append(nxt)
         count += 1
         if count == 2048:
