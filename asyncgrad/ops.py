@@ -1313,13 +1313,22 @@ def nll_loss(
         one = nll_loss(input.unsqueeze(0), Tensor._wrap(ta.reshape(1)), weight, ignore_index, reduction)
         return one.squeeze(0) if reduction == "none" else one
     n_cls = la.shape[1]
+    wa = None if weight is None else _arr(weight)
+    if la.ndim == 2 and wa is None and reduction != "none" and ta.size:
+        lo, hi = int(ta.min()), int(ta.max())
+        if lo >= 0 and hi < n_cls and not lo <= ignore_index <= hi:
+            # Every target is a valid class and none is ignored: the common case, in few ops.
+            total = -np.sum(la[np.arange(ta.shape[0]), ta])
+            denom = float(ta.shape[0]) if reduction == "mean" else 1.0
+            params = {"target": ta, "weight": None, "reduction": reduction,
+                      "ignore_index": ignore_index, "denom": denom, "all_valid": True}
+            return _make(_OP["nll_loss"], np.asarray(total / denom, dtype=la.dtype), (input,), params)
     valid = ta != ignore_index
     if np.any((ta[valid] < 0) | (ta[valid] >= n_cls)):
         bad = ta[valid][(ta[valid] < 0) | (ta[valid] >= n_cls)][0]
         raise IndexError(f"Target {bad} is out of bounds for {n_cls} classes.")
     safe = np.where(valid, ta, 0)
     picked = np.take_along_axis(la, np.expand_dims(safe, 1), axis=1).squeeze(1)
-    wa = None if weight is None else _arr(weight)
     coef = valid.astype(la.dtype)
     if wa is not None:
         coef = coef * wa[safe]
@@ -1339,6 +1348,7 @@ def nll_loss(
         "reduction": reduction,
         "ignore_index": ignore_index,
         "denom": denom,
+        "all_valid": False,
     }
     return _make(_OP["nll_loss"], out, (input,), params)
 

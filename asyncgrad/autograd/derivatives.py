@@ -392,8 +392,8 @@ defvjp(
 )
 defvjp(
     "nll_loss",
-    lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom: _nll_grad(
-        g, logp, target, weight, reduction, ignore_index, denom
+    lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom, all_valid: _nll_grad(
+        g, logp, target, weight, reduction, ignore_index, denom, all_valid
     ),
     save="logp",
 )
@@ -574,9 +574,20 @@ def _zeros_for(gs: list[Any], shape: tuple[int, ...]) -> Any:
 
 
 def _nll_grad(
-    g: Any, logp: Any, target: Any, weight: Any, reduction: str, ignore_index: int, denom: float
+    g: Any,
+    logp: Any,
+    target: Any,
+    weight: Any,
+    reduction: str,
+    ignore_index: int,
+    denom: float,
+    all_valid: bool,
 ) -> Any:
     # loss_i = -w[t_i] * logp[i, t_i]; grad wrt logp is -w[t_i] on the target column, else 0.
+    if all_valid and type(logp) is np.ndarray:
+        out = np.zeros_like(logp)
+        out[np.arange(target.shape[0]), target] = -(g / denom)
+        return out
     n_cls = logp.shape[1]
     tgt = np.asarray(target)
     shape = [1] * logp.ndim

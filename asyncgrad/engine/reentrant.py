@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import itertools
 import threading
 from contextvars import ContextVar
@@ -129,9 +130,18 @@ class _LoopPool:
             if lt is None:
                 lt = _LoopThread(next(self._names))
                 self._all.append(lt)
+        # The coroutine runs in a copy of the caller's context, so it sees the caller's grad mode
+        # and graph task (queue_callback, reentrant depth) as an awaited one would.
+        ctx = contextvars.copy_context()
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def start() -> None:
+            task = lt.loop.create_task(_call(make_coro), context=ctx)
+            task.add_done_callback(lambda t: _transfer(t, done))
+
         try:
-            fut = asyncio.run_coroutine_threadsafe(_call(make_coro), lt.loop)
-            return fut.result()
+            lt.loop.call_soon_threadsafe(start)
+            return done.result()
         finally:
             with self._lock:
                 self._free.append(lt)
@@ -141,6 +151,15 @@ class _LoopPool:
             loops, self._all, self._free = self._all, [], []
         for lt in loops:
             lt.stop()
+
+
+def _transfer(task: asyncio.Task[Any], fut: concurrent.futures.Future[Any]) -> None:
+    if task.cancelled():
+        fut.cancel()
+    elif task.exception() is not None:
+        fut.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        fut.set_result(task.result())
 
 
 async def _call(make_coro: Callable[[], Any]) -> Any:

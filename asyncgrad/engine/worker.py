@@ -139,6 +139,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                             direct = (key, nxt, nbuf)
                             continue
                         heappush(heap, (key, next_tie(), nxt, nbuf, gt))
+                    # Drop our reference now: AccumulateGrad steals an array that nobody else
+                    # holds instead of copying it (see AccumulateGrad.apply).
+                    out = nbuf = None
             except Exception as e:
                 gt.fail(e, node)
                 direct = None
