@@ -20,32 +20,91 @@ def _r(fn: Any) -> Any:
 
 _METHODS = {
     # arithmetic
-    "add": ops.add, "sub": ops.sub, "mul": ops.mul, "div": ops.div, "pow": ops.pow,
-    "neg": ops.neg, "exp": ops.exp, "log": ops.log, "log1p": ops.log1p, "expm1": ops.expm1,
-    "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "reciprocal": ops.reciprocal, "sin": ops.sin,
-    "cos": ops.cos, "tan": ops.tan, "tanh": ops.tanh, "sigmoid": ops.sigmoid, "relu": ops.relu,
-    "abs": ops.abs, "sign": ops.sign, "erf": ops.erf, "clamp": ops.clamp, "clip": ops.clamp,
-    "maximum": ops.maximum, "minimum": ops.minimum, "floor_divide": ops.floor_divide,
-    "remainder": ops.remainder, "eq": ops.eq, "ne": ops.ne, "lt": ops.lt, "le": ops.le,
-    "gt": ops.gt, "ge": ops.ge, "isnan": ops.isnan, "isfinite": ops.isfinite,
+    "add": ops.add,
+    "sub": ops.sub,
+    "mul": ops.mul,
+    "div": ops.div,
+    "pow": ops.pow,
+    "neg": ops.neg,
+    "exp": ops.exp,
+    "log": ops.log,
+    "log1p": ops.log1p,
+    "expm1": ops.expm1,
+    "sqrt": ops.sqrt,
+    "rsqrt": ops.rsqrt,
+    "reciprocal": ops.reciprocal,
+    "sin": ops.sin,
+    "cos": ops.cos,
+    "tan": ops.tan,
+    "tanh": ops.tanh,
+    "sigmoid": ops.sigmoid,
+    "relu": ops.relu,
+    "abs": ops.abs,
+    "sign": ops.sign,
+    "erf": ops.erf,
+    "clamp": ops.clamp,
+    "clip": ops.clamp,
+    "maximum": ops.maximum,
+    "minimum": ops.minimum,
+    "floor_divide": ops.floor_divide,
+    "remainder": ops.remainder,
+    "eq": ops.eq,
+    "ne": ops.ne,
+    "lt": ops.lt,
+    "le": ops.le,
+    "gt": ops.gt,
+    "ge": ops.ge,
+    "isnan": ops.isnan,
+    "isfinite": ops.isfinite,
     "logical_not": ops.logical_not,
     # reductions
-    "sum": ops.sum, "mean": ops.mean, "amax": ops.amax, "amin": ops.amin, "max": ops.max,
-    "min": ops.min, "argmax": ops.argmax, "argmin": ops.argmin, "logsumexp": ops.logsumexp,
+    "sum": ops.sum,
+    "mean": ops.mean,
+    "amax": ops.amax,
+    "amin": ops.amin,
+    "max": ops.max,
+    "min": ops.min,
+    "argmax": ops.argmax,
+    "argmin": ops.argmin,
+    "logsumexp": ops.logsumexp,
     # linear algebra
-    "matmul": ops.matmul, "mm": ops.mm, "bmm": ops.bmm,
+    "matmul": ops.matmul,
+    "mm": ops.mm,
+    "bmm": ops.bmm,
     # shapes
-    "reshape": ops.reshape, "view": ops.view, "flatten": ops.flatten, "unflatten": ops.unflatten,
-    "squeeze": ops.squeeze, "unsqueeze": ops.unsqueeze, "transpose": ops.transpose,
-    "swapaxes": ops.transpose, "permute": ops.permute, "t": ops.t, "expand": ops.expand,
-    "expand_as": ops.expand_as, "broadcast_to": ops.broadcast_to, "split": ops.split,
-    "chunk": ops.chunk, "unbind": ops.unbind, "masked_fill": ops.masked_fill,
-    "clone": ops.clone, "contiguous": ops.contiguous, "softmax": ops.softmax,
+    "reshape": ops.reshape,
+    "view": ops.view,
+    "flatten": ops.flatten,
+    "unflatten": ops.unflatten,
+    "squeeze": ops.squeeze,
+    "unsqueeze": ops.unsqueeze,
+    "transpose": ops.transpose,
+    "swapaxes": ops.transpose,
+    "permute": ops.permute,
+    "t": ops.t,
+    "expand": ops.expand,
+    "expand_as": ops.expand_as,
+    "broadcast_to": ops.broadcast_to,
+    "split": ops.split,
+    "chunk": ops.chunk,
+    "unbind": ops.unbind,
+    "masked_fill": ops.masked_fill,
+    "clone": ops.clone,
+    "contiguous": ops.contiguous,
+    "softmax": ops.softmax,
     "log_softmax": ops.log_softmax,
     # in place
-    "add_": ops.add_, "sub_": ops.sub_, "mul_": ops.mul_, "div_": ops.div_, "pow_": ops.pow_,
-    "clamp_": ops.clamp_, "relu_": ops.relu_, "zero_": ops.zero_, "fill_": ops.fill_,
-    "copy_": ops.copy_, "masked_fill_": ops.masked_fill_,
+    "add_": ops.add_,
+    "sub_": ops.sub_,
+    "mul_": ops.mul_,
+    "div_": ops.div_,
+    "pow_": ops.pow_,
+    "clamp_": ops.clamp_,
+    "relu_": ops.relu_,
+    "zero_": ops.zero_,
+    "fill_": ops.fill_,
+    "copy_": ops.copy_,
+    "masked_fill_": ops.masked_fill_,
 }
 
 for _name, _fn in _METHODS.items():
@@ -122,11 +181,15 @@ Tensor.bool = lambda self: self.to(np.bool_)  # type: ignore[attr-defined]
 
 
 # ----- NOTE [Rules are NumPy]: NumPy calls on Tensors run asyncgrad ops -----
-def _np_sum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **_: Any) -> Any:
+def _np_sum(
+    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **_: Any
+) -> Any:
     return ops.sum(a, axis, keepdims)
 
 
-def _np_mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **_: Any) -> Any:
+def _np_mean(
+    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **_: Any
+) -> Any:
     return ops.mean(a, axis, keepdims)
 
 
@@ -170,7 +233,9 @@ def _np_stack(arrays: Any, axis: int = 0, **_: Any) -> Any:
     return ops.stack([a if isinstance(a, Tensor) else ops.as_tensor(a) for a in arrays], axis)
 
 
-def _np_zeros_like(a: Any, dtype: Any = None, order: Any = "K", subok: bool = True, shape: Any = None) -> Any:
+def _np_zeros_like(
+    a: Any, dtype: Any = None, order: Any = "K", subok: bool = True, shape: Any = None
+) -> Any:
     arr = a._array if isinstance(a, Tensor) else a
     return Tensor._wrap(np.zeros_like(arr, dtype=dtype, shape=shape))
 
@@ -184,23 +249,56 @@ def _np_clip(a: Any, a_min: Any = None, a_max: Any = None, **_: Any) -> Any:
 
 
 _ARRAY_FUNCTIONS = {
-    np.sum: _np_sum, np.mean: _np_mean, np.reshape: _np_reshape, np.transpose: _np_transpose,
-    np.expand_dims: _np_expand_dims, np.squeeze: _np_squeeze, np.broadcast_to: _np_broadcast_to,
-    np.where: _np_where, np.concatenate: _np_concatenate, np.stack: _np_stack,
-    np.zeros_like: _np_zeros_like, np.swapaxes: _np_swapaxes, np.clip: _np_clip,
+    np.sum: _np_sum,
+    np.mean: _np_mean,
+    np.reshape: _np_reshape,
+    np.transpose: _np_transpose,
+    np.expand_dims: _np_expand_dims,
+    np.squeeze: _np_squeeze,
+    np.broadcast_to: _np_broadcast_to,
+    np.where: _np_where,
+    np.concatenate: _np_concatenate,
+    np.stack: _np_stack,
+    np.zeros_like: _np_zeros_like,
+    np.swapaxes: _np_swapaxes,
+    np.clip: _np_clip,
 }
 
 _UFUNCS = {
-    np.add: ops.add, np.subtract: ops.sub, np.multiply: ops.mul, np.true_divide: ops.div,
-    np.power: ops.pow, np.negative: ops.neg, np.exp: ops.exp, np.log: ops.log,
-    np.log1p: ops.log1p, np.expm1: ops.expm1, np.sqrt: ops.sqrt, np.sin: ops.sin,
-    np.cos: ops.cos, np.tan: ops.tan, np.tanh: ops.tanh, np.absolute: ops.abs,
-    np.sign: ops.sign, np.maximum: ops.maximum, np.minimum: ops.minimum,
-    np.matmul: ops.matmul, np.reciprocal: ops.reciprocal, np.equal: ops.eq,
-    np.not_equal: ops.ne, np.less: ops.lt, np.less_equal: ops.le, np.greater: ops.gt,
-    np.greater_equal: ops.ge, np.logical_and: ops.logical_and, np.logical_or: ops.logical_or,
-    np.logical_not: ops.logical_not, np.isnan: ops.isnan, np.isfinite: ops.isfinite,
-    np.floor_divide: ops.floor_divide, np.remainder: ops.remainder,
+    np.add: ops.add,
+    np.subtract: ops.sub,
+    np.multiply: ops.mul,
+    np.true_divide: ops.div,
+    np.power: ops.pow,
+    np.negative: ops.neg,
+    np.exp: ops.exp,
+    np.log: ops.log,
+    np.log1p: ops.log1p,
+    np.expm1: ops.expm1,
+    np.sqrt: ops.sqrt,
+    np.sin: ops.sin,
+    np.cos: ops.cos,
+    np.tan: ops.tan,
+    np.tanh: ops.tanh,
+    np.absolute: ops.abs,
+    np.sign: ops.sign,
+    np.maximum: ops.maximum,
+    np.minimum: ops.minimum,
+    np.matmul: ops.matmul,
+    np.reciprocal: ops.reciprocal,
+    np.equal: ops.eq,
+    np.not_equal: ops.ne,
+    np.less: ops.lt,
+    np.less_equal: ops.le,
+    np.greater: ops.gt,
+    np.greater_equal: ops.ge,
+    np.logical_and: ops.logical_and,
+    np.logical_or: ops.logical_or,
+    np.logical_not: ops.logical_not,
+    np.isnan: ops.isnan,
+    np.isfinite: ops.isfinite,
+    np.floor_divide: ops.floor_divide,
+    np.remainder: ops.remainder,
 }
 
 

@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["Device", "device", "get_array_module", "CPU"]
+__all__ = ["CPU", "Device", "device", "get_array_module"]
 
 
 class Device:
@@ -27,7 +27,9 @@ class Device:
             raise TypeError(f"device must be a string like 'cpu' or 'cuda:0', got {spec!r}")
         kind, _, num = spec.partition(":")
         if kind not in ("cpu", "cuda"):
-            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {spec}")
+            raise RuntimeError(
+                f"Expected one of cpu, cuda device type at start of device string: {spec}"
+            )
         if num:
             if not num.isdigit():
                 raise RuntimeError(f"Invalid device string: '{spec}'")

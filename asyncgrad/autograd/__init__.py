@@ -223,12 +223,23 @@ async def grad(
         (tensor([2., 4.]),)
     """
     ins, roots, values, edges, keep, allow = _prepare_grad(
-        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
-        materialize_grads, is_grads_batched,
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        materialize_grads,
+        is_grads_batched,
     )
     captured = await engine.execute(
-        roots, values, keep_graph=keep, create_graph=create_graph, outputs=edges,
-        accumulate=False, priority=priority,
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=False,
+        priority=priority,
     )
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
 
@@ -246,12 +257,23 @@ def grad_sync(
 ) -> tuple[Tensor | None, ...]:
     """Blocking twin of :func:`grad`: runs on the calling thread (inside a running loop too)."""
     ins, roots, values, edges, keep, allow = _prepare_grad(
-        outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
-        materialize_grads, is_grads_batched,
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        materialize_grads,
+        is_grads_batched,
     )
     captured = engine.execute_sync(
-        roots, values, keep_graph=keep, create_graph=create_graph, outputs=edges,
-        accumulate=False, priority=priority,
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=False,
+        priority=priority,
     )
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
 
@@ -300,8 +322,13 @@ async def backward(
         tensors, grad_tensors, retain_graph, create_graph, inputs
     )
     await engine.execute(
-        roots, values, keep_graph=keep, create_graph=create_graph, outputs=edges,
-        accumulate=True, priority=priority,
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=True,
+        priority=priority,
     )
 
 
@@ -318,8 +345,13 @@ def backward_sync(
         tensors, grad_tensors, retain_graph, create_graph, inputs
     )
     engine.execute_sync(
-        roots, values, keep_graph=keep, create_graph=create_graph, outputs=edges,
-        accumulate=True, priority=priority,
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=True,
+        priority=priority,
     )
 
 

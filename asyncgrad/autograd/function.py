@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,9 @@ class BackwardCFunction(Node):
         for g, meta in zip(grads, self._input_meta):
             if g is None:
                 user.append(
-                    Tensor._wrap(np.zeros(meta[0], dtype=meta[1])) if ctx.materialize_grads else None
+                    Tensor._wrap(np.zeros(meta[0], dtype=meta[1]))
+                    if ctx.materialize_grads
+                    else None
                 )
             else:
                 user.append(g if create else Tensor._wrap(g))
@@ -252,12 +255,7 @@ class Function(metaclass=_FunctionMeta):
             o._grad_fn = node
             o._output_nr = nr
         out_ids = {id(o): o for o in tensor_outs}
-        ctx._saved = [
-            None
-            if t is None
-            else SavedTensor(t, id(t) in out_ids)
-            for t in ctx._to_save
-        ]
+        ctx._saved = [None if t is None else SavedTensor(t, id(t) in out_ids) for t in ctx._to_save]
         ctx._to_save = ()
         ctx._node = node
         return tuple(outs) if is_tuple else outs[0]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +34,7 @@ def numerical_jacobian(
         outs0 = _diff_outputs(func, inputs)
     jac = [
         [
-            np.zeros((o.numel(), x.numel()))
-            if isinstance(x, Tensor) and x.requires_grad
-            else None
+            np.zeros((o.numel(), x.numel())) if isinstance(x, Tensor) and x.requires_grad else None
             for x in inputs
         ]
         for o in outs0
@@ -48,9 +47,15 @@ def numerical_jacobian(
             orig = flat[j].copy()
             with no_grad():
                 flat[j] = orig + eps
-                plus = [o._array.astype(np.float64).reshape(-1).copy() for o in _diff_outputs(func, inputs)]
+                plus = [
+                    o._array.astype(np.float64).reshape(-1).copy()
+                    for o in _diff_outputs(func, inputs)
+                ]
                 flat[j] = orig - eps
-                minus = [o._array.astype(np.float64).reshape(-1).copy() for o in _diff_outputs(func, inputs)]
+                minus = [
+                    o._array.astype(np.float64).reshape(-1).copy()
+                    for o in _diff_outputs(func, inputs)
+                ]
                 flat[j] = orig
             for k in range(len(outs0)):
                 jac[k][i][:, j] = (plus[k] - minus[k]) / (2 * eps)  # type: ignore[index]
@@ -75,7 +80,10 @@ def analytical_jacobian(
                 go = np.zeros(o.numel(), dtype=o.dtype)
                 go[k] = 1
                 grads = grad_sync(
-                    o, diff_in, Tensor._wrap(go.reshape(o.shape)), retain_graph=True,
+                    o,
+                    diff_in,
+                    Tensor._wrap(go.reshape(o.shape)),
+                    retain_graph=True,
                     allow_unused=True,
                 )
                 gi = iter(grads)
@@ -163,12 +171,20 @@ def gradgradcheck(
         if not pairs:
             return ()
         gs = grad_sync(
-            [p[0] for p in pairs], [ins[i] for i in diff_idx], [p[1] for p in pairs],
-            create_graph=True, allow_unused=True, materialize_grads=True,
+            [p[0] for p in pairs],
+            [ins[i] for i in diff_idx],
+            [p[1] for p in pairs],
+            create_graph=True,
+            allow_unused=True,
+            materialize_grads=True,
         )
         return tuple(g for g in gs if g is not None)
 
     return gradcheck(
-        first_grads, (*inputs, *grad_outputs), eps=eps, atol=atol, rtol=rtol,
+        first_grads,
+        (*inputs, *grad_outputs),
+        eps=eps,
+        atol=atol,
+        rtol=rtol,
         raise_exception=raise_exception,
     )

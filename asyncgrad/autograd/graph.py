@@ -7,7 +7,8 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Final, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
@@ -147,6 +148,11 @@ class Node:
         if self._metadata is None:
             self._metadata = {}
         return self._metadata
+
+    @property
+    def input_metadata(self) -> tuple[tuple[tuple[int, ...], Any, Any], ...]:
+        """``(shape, dtype, device)`` of each gradient this node receives (its forward outputs)."""
+        return tuple((shape, dtype, self._device) for shape, dtype in self._input_meta)
 
     @property
     def num_inputs(self) -> int:

@@ -32,7 +32,9 @@ def configure(
     """
     if max_reentrant_depth is not None:
         if not isinstance(max_reentrant_depth, int) or max_reentrant_depth < 0:
-            raise ValueError(f"max_reentrant_depth must be an int >= 0, got {max_reentrant_depth!r}")
+            raise ValueError(
+                f"max_reentrant_depth must be an int >= 0, got {max_reentrant_depth!r}"
+            )
         config.max_reentrant_depth = max_reentrant_depth
     if slice_s is not None:
         if not slice_s > 0:

@@ -165,8 +165,15 @@ async def execute(
     if local > config.max_reentrant_depth:
         # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
         cf = thread_pool.submit(
-            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs,
-            accumulate, priority, depth,
+            _execute_offloaded,
+            roots,
+            root_grads,
+            keep_graph,
+            create_graph,
+            outputs,
+            accumulate,
+            priority,
+            depth,
         )
         return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
     gt = GraphTask(keep_graph, create_graph, priority, depth, local)
@@ -213,8 +220,15 @@ def execute_sync(
     depth, local = _depths() if _depth is None else _depth
     if local > config.max_reentrant_depth:
         cf = thread_pool.submit(
-            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs,
-            accumulate, priority, depth,
+            _execute_offloaded,
+            roots,
+            root_grads,
+            keep_graph,
+            create_graph,
+            outputs,
+            accumulate,
+            priority,
+            depth,
         )
         return cf.result()  # type: ignore[no-any-return]
     gt = GraphTask(keep_graph, create_graph, priority, depth, local)
@@ -258,8 +272,14 @@ def _execute_offloaded(
     depth: int,
 ) -> list[Any]:
     return execute_sync(
-        roots, root_grads, keep_graph=keep_graph, create_graph=create_graph, outputs=outputs,
-        accumulate=accumulate, priority=priority, _depth=(depth, 0),
+        roots,
+        root_grads,
+        keep_graph=keep_graph,
+        create_graph=create_graph,
+        outputs=outputs,
+        accumulate=accumulate,
+        priority=priority,
+        _depth=(depth, 0),
     )
 
 

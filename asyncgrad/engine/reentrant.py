@@ -7,8 +7,9 @@ import concurrent.futures
 import contextvars
 import itertools
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Callable, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from .graph_task import GraphTask

@@ -24,7 +24,9 @@ _isawaitable = inspect.isawaitable
 
 def start_worker(queue: ReadyQueue) -> None:
     assert queue.loop is not None
-    queue.worker = queue.loop.create_task(run_worker(queue), name=f"asyncgrad-worker-{queue.device}")
+    queue.worker = queue.loop.create_task(
+        run_worker(queue), name=f"asyncgrad-worker-{queue.device}"
+    )
 
 
 async def run_worker(queue: ReadyQueue) -> None:
