@@ -10,7 +10,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from .autograd.derivatives import OPS, FunctionNode, OpDef, defvjp
+from .autograd.derivatives import OPS, OpDef
 from .autograd.grad_mode import _grad_enabled
 from .autograd.graph import _FREED, Edge, Node, SavedTensor, raise_freed
 from .backend import CPU, Device, device_of, to_device
@@ -104,7 +104,9 @@ def _wrap_out(out: Any) -> Tensor:
 # =====================================================================================
 # Recording
 # =====================================================================================
-def _record(op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: dict[str, Any]) -> None:
+def _record(
+    op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: dict[str, Any]
+) -> None:
     """Attach a backward node of ``op`` to ``outs`` if any tensor input requires grad."""
     edges: list[Any] = []
     saved: list[Any] = [None]
@@ -167,7 +169,9 @@ def _record(op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: di
         i += 1
 
 
-def _make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = _NO_PARAMS) -> Tensor:
+def _make(
+    op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = _NO_PARAMS
+) -> Tensor:
     if type(out) is not ndarray:
         out = np.asarray(out)
     t = Tensor._wrap(out)
@@ -231,7 +235,9 @@ def mul(input: Any, other: Any) -> Tensor:
 
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
     if rounding_mode is not None:
-        return _no_grad_binary(np.floor_divide if rounding_mode == "floor" else _trunc_div, input, other)
+        return _no_grad_binary(
+            np.floor_divide if rounding_mode == "floor" else _trunc_div, input, other
+        )
     return _binary(_OP["div"], np.true_divide, input, other)
 
 
@@ -307,7 +313,9 @@ def isfinite(input: Any) -> Tensor:
     return _wrap_out(np.isfinite(_arr(input)))
 
 
-def allclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+def allclose(
+    input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> bool:
     return bool(np.allclose(_arr(input), _arr(other), rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
@@ -445,9 +453,7 @@ def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A
         if max is not None:
             r = minimum(r, max)
         return r
-    return _unary(
-        _OP["clamp"], lambda a: np.clip(a, min, max), input, {"min": min, "max": max}
-    )
+    return _unary(_OP["clamp"], lambda a: np.clip(a, min, max), input, {"min": min, "max": max})
 
 
 def where(condition: Any, input: Any, other: Any) -> Tensor:
@@ -501,21 +507,27 @@ def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
     if xa.ndim == 0:
         axis = None
     out = np.mean(xa, axis=axis, keepdims=keepdim, dtype=None if dtype is None else _dtype(dtype))
-    return _make(_OP["mean"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
+    return _make(
+        _OP["mean"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
+    )
 
 
 def amax(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
     xa = input._array
     axis = None if dim == () or dim is None else _dims(dim, xa.ndim)
     out = np.amax(xa, axis=axis, keepdims=keepdim)
-    return _make(_OP["amax"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
+    return _make(
+        _OP["amax"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
+    )
 
 
 def amin(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
     xa = input._array
     axis = None if dim == () or dim is None else _dims(dim, xa.ndim)
     out = np.amin(xa, axis=axis, keepdims=keepdim)
-    return _make(_OP["amin"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
+    return _make(
+        _OP["amin"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
+    )
 
 
 class _MinMax(NamedTuple):
@@ -611,19 +623,8 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     if input.ndim != 3 or mat2.ndim != 3:
         raise RuntimeError(f"bmm: expected 3-D tensors, got {input.ndim}-D and {mat2.ndim}-D")
     if input.shape[0] != mat2.shape[0]:
-        raise RuntimeError(
-            f"bmm: batch sizes differ: {input.shape[0]} and {mat2.shape[0]}"
-        )
+        raise RuntimeError(f"bmm: batch sizes differ: {input.shape[0]} and {mat2.shape[0]}")
     return matmul(input, mat2)
-
-
-defvjp(
-    "linear",
-    lambda g, ans, x, w, b: np.matmul(g, w),
-    lambda g, ans, x, w, b: np.matmul(np.swapaxes(g, -1, -2), x),  # summed over batch by _fit
-    lambda g, ans, x, w, b: g,
-    save="x w",
-)
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -868,16 +869,6 @@ def getitem(input: Tensor, index: Any) -> Tensor:
     return t
 
 
-defvjp(
-    "index_add_zeros",
-    lambda g, ans, x, *, index, shape: x_getitem(g, index),
-)
-
-
-def x_getitem(g: Any, index: Any) -> Any:
-    return g[index]
-
-
 def _index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
     """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices add up)."""
     ga = g._array if isinstance(g, Tensor) else g
@@ -946,7 +937,13 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     return _make(_OP["stack"], np.stack(arrs, axis=d), tensors, {"dim": d, "n": len(arrs)})
 
 
-def _multi_view(input: Tensor, name: str, arrays: list[Any], params: dict[str, Any], indices: list[tuple[Any, ...]]) -> tuple[Tensor, ...]:
+def _multi_view(
+    input: Tensor,
+    name: str,
+    arrays: list[Any],
+    params: dict[str, Any],
+    indices: list[tuple[Any, ...]],
+) -> tuple[Tensor, ...]:
     outs = [Tensor._wrap(a) for a in arrays]
     if _grad_enabled.get():
         op = _OP[name]
@@ -1226,7 +1223,9 @@ def copy_(self: Tensor, src: Any) -> Tensor:
 
 
 def masked_fill(input: Tensor, mask: Any, value: Any) -> Tensor:
-    return where(mask, value if isinstance(value, Tensor) else np.asarray(value, dtype=input.dtype), input)
+    return where(
+        mask, value if isinstance(value, Tensor) else np.asarray(value, dtype=input.dtype), input
+    )
 
 
 def masked_fill_(self: Tensor, mask: Any, value: Any) -> Tensor:
@@ -1310,7 +1309,9 @@ def nll_loss(
             f"shape {list(ta.shape)}."
         )
     if la.ndim == 1:  # a single sample
-        one = nll_loss(input.unsqueeze(0), Tensor._wrap(ta.reshape(1)), weight, ignore_index, reduction)
+        one = nll_loss(
+            input.unsqueeze(0), Tensor._wrap(ta.reshape(1)), weight, ignore_index, reduction
+        )
         return one.squeeze(0) if reduction == "none" else one
     n_cls = la.shape[1]
     wa = None if weight is None else _arr(weight)
@@ -1320,9 +1321,17 @@ def nll_loss(
             # Every target is a valid class and none is ignored: the common case, in few ops.
             total = -np.sum(la[np.arange(ta.shape[0]), ta])
             denom = float(ta.shape[0]) if reduction == "mean" else 1.0
-            params = {"target": ta, "weight": None, "reduction": reduction,
-                      "ignore_index": ignore_index, "denom": denom, "all_valid": True}
-            return _make(_OP["nll_loss"], np.asarray(total / denom, dtype=la.dtype), (input,), params)
+            params = {
+                "target": ta,
+                "weight": None,
+                "reduction": reduction,
+                "ignore_index": ignore_index,
+                "denom": denom,
+                "all_valid": True,
+            }
+            return _make(
+                _OP["nll_loss"], np.asarray(total / denom, dtype=la.dtype), (input,), params
+            )
     valid = ta != ignore_index
     if np.any((ta[valid] < 0) | (ta[valid] >= n_cls)):
         bad = ta[valid][(ta[valid] < 0) | (ta[valid] >= n_cls)][0]
@@ -1374,7 +1383,11 @@ def cross_entropy(
     ta = _arr(target)
     n_cls = input.shape[cls_dim]
     valid = Tensor._wrap(np.asarray(ta != ignore_index, dtype=input.dtype))
-    lp = logp if weight is None else logp * reshape(as_tensor(weight), (n_cls,) + (1,) * (input.ndim - 2))
+    lp = (
+        logp
+        if weight is None
+        else logp * reshape(as_tensor(weight), (n_cls,) + (1,) * (input.ndim - 2))
+    )
     smooth = -(lp.sum(cls_dim)) * valid if input.ndim > 1 else -(lp.sum(0))  # type: ignore[attr-defined]
     if reduction == "none":
         s = smooth
@@ -1439,12 +1452,16 @@ def _finish(arr: Any, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
     return t
 
 
-def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def tensor(
+    data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A new tensor holding a copy of ``data``."""
     arr = _as_array(data, dtype)
     if isinstance(data, Tensor) or type(data) is ndarray or arr is data:
         arr = arr.copy()
-    return _finish(np.array(arr, copy=True) if type(arr) is ndarray else arr, None, device, requires_grad)
+    return _finish(
+        np.array(arr, copy=True) if type(arr) is ndarray else arr, None, device, requires_grad
+    )
 
 
 def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -1468,36 +1485,91 @@ def from_dlpack(x: Any) -> Tensor:
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.zeros(_size(size), dtype=_dtype(dtype or float32)), None, device, requires_grad)
+    return _finish(
+        np.zeros(_size(size), dtype=_dtype(dtype or float32)), None, device, requires_grad
+    )
 
 
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.ones(_size(size), dtype=_dtype(dtype or float32)), None, device, requires_grad)
+    return _finish(
+        np.ones(_size(size), dtype=_dtype(dtype or float32)), None, device, requires_grad
+    )
 
 
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.empty(_size(size), dtype=_dtype(dtype or float32)), None, device, requires_grad)
+    return _finish(
+        np.empty(_size(size), dtype=_dtype(dtype or float32)), None, device, requires_grad
+    )
 
 
-def full(size: Sequence[int], fill_value: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full(
+    size: Sequence[int],
+    fill_value: Any,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     if dtype is None:
-        dtype = bool_ if isinstance(fill_value, bool) else int64 if isinstance(fill_value, int) else float32
-    return _finish(np.full(_size((size,)), fill_value, dtype=_dtype(dtype)), None, device, requires_grad)
+        dtype = (
+            bool_
+            if isinstance(fill_value, bool)
+            else int64
+            if isinstance(fill_value, int)
+            else float32
+        )
+    return _finish(
+        np.full(_size((size,)), fill_value, dtype=_dtype(dtype)), None, device, requires_grad
+    )
 
 
-def zeros_like(input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.zeros_like(_arr(input), dtype=None if dtype is None else _dtype(dtype)), None, device, requires_grad)
+def zeros_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    return _finish(
+        np.zeros_like(_arr(input), dtype=None if dtype is None else _dtype(dtype)),
+        None,
+        device,
+        requires_grad,
+    )
 
 
-def ones_like(input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.ones_like(_arr(input), dtype=None if dtype is None else _dtype(dtype)), None, device, requires_grad)
+def ones_like(
+    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    return _finish(
+        np.ones_like(_arr(input), dtype=None if dtype is None else _dtype(dtype)),
+        None,
+        device,
+        requires_grad,
+    )
 
 
-def full_like(input: Tensor, fill_value: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.full_like(_arr(input), fill_value, dtype=None if dtype is None else _dtype(dtype)), None, device, requires_grad)
+def full_like(
+    input: Tensor,
+    fill_value: Any,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    return _finish(
+        np.full_like(_arr(input), fill_value, dtype=None if dtype is None else _dtype(dtype)),
+        None,
+        device,
+        requires_grad,
+    )
 
 
-def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def arange(
+    start: Any,
+    end: Any = None,
+    step: Any = 1,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     if end is None:
         start, end = 0, start
     if dtype is None:
@@ -1506,29 +1578,70 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None, dev
     return _finish(np.arange(start, end, step).astype(_dtype(dtype)), None, device, requires_grad)
 
 
-def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.linspace(start, end, steps).astype(_dtype(dtype or float32)), None, device, requires_grad)
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    return _finish(
+        np.linspace(start, end, steps).astype(_dtype(dtype or float32)), None, device, requires_grad
+    )
 
 
-def eye(n: int, m: int | None = None, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def eye(
+    n: int,
+    m: int | None = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     return _finish(np.eye(n, m, dtype=_dtype(dtype or float32)), None, device, requires_grad)
 
 
-def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def rand(
+    *size: Any,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     rng = (generator or _default_generator)._rng
     dt = _dtype(dtype or float32)
-    arr = rng.random(_size(size), dtype=dt if dt in (float32, float64) else float64).astype(dt, copy=False)
+    arr = rng.random(_size(size), dtype=dt if dt in (float32, float64) else float64).astype(
+        dt, copy=False
+    )
     return _finish(arr, None, device, requires_grad)
 
 
-def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def randn(
+    *size: Any,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     rng = (generator or _default_generator)._rng
     dt = _dtype(dtype or float32)
-    arr = rng.standard_normal(_size(size), dtype=dt if dt in (float32, float64) else float64).astype(dt, copy=False)
+    arr = rng.standard_normal(
+        _size(size), dtype=dt if dt in (float32, float64) else float64
+    ).astype(dt, copy=False)
     return _finish(arr, None, device, requires_grad)
 
 
-def randint(low: int, high: int | None = None, size: Sequence[int] = (), *, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+def randint(
+    low: int,
+    high: int | None = None,
+    size: Sequence[int] = (),
+    *,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+) -> Tensor:
     if high is None:
         low, high = 0, low
     rng = (generator or _default_generator)._rng

@@ -27,7 +27,16 @@ Rule = Callable[..., Any]
 class OpDef:
     """One op of the table: its rules, what they read, and its backward node class."""
 
-    __slots__ = ("_save_cache", "multi_input", "name", "node_cls", "num_outputs", "save", "uses", "vjps")
+    __slots__ = (
+        "_save_cache",
+        "multi_input",
+        "name",
+        "node_cls",
+        "num_outputs",
+        "save",
+        "uses",
+        "vjps",
+    )
 
     def __init__(
         self,
@@ -332,8 +341,9 @@ defvjp(
 defvjp("sum", lambda g, ans, x, *, dim, keepdim, in_shape: _expand(g, in_shape, dim, keepdim))
 defvjp(
     "mean",
-    lambda g, ans, x, *, dim, keepdim, in_shape: _expand(g, in_shape, dim, keepdim)
-    / _count(in_shape, dim),
+    lambda g, ans, x, *, dim, keepdim, in_shape: (
+        _expand(g, in_shape, dim, keepdim) / _count(in_shape, dim)
+    ),
 )
 defvjp(
     "amax",
@@ -353,8 +363,9 @@ defvjp(
 )
 defvjp(
     "logsumexp",
-    lambda g, ans, x, *, dim, keepdim, in_shape: _expand(g, in_shape, dim, keepdim)
-    * np.exp(x - _keep(ans, dim, keepdim)),
+    lambda g, ans, x, *, dim, keepdim, in_shape: (
+        _expand(g, in_shape, dim, keepdim) * np.exp(x - _keep(ans, dim, keepdim))
+    ),
     save="ans x",
 )
 
@@ -369,10 +380,17 @@ defvjp(
     lambda g, ans, x, v, *, index: _index_put_self_grad(g, index),
     lambda g, ans, x, v, *, index: g[index],
 )
+defvjp(
+    "index_add_zeros",  # the backward of getitem, itself differentiable (for double backward)
+    lambda g, ans, x, *, index, shape: g[index],
+)
 defvjp("cat", all_inputs=lambda g, ans, inputs, *, dim, sizes: _split_grad(g, dim, sizes))
 defvjp("stack", all_inputs=lambda g, ans, inputs, *, dim, n: _unstack_grad(g, dim, n))
-defvjp("split", lambda g, ans, x, *, dim, sizes, in_shape: _cat_grads(g, dim, sizes, in_shape),
-       outputs=-1)
+defvjp(
+    "split",
+    lambda g, ans, x, *, dim, sizes, in_shape: _cat_grads(g, dim, sizes, in_shape),
+    outputs=-1,
+)
 defvjp("unbind", lambda g, ans, x, *, dim, in_shape: _stack_grads(g, dim, in_shape), outputs=-1)
 defvjp("clone", lambda g, ans, x: g)
 defvjp("cast", lambda g, ans, x: g)  # the rule's result is cast back to x's dtype by _fit
@@ -380,6 +398,13 @@ defvjp("copy", lambda g, ans, x, src: g * 0.0, lambda g, ans, x, src: g)
 defvjp("fill", lambda g, ans, x, *, value: g * 0.0)
 
 # ----- Neural-network functions -----
+defvjp(
+    "linear",  # y = x @ w.T + b
+    lambda g, ans, x, w, b: np.matmul(g, w),
+    lambda g, ans, x, w, b: _linear_grad_w(g, x),
+    lambda g, ans, x, w, b: g,
+    save="x w",
+)
 defvjp(
     "softmax",
     lambda g, ans, x, *, dim: ans * (g - np.sum(g * ans, axis=dim, keepdims=True)),
@@ -442,6 +467,13 @@ def _matmul_grad_y(g: Any, x: Any, y: Any) -> Any:
         # x^T @ g: (..., k, n) @ (..., n, 1) -> (..., k)
         return np.squeeze(np.matmul(np.swapaxes(x, -1, -2), np.expand_dims(g, -1)), -1)
     return np.matmul(np.swapaxes(x, -1, -2), g)
+
+
+def _linear_grad_w(g: Any, x: Any) -> Any:
+    # g^T x; for batched x the batch axes are summed by _fit. g.T is BLAS's fastest 2-D layout.
+    if g.ndim == 2:
+        return g.T @ x
+    return np.matmul(np.swapaxes(g, -1, -2), x)
 
 
 def _gelu_grad(g: Any, x: Any, approximate: str) -> Any:

@@ -81,6 +81,12 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set ``requires_grad`` of every parameter (to freeze or unfreeze the module)."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.parameters():
             if set_to_none:
