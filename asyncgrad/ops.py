@@ -202,7 +202,11 @@ def _binary(op: OpDef, ufunc: Any, x: Any, y: Any) -> Tensor:
         pass
     elif type(xa) is not type(ya) and hasattr(xa, "shape") and hasattr(ya, "shape"):
         _check_devices(op.name, xa, ya)
-    out = ufunc(xa, ya)
+    try:
+        out = ufunc(xa, ya)
+    except ValueError:
+        _raise_broadcast(xa, ya)
+        raise
     if type(out) is not ndarray:
         out = np.asarray(out)
     if out.dtype == float64 and not _is_f64(xa) and not _is_f64(ya):
@@ -213,8 +217,22 @@ def _binary(op: OpDef, ufunc: Any, x: Any, y: Any) -> Tensor:
     return t
 
 
+def _raise_broadcast(xa: Any, ya: Any) -> None:
+    """Raise torch's RuntimeError if the shapes of ``xa`` and ``ya`` do not broadcast."""
+    sa, sb = getattr(xa, "shape", ()), getattr(ya, "shape", ())
+    n = builtins.max(len(sa), len(sb))
+    pa, pb = (1,) * (n - len(sa)) + tuple(sa), (1,) * (n - len(sb)) + tuple(sb)
+    for d in range(n - 1, -1, -1):
+        if pa[d] != pb[d] and 1 not in (pa[d], pb[d]):
+            raise RuntimeError(
+                f"The size of tensor a ({pa[d]}) must match the size of tensor b ({pb[d]}) at "
+                f"non-singleton dimension {d}"
+            )
+
+
 def _is_f64(a: Any) -> bool:
-    return getattr(a, "dtype", None) == float64
+    dt = getattr(a, "dtype", None)  # not `== float64` alone: np.dtype(None) is float64
+    return dt is not None and dt == float64
 
 
 def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
@@ -458,7 +476,9 @@ def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A
 
 def where(condition: Any, input: Any, other: Any) -> Tensor:
     c = _arr(condition)
-    c = c.astype(bool) if getattr(c, "dtype", None) != bool_ else c
+    if not hasattr(c, "dtype"):  # a Python bool, e.g. from a rule run under create_graph
+        c = np.asarray(c)
+    c = c.astype(bool) if c.dtype != bool_ else c
     out = np.where(c, _arr(input), _arr(other))
     if out.dtype == float64 and not _is_f64(_arr(input)) and not _is_f64(_arr(other)):
         out = out.astype(float32)
@@ -1263,7 +1283,9 @@ def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         arr = to_device(self._array, dev)
         out = _make(_OP["clone"], arr, (self,))
     if dt is not None and _dtype(dt) != out.dtype:
-        out = _make(_OP["cast"], out._array.astype(_dtype(dt)), (out,))
+        arr = out._array.astype(_dtype(dt))
+        # As in torch, a cast to an integer or bool dtype leaves the graph.
+        out = _make(_OP["cast"], arr, (out,)) if arr.dtype.kind in "fc" else Tensor._wrap(arr)
     return out
 
 

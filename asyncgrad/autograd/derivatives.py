@@ -145,13 +145,11 @@ def sum_to(g: Any, shape: tuple[int, ...]) -> Any:
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1
-    )
+    if lead:
+        g = np.sum(g, axis=tuple(range(lead)))  # a fresh array, not a view
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
     if axes:
         g = np.sum(g, axis=axes, keepdims=True)
-    if lead or g.shape != shape:
-        g = np.reshape(g, shape)
     return g
 
 
@@ -164,7 +162,7 @@ def _fit(g: Any, shape: tuple[int, ...], dtype: Any) -> Any:
                 f"gradient of shape {tuple(g.shape)} cannot be reduced to shape {shape}"
             ) from None
     if g.dtype != dtype and dtype is not None:
-        g = g.astype(dtype)
+        g = g.astype(dtype) if hasattr(g, "astype") else g.to(dtype)  # Tensor: create_graph
     return g
 
 
@@ -220,6 +218,10 @@ class FunctionNode(Node):
                     shape, dtype = e[0]._input_meta[e[1]]
                     if r.shape != shape or r.dtype != dtype:
                         r = _fit(r, shape, dtype)
+                    if not shape and isinstance(r, np.generic):
+                        # NOTE [0-d gradients]: NumPy arithmetic on 0-d arrays returns scalars;
+                        # gradients (and .grad) must stay arrays.
+                        r = np.asarray(r)
                     out[i] = r
                 i += 1
             return out
@@ -232,6 +234,8 @@ class FunctionNode(Node):
                     shape, dtype = e[0]._input_meta[e[1]]
                     if r.shape != shape or (r.dtype is not dtype and r.dtype != dtype):
                         r = _fit(r, shape, dtype)
+                    if not shape and isinstance(r, np.generic):
+                        r = np.asarray(r)  # See NOTE [0-d gradients]
                 out[i] = r
             i += 1
         return out
@@ -492,7 +496,7 @@ def _gelu_grad(g: Any, x: Any, approximate: str) -> Any:
 
 
 def _silu_grad(g: Any, x: Any) -> Any:
-    s = 1.0 / (1.0 + np.exp(-x))
+    s = 0.5 + 0.5 * np.tanh(0.5 * x)  # sigmoid(x), without exp(-x) overflowing for x << 0
     return g * s * (1.0 + x * (1.0 - s))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +23,23 @@ class FunctionCtx:
     def __init__(self) -> None:
         self._to_save: tuple[Any, ...] = ()
         self._saved: Any = None
-        self._node: BackwardCFunction | None = None
+        self._node_ref: weakref.ref[BackwardCFunction] | None = None
         self._dirty: tuple[Tensor, ...] = ()
         self._non_differentiable: tuple[Tensor, ...] = ()
         self.materialize_grads = True
         self.needs_input_grad: tuple[bool, ...] = ()
+
+    # The node holds its ctx; the ctx refers back to it weakly, so that a graph dropped without
+    # backward (or after a failed one) is freed by reference counting, not only by the cyclic
+    # collector (see tests/engine/test_leaks.py).
+    @property
+    def _node(self) -> BackwardCFunction | None:
+        ref = self._node_ref
+        return None if ref is None else ref()
+
+    @_node.setter
+    def _node(self, node: BackwardCFunction | None) -> None:
+        self._node_ref = None if node is None else weakref.ref(node)
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:
         for i, t in enumerate(tensors):

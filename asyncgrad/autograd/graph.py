@@ -330,6 +330,8 @@ class AccumulateGrad(Node):
                 new = g.clone() if old is None else old + g
                 var._grad = new
             else:
+                if isinstance(g, np.generic):  # a 0-d result of a rule: make it an array
+                    g = np.array(g)
                 if g.dtype != var.dtype:
                     g = g.astype(var.dtype)
                 elif old is None and not (
@@ -344,7 +346,7 @@ class AccumulateGrad(Node):
                 if old is None:
                     var._grad = Tensor._wrap(g)
                 elif old.requires_grad:
-                    var._grad = Tensor._wrap(old._array + g)
+                    var._grad = Tensor._wrap(np.asarray(old._array + g))
                 else:
                     np.add(old._array, g, out=old._array)
                     old._vc[0] += 1

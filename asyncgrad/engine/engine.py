@@ -175,7 +175,10 @@ async def execute(
             priority,
             depth,
         )
-        return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
+        try:
+            return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
+        finally:
+            del cf  # it holds any error, whose traceback holds this frame: no cycle
     gt = GraphTask(keep_graph, create_graph, priority, depth, local)
     gt.loop = loop
     gt.future = loop.create_future()
@@ -199,6 +202,12 @@ async def execute(
     except asyncio.CancelledError:
         gt.cancel()
         raise
+    finally:
+        # As in execute_sync: the error's traceback holds frames that hold gt, so gt must not
+        # hold the error (directly or through its future), or the failed graph stays alive in a
+        # reference cycle until the cyclic collector runs.
+        gt.error = None
+        gt.future = None
     return gt.captured
 
 
@@ -230,7 +239,10 @@ def execute_sync(
             priority,
             depth,
         )
-        return cf.result()  # type: ignore[no-any-return]
+        try:
+            return cf.result()  # type: ignore[no-any-return]
+        finally:
+            del cf  # it holds any error, whose traceback holds this frame: no cycle
     gt = GraphTask(keep_graph, create_graph, priority, depth, local)
     queue = gt.queue = ReadyQueue(CPU, None)
     prep = _prepare(gt, roots, root_grads, outputs, accumulate)

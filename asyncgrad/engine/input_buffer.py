@@ -30,5 +30,8 @@ def accumulate(buf: InputBuffer, nr: int, g: Any, create: bool) -> None:
     elif buf.owned >> nr & 1 and old.shape == np.broadcast_shapes(old.shape, g.shape):
         np.add(old, g, out=old, casting="unsafe")
     else:
-        buf[nr] = old + g
+        r = old + g
+        if isinstance(r, np.generic):  # 0-d operands give a NumPy scalar: keep an array
+            r = np.asarray(r)
+        buf[nr] = r
         buf.owned |= 1 << nr

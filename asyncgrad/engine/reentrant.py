@@ -74,16 +74,20 @@ class _ThreadPool:
             return pool.submit(run)
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
-        def one_off() -> None:
+        def one_off(fut: concurrent.futures.Future[Any]) -> None:
             if not fut.set_running_or_notify_cancel():
                 return
             try:
                 fut.set_result(fn(*args))
             except BaseException as e:
                 fut.set_exception(e)
+                del fut  # e's traceback holds this frame, which must not hold e's future
 
         threading.Thread(
-            target=one_off, name=f"asyncgrad-reentrant-{next(self._names)}", daemon=True
+            target=one_off,
+            args=(fut,),
+            name=f"asyncgrad-reentrant-{next(self._names)}",
+            daemon=True,
         ).start()
         return fut
 
@@ -98,7 +102,9 @@ class _LoopThread:
     """A daemon thread running an event loop, for awaitables met by a blocking (sync) caller."""
 
     def __init__(self, n: int) -> None:
-        self.loop = _new_loop()
+        # Made in an empty context: uvloop copies the current context into handles it keeps for
+        # its whole life, and the caller's holds its graph task (and so that task's graph).
+        self.loop = contextvars.Context().run(_new_loop)
         self.thread = threading.Thread(
             target=self._run, name=f"asyncgrad-pool-loop-{n}", daemon=True
         )
@@ -146,6 +152,10 @@ class _LoopPool:
         finally:
             with self._lock:
                 self._free.append(lt)
+            if done.done():
+                # done holds the error, whose traceback holds this frame: drop the reference so
+                # that no cycle keeps the failed graph alive (start's callback is done with it).
+                del done
 
     def shutdown(self) -> None:
         with self._lock:

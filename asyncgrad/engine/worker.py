@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Generator
 from heapq import heappop, heappush
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..autograd.grad_mode import _grad_enabled
 from ..autograd.graph import AccumulateGrad, Node
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from .ready_queue import ReadyQueue
 
 _isawaitable = inspect.isawaitable
+
+# See NOTE [Yield behind timers]; tiny enough to add no measurable delay.
+YIELD_DELAY_S: Final = 1e-6
 
 
 def start_worker(queue: ReadyQueue) -> None:
@@ -37,7 +40,11 @@ async def run_worker(queue: ReadyQueue) -> None:
         while heap:
             drain(queue, config.slice_s)
             if heap:
-                await asyncio.sleep(0)
+                # NOTE [Yield behind timers]
+                # sleep(0) would requeue the worker ahead of timers that fell due meanwhile (the
+                # loop moves due timers behind already-ready callbacks), so a ticker would wait a
+                # second slice. A due-now timer sorts behind every earlier timer instead.
+                await asyncio.sleep(YIELD_DELAY_S)
     finally:
         queue.worker = None
         if heap:  # stopped from outside (the loop is closing): fail what is left
@@ -316,6 +323,16 @@ def evaluate_full(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, A
             t = ref()
             if t is not None and nr < len(buf) and buf[nr] is not None:
                 _retain(t, buf[nr], create)
+    exec_info = gt.exec_info
+    needed = None
+    if exec_info is not None:
+        info = exec_info[node]
+        for nr, idx in info.captures:
+            gt.captured[idx] = buf[nr]
+        if not info.needed:
+            return  # captured only: tensor hooks ran, the node's own hooks do not (as torch)
+        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+    if hooks is not None:
         if hooks.pre:
             grads = tuple(_user(g, create) for g in buf)
             for fn in list(hooks.pre.values()):
@@ -331,15 +348,6 @@ def evaluate_full(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, A
                         )
                     grads = r
             buf = [_from_user(g, node, i, _hook_name(fn), create) for i, g in enumerate(grads)]
-    exec_info = gt.exec_info
-    needed = None
-    if exec_info is not None:
-        info = exec_info[node]
-        for nr, idx in info.captures:
-            gt.captured[idx] = buf[nr]
-        if not info.needed:
-            return
-        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
     grad_outputs = tuple(buf) if hooks is not None and hooks.post else ()
     out = node.apply(buf, needed, create)
     if _isawaitable(out):

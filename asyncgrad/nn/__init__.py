@@ -3,6 +3,35 @@
 from __future__ import annotations
 
 from . import functional
-from .modules import Linear, Module, Parameter, ReLU, Sequential, Tanh
+from .modules import (
+    GELU,
+    Dropout,
+    Embedding,
+    IncompatibleKeys,
+    LayerNorm,
+    Linear,
+    Module,
+    ModuleList,
+    Parameter,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    Tanh,
+)
 
-__all__ = ["Linear", "Module", "Parameter", "ReLU", "Sequential", "Tanh", "functional"]
+__all__ = [
+    "GELU",
+    "Dropout",
+    "Embedding",
+    "IncompatibleKeys",
+    "LayerNorm",
+    "Linear",
+    "Module",
+    "ModuleList",
+    "Parameter",
+    "ReLU",
+    "Sequential",
+    "Sigmoid",
+    "Tanh",
+    "functional",
+]

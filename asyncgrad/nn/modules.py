@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import ops
+from ..autograd.grad_mode import no_grad
 from ..tensor import Tensor
+from . import functional as F
 
 
 class Parameter(Tensor):
@@ -28,54 +30,124 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict(..., strict=False)`` could not match."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
 class Module:
     """Base class of layers: holds parameters and submodules as attributes."""
+
+    training: bool
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
 
+    # ------------------------------------------------------------------ registration
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
+        params = self.__dict__.get("_parameters")
+        modules = self.__dict__.get("_modules")
+        if isinstance(value, (Parameter, Module)):
+            if params is None or modules is None:
+                raise AttributeError(
+                    f"cannot assign {type(value).__name__} {name!r} before Module.__init__() call"
+                )
+            own, other = (params, modules) if isinstance(value, Parameter) else (modules, params)
+            other.pop(name, None)
+            own[name] = value  # a replaced entry keeps its place in the order
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign {type(value).__name__!r} as parameter {name!r} "
+                    "(ag.nn.Parameter or None expected)"
+                )
+            del params[name]
+        elif modules is not None and name in modules:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign {type(value).__name__!r} as child module {name!r} "
+                    "(ag.nn.Module or None expected)"
+                )
+            del modules[name]
         object.__setattr__(self, name, value)
 
+    def __delattr__(self, name: str) -> None:
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        setattr(self, name, param)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        setattr(self, name, module)
+
+    # ------------------------------------------------------------------ calling
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+    # ------------------------------------------------------------------ traversal
+    def _named_params(self, prefix: str, recurse: bool, dedup: bool) -> Iterator[tuple[str, Any]]:
         seen: set[int] = set()
-        for name, p in self._parameters.items():
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield prefix + name, p
-        for mname, m in self._modules.items():
-            for name, p in m.named_parameters(prefix + mname + "."):
-                if id(p) not in seen:
+        if recurse:
+            mods = self.named_modules(prefix=prefix, remove_duplicate=dedup)
+        else:
+            mods = iter([(prefix, self)])
+        for mprefix, m in mods:
+            for name, p in m._parameters.items():
+                if dedup:
+                    if id(p) in seen:
+                        continue
                     seen.add(id(p))
-                    yield name, p
+                yield (mprefix + "." if mprefix else "") + name, p
 
-    def parameters(self) -> Iterator[Parameter]:
-        for _, p in self.named_parameters():
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """``(name, parameter)`` pairs, each parameter once, in registration order."""
+        yield from self._named_params(prefix, recurse, dedup=True)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
             yield p
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        yield from self._modules.items()
 
     def children(self) -> Iterator[Module]:
         yield from self._modules.values()
 
-    def modules(self) -> Iterator[Module]:
-        yield self
-        for m in self._modules.values():
-            yield from m.modules()
+    def named_modules(
+        self, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """``(name, module)`` for this module and every submodule below it (depth first)."""
+        seen: set[int] = set()
+        stack: list[tuple[str, Module]] = [(prefix, self)]
+        while stack:
+            name, m = stack.pop()
+            if remove_duplicate:
+                if id(m) in seen:
+                    continue
+                seen.add(id(m))
+            yield name, m
+            subs = [((name + "." if name else "") + n, s) for n, s in m._modules.items()]
+            stack.extend(reversed(subs))
 
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    # ------------------------------------------------------------------ modes and state
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
-            object.__setattr__(m, "training", mode)
+            object.__setattr__(m, "training", bool(mode))
         return self
 
     def eval(self) -> Module:
@@ -89,36 +161,67 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.parameters():
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad._array.fill(0)
+            _zero_grad(p, set_to_none)
+
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        """Move or cast every parameter in place (``to(device)``, ``to(dtype)``, or both)."""
+        with no_grad():
+            for p in self.parameters():
+                new = p.detach().to(*args, **kwargs)
+                if new._array is p._array:
+                    continue
+                p._array = new._array
+                p._vc[0] += 1
+                if p._meta is not None:
+                    p._meta.grad_accumulator = None  # it recorded the old shape/dtype/device
+                if p.grad is not None:
+                    g = p.grad.to(*args, **kwargs)
+                    p._grad = None
+                    p.grad = g
+        return self
 
     def state_dict(self) -> OrderedDict[str, Tensor]:
-        return OrderedDict((n, p.detach()) for n, p in self.named_parameters())
+        """Every parameter by name, detached (it shares memory with the parameter)."""
+        return OrderedDict((n, p.detach()) for n, p in self._named_params("", True, dedup=False))
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        own = dict(self.named_parameters())
-        missing = sorted(set(own) - set(state))
-        unexpected = sorted(set(state) - set(own))
-        if missing or unexpected:
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}: missing keys "
-                f"{missing}, unexpected keys {unexpected}"
-            )
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Copy values into the parameters. Shapes must match; with ``strict`` (the default),
+        so must the keys. Nothing is copied when an error is raised."""
+        own = dict(self._named_params("", True, dedup=False))
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        if strict and (missing or unexpected):
+            if unexpected:
+                names = ", ".join(map(repr, unexpected))
+                errors.append(f"Unexpected key(s) in state_dict: {names}")
+            if missing:
+                errors.append(f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}")
+        values = {}
         for n, p in own.items():
-            v = state[n]
+            if n not in state_dict:
+                continue
+            v = state_dict[n]
             arr = v._array if isinstance(v, Tensor) else np.asarray(v)
-            if arr.shape != p.shape:
-                raise RuntimeError(
-                    f"size mismatch for {n}: copying a param with shape {tuple(arr.shape)}, the "
-                    f"shape in current model is {tuple(p.shape)}"
+            if tuple(arr.shape) != tuple(p.shape):
+                errors.append(
+                    f"size mismatch for {n}: copying a param with shape {tuple(arr.shape)} from "
+                    f"checkpoint, the shape in current model is {tuple(p.shape)}"
                 )
-        for n, p in own.items():
-            v = state[n]
-            np.copyto(p._array, v._array if isinstance(v, Tensor) else np.asarray(v))
-            p._vc[0] += 1
+            values[n] = arr
+        if errors:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
+            )
+        for n, arr in values.items():
+            p = own[n]
+            if arr is not p._array:
+                p._array[...] = arr
+                p._vc[0] += 1
+        return IncompatibleKeys(missing, unexpected)
 
+    # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}({self.extra_repr()}"]
         for name, m in self._modules.items():
@@ -130,30 +233,26 @@ class Module:
         return ""
 
 
-class Linear(Module):
-    """``y = x @ weight.T + bias``, initialised as torch does (uniform in ±1/sqrt(in))."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: Any = None) -> None:
-        super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
-        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        dt = ops._dtype(dtype or np.float32)
-        rng = ops._default_generator._rng
-        self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)).astype(dt))
-        if bias:
-            self.bias: Parameter | None = Parameter(rng.uniform(-bound, bound, (out_features,)).astype(dt))
-        else:
-            self.bias = None
-
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.linear(x, self.weight, self.bias)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+def _zero_grad(p: Tensor, set_to_none: bool) -> None:
+    if set_to_none:
+        p.grad = None
+    elif p.grad is not None:
+        g = p.grad
+        if g.grad_fn is not None:
+            p.grad = g = g.detach()
+        g._array[...] = 0
+        g._vc[0] += 1
 
 
+def _uniform(bound: float, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
+    rng = ops._default_generator._rng
+    return rng.uniform(-bound, bound, shape).astype(ops._dtype(dtype or np.float32))
+
+
+# ============================================================================ containers
 class Sequential(Module):
+    """Calls its modules in order, each on the previous one's output."""
+
     def __init__(self, *mods: Module) -> None:
         super().__init__()
         for i, m in enumerate(mods):
@@ -164,11 +263,180 @@ class Sequential(Module):
             x = m(x)
         return x
 
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
+    def __getitem__(self, i: int | slice) -> Any:
+        mods = list(self._modules.values())
+        return Sequential(*mods[i]) if isinstance(i, slice) else mods[i]
 
     def __len__(self) -> int:
         return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> Sequential:
+        setattr(self, str(len(self)), module)
+        return self
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters are registered (it has no forward of its own)."""
+
+    def __init__(self, modules: Iterable[Module] | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def _key(self, i: int) -> str:
+        n = len(self._modules)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for a ModuleList of length {n}")
+        return str(i % n)
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return ModuleList(list(self._modules.values())[i])
+        return self._modules[self._key(i)]
+
+    def __setitem__(self, i: int, module: Module) -> None:
+        setattr(self, self._key(i), module)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> ModuleList:
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleList holds Modules, got {type(module).__name__}")
+        setattr(self, str(len(self)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+
+# ============================================================================ layers
+class Linear(Module):
+    """``y = x @ weight.T + bias``, initialised as torch does (uniform in ±1/sqrt(in))."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
+        self.weight = Parameter(_uniform(bound, (out_features, in_features), dtype))
+        self.bias = Parameter(_uniform(bound, (out_features,), dtype)) if bias else None
+        if device is not None:
+            self.to(device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class Embedding(Module):
+    """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(
+                    f"padding_idx must be within num_embeddings ({num_embeddings}), "
+                    f"got {padding_idx}"
+                )
+            padding_idx %= num_embeddings
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.padding_idx = padding_idx
+        rng = ops._default_generator._rng
+        w = rng.standard_normal((num_embeddings, embedding_dim))
+        if padding_idx is not None:
+            w[padding_idx] = 0
+        self.weight = Parameter(w.astype(ops._dtype(dtype or np.float32)))
+        if device is not None:
+            self.to(device)
+
+    def forward(self, indices: Any) -> Tensor:
+        return F.embedding(indices, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+class LayerNorm(Module):
+    """Normalise over the last ``len(normalized_shape)`` dims, then scale and shift."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(int(s) for s in normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        dt = ops._dtype(dtype or np.float32)
+        self.weight = Parameter(np.ones(self.normalized_shape, dt)) if elementwise_affine else None
+        use_bias = elementwise_affine and bias
+        self.bias = Parameter(np.zeros(self.normalized_shape, dt)) if use_bias else None
+        if device is not None:
+            self.to(device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` while training, scaling the rest by 1/(1-p).
+
+    The mask comes from the default generator, so ``ag.manual_seed`` makes it repeatable."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
 
 class ReLU(Module):
@@ -176,6 +444,25 @@ class ReLU(Module):
         return ops.relu(x)
 
 
+class GELU(Module):
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
 class Tanh(Module):
     def forward(self, x: Tensor) -> Tensor:
         return ops.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.sigmoid(x)

@@ -1,7 +1,7 @@
-"""ag.optim: SGD (momentum, nesterov, weight decay) and Adam."""
+"""ag.optim: SGD (momentum, nesterov, weight decay), Adam and AdamW."""
 
 from __future__ import annotations
 
-from .optimizers import SGD, Adam, Optimizer
+from .optimizers import SGD, Adam, AdamW, Optimizer
 
-__all__ = ["SGD", "Adam", "Optimizer"]
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer"]

@@ -1,42 +1,180 @@
-"""Optimizers: they update parameters in place, under no_grad, with NumPy."""
+"""Optimizers: torch's update rules, applied in place to the parameters' arrays.
+
+The updates follow the algorithms documented for ``torch.optim`` (single-tensor, non-fused
+versions). Each update bumps the parameter's version counter, as an in-place op would, so a
+graph that saved a parameter before the step refuses to backpropagate through the stale value.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from ..autograd.grad_mode import enable_grad
 from ..tensor import Tensor
 
 
 class Optimizer:
-    def __init__(self, params: Iterable[Tensor], defaults: dict[str, Any]) -> None:
-        self.params = list(params)
-        if not self.params:
-            raise ValueError("optimizer got an empty parameter list")
-        for i, p in enumerate(self.params):
-            if not isinstance(p, Tensor) or not p.is_leaf:
-                raise ValueError(f"can't optimize a non-leaf Tensor (parameter {i})")
+    """Holds parameter groups (dicts with ``params`` and hyperparameters) and per-parameter
+    state. ``params`` is an iterable of tensors, or of dicts that each define a group."""
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or "
+                f"dicts, but got {type(params).__name__}"
+            )
         self.defaults = defaults
-        self.state: dict[int, dict[str, Any]] = {}
+        self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the parameter itself
+        self.param_groups: list[dict[str, Any]] = []
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        group = dict(param_group)
+        params = group.get("params")
+        if params is None:
+            raise ValueError("a parameter group needs a 'params' entry")
+        params = [params] if isinstance(params, Tensor) else list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        for i, p in enumerate(params):
+            if not isinstance(p, Tensor):
+                raise TypeError(
+                    f"optimizer can only optimize Tensors, but parameter {i} is a "
+                    f"{type(p).__name__}"
+                )
+            if not p.is_leaf:
+                raise ValueError(
+                    f"can't optimize a non-leaf Tensor (parameter {i}, of shape "
+                    f"{tuple(p.shape)}, made by {p.grad_fn.name() if p.grad_fn else 'a view'})"
+                )
+            if p.dtype.kind not in "fc":
+                raise ValueError(f"can't optimize parameter {i}: its dtype {p.dtype} is not float")
+        ids = [id(p) for p in params]
+        taken = {id(p) for g in self.param_groups for p in g["params"]}
+        if len(set(ids)) != len(ids) or taken.intersection(ids):
+            raise ValueError("some parameters appear more than once in the optimizer's groups")
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        self._check_group(group)
+        group["params"] = params
+        self.param_groups.append(group)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        lr = group["lr"]
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        wd = group.get("weight_decay", 0.0)
+        if not wd >= 0.0:
+            raise ValueError(f"Invalid weight_decay value: {wd}")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad._array.fill(0)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    g = p.grad
+                    if g.grad_fn is not None:
+                        p.grad = g = g.detach()
+                    g._array[...] = 0
+                    g._vc[0] += 1
 
-    def step(self) -> None:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Update every parameter that has a gradient; ``closure`` (re-evaluating the loss,
+        with grad enabled) is called first when given, and its result returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad._array
+                if group.get("maximize", False):
+                    g = -g
+                self._update(p, g, self.state.setdefault(p, {}), group)
+                p._vc[0] += 1
+        return loss
+
+    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "defaults": dict(self.defaults),
-            "state": {i: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in s.items()}
-                      for i, s in self.state.items()},
-        }
+        """``{"state": {index: {name: value}}, "param_groups": [...]}``, parameters numbered
+        across groups in order, arrays as Tensor copies (as in torch)."""
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+        state = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self.state:
+                    state[index[id(p)]] = {
+                        k: Tensor(v.copy()) if hasattr(v, "shape") else v
+                        for k, v in self.state[p].items()
+                    }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"loaded state dict has {len(groups)} parameter groups, the optimizer has "
+                f"{len(self.param_groups)}"
+            )
+        params = []
+        for saved, group in zip(groups, self.param_groups, strict=True):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(
+                    "loaded state dict contains a parameter group that doesn't match the size "
+                    "of optimizer's group"
+                )
+            params.extend(zip(saved["params"], group["params"], strict=True))
+        new_state: dict[Tensor, dict[str, Any]] = {}
+        saved_state = state_dict["state"]
+        for i, p in params:
+            s = saved_state.get(i, saved_state.get(str(i)))
+            if s is None:
+                continue
+            new_state[p] = {}
+            for k, v in s.items():
+                if isinstance(v, (Tensor, np.ndarray)):
+                    arr = v._array if isinstance(v, Tensor) else v
+                    if k != "step" and tuple(arr.shape) != tuple(p.shape):
+                        raise ValueError(
+                            f"state {k!r} of parameter {i} has shape {tuple(arr.shape)}, "
+                            f"the parameter has shape {tuple(p.shape)}"
+                        )
+                    v = arr.astype(p.dtype) if k != "step" else arr.item()
+                new_state[p][k] = v.copy() if isinstance(v, np.ndarray) else v
+        for saved, group in zip(groups, self.param_groups, strict=True):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = new_state
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(group):
+                if k != "params":
+                    lines.append(f"    {k}: {group[k]}")
+        return "\n".join([*lines, ")"])
 
 
 class SGD(Optimizer):
@@ -44,77 +182,126 @@ class SGD(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Any],
         lr: float = 1e-3,
         momentum: float = 0.0,
         dampening: float = 0.0,
         weight_decay: float = 0.0,
         nesterov: bool = False,
+        *,
+        maximize: bool = False,
     ) -> None:
-        if lr < 0:
+        if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
+        if not momentum >= 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not weight_decay >= 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov))
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
 
-    def step(self) -> None:
-        d = self.defaults
-        lr, mom, damp, wd, nest = d["lr"], d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"]
-        for i, p in enumerate(self.params):
-            if p.grad is None:
-                continue
-            g = p.grad._array
-            if wd:
-                g = g + wd * p._array
-            if mom:
-                st = self.state.setdefault(i, {})
-                buf = st.get("momentum_buffer")
-                if buf is None:
-                    buf = st["momentum_buffer"] = np.array(g, copy=True)
-                else:
-                    buf *= mom
-                    buf += (1 - damp) * g
-                g = g + mom * buf if nest else buf
-            p._array -= lr * g
-            p._vc[0] += 1
+    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        wd, mom = group["weight_decay"], group["momentum"]
+        if wd:
+            g = g + wd * p._array
+        if mom:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = g.copy()
+            else:
+                buf *= mom
+                buf += (1 - group["dampening"]) * g
+            g = g + mom * buf if group["nesterov"] else buf
+        p._array -= group["lr"] * g
 
 
 class Adam(Optimizer):
-    """Adam (Kingma & Ba), with torch's defaults and bias correction."""
+    """Adam (Kingma & Ba) with torch's defaults, bias correction and ``amsgrad`` option.
+    ``weight_decay`` is L2 regularisation added to the gradient (see AdamW for decoupled)."""
+
+    _decoupled = False
 
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Any],
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
     ) -> None:
-        if lr < 0:
+        if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        if not eps >= 0.0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        for i in (0, 1):
+            if not 0.0 <= betas[i] < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
+        if not weight_decay >= 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
 
-    def step(self) -> None:
-        d = self.defaults
-        lr, (b1, b2), eps, wd = d["lr"], d["betas"], d["eps"], d["weight_decay"]
-        for i, p in enumerate(self.params):
-            if p.grad is None:
-                continue
-            g = p.grad._array
-            if wd:
+    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = np.zeros_like(p._array)
+            state["exp_avg_sq"] = np.zeros_like(p._array)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = np.zeros_like(p._array)
+        state["step"] += 1
+        t = state["step"]
+        if wd:
+            if self._decoupled:
+                p._array *= 1 - lr * wd
+            else:
                 g = g + wd * p._array
-            st = self.state.setdefault(i, {})
-            if not st:
-                st["step"] = 0
-                st["exp_avg"] = np.zeros_like(p._array)
-                st["exp_avg_sq"] = np.zeros_like(p._array)
-            st["step"] += 1
-            m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * (g * g)
-            denom = np.sqrt(v / (1 - b2**t)) + eps
-            p._array -= (lr / (1 - b1**t)) * (m / denom)
-            p._vc[0] += 1
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * (g * g)
+        if group["amsgrad"]:
+            np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
+            v = state["max_exp_avg_sq"]
+        denom = np.sqrt(v) / math.sqrt(1 - b2**t) + eps
+        p._array -= (lr / (1 - b1**t)) * (m / denom)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): ``p *= 1 - lr * weight_decay``
+    before the Adam step, instead of adding ``weight_decay * p`` to the gradient."""
+
+    _decoupled = True
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)

@@ -1,0 +1,106 @@
+"""Run every benchmark in this folder and write benchmarks/RESULTS.md.
+
+Usage (from the repository root):
+
+    python benchmarks/run_all.py                 # full run, about 4-5 minutes on 2 cores
+    python benchmarks/run_all.py --quick         # fewer reps, for a smoke test
+    python benchmarks/run_all.py --rounds 9      # more interleaved rounds (slower)
+    python benchmarks/run_all.py --only chain,loop --out /tmp/partial.md
+
+PyTorch and HIPS autograd are optional (`pip install -e ".[bench]"`); a missing one is
+skipped with the reason printed and recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H
+import bench_chain
+import bench_loop
+import bench_mlp
+
+BENCHES = {"chain": bench_chain, "mlp": bench_mlp, "loop": bench_loop}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds for every benchmark (default: each benchmark's own: "
+        + ", ".join(f"{k} {m.ROUNDS}" for k, m in BENCHES.items())
+        + ")",
+    )
+    ap.add_argument("--quick", action="store_true", help="fewer reps/steps per worker")
+    ap.add_argument(
+        "--only", default=",".join(BENCHES), help="comma-separated subset of: " + ", ".join(BENCHES)
+    )
+    ap.add_argument("--out", default=str(H.HERE / "RESULTS.md"))
+    a = ap.parse_args()
+
+    names = [n.strip() for n in a.only.split(",") if n.strip()]
+    for n in names:
+        if n not in BENCHES:
+            raise SystemExit(f"unknown benchmark {n!r}; choose from {', '.join(BENCHES)}")
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.perf_counter()
+    reports = []
+    for n in names:
+        tb = time.perf_counter()
+        mod = BENCHES[n]
+        reports.append(mod.run(mod.ROUNDS if a.rounds is None else a.rounds, a.quick))
+        print(f"{n}: {time.perf_counter() - tb:.0f} s\n", flush=True)
+    elapsed = time.perf_counter() - t0
+
+    cmd = (
+        "python benchmarks/run_all.py"
+        + (f" --rounds {a.rounds}" if a.rounds is not None else "")
+        + (" --quick" if a.quick else "")
+        + (f" --only {a.only}" if names != list(BENCHES) else "")
+    )
+    facts = H.machine_facts()
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Generated {started:%Y-%m-%d %H:%M} UTC by `{cmd}` (run from the repository root; "
+        f"took {elapsed / 60:.1f} min). Rerun the same command to refresh this file; each "
+        "benchmark script also runs on its own and prints its table.",
+        "",
+        "These numbers are a snapshot of the working tree named below on one machine; the "
+        "engine is under active optimisation, so treat them as provisional.",
+        "",
+        "## Machine and versions",
+        "",
+        H.table(["", ""], [[k, v] for k, v in facts.items()], align=["l", "l"]),
+        "",
+        "Method: every measurement runs in a fresh Python process; libraries alternate in "
+        "rotated order from round to round (round 1: A, B, C; round 2: B, C, A; ...); tables "
+        "show medians over rounds. " + H.THREADS_NOTE,
+        "",
+        "## Targets",
+        "",
+        H.VERDICT_NOTE,
+        "",
+    ]
+    for rep in reports:
+        for name, verdict, why in rep.targets:
+            lines.append(f"- {name}: **{verdict}** ({why})")
+    lines.append("")
+    for rep in reports:
+        lines.append(rep.text())
+    out = Path(a.out)
+    out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    print(f"wrote {out} ({elapsed:.0f} s in all)")
+    for rep in reports:
+        rep.print_targets()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Engine tests: semantics, hooks, concurrency, reentrancy and leaks of the backward engine."""

@@ -1,0 +1,48 @@
+"""Shared pieces of the engine tests: bounds on waits, closed forms and graph builders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+
+import asyncgrad as ag
+
+# Upper bound on any single await in these tests; generous, since a hang is what it catches.
+TIMEOUT_S: Final = 10.0
+# Upper bound on a blocking wait on a thread or a concurrent future.
+THREAD_TIMEOUT_S: Final = 10.0
+
+
+def arr(t: Any) -> np.ndarray[Any, Any]:
+    """The NumPy value of a Tensor (or of an array), for comparisons."""
+    return np.asarray(t.array if isinstance(t, ag.Tensor) else t)
+
+
+def assert_close(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    assert actual is not None, "expected a gradient, got None"
+    np.testing.assert_allclose(arr(actual), arr(expected), rtol=rtol, atol=atol)
+
+
+def leaf(values: Any, dtype: Any = ag.float64) -> ag.Tensor:
+    return ag.tensor(values, dtype=dtype, requires_grad=True)
+
+
+def scale_chain(x: ag.Tensor, n: int, factor: float = 1.0) -> ag.Tensor:
+    """``x * factor ** n`` as a chain of ``n`` MulBackward0 nodes."""
+    y = x
+    for _ in range(n):
+        y = y * factor
+    return y
+
+
+def record_calls(log: list[str], label: str, result: Any = None) -> Callable[..., Any]:
+    """A sync hook that appends ``label`` to ``log`` and returns ``result``."""
+
+    def hook(*args: Any) -> Any:
+        log.append(label)
+        return result
+
+    hook.__qualname__ = f"record_{label}"
+    return hook
