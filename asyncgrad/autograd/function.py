@@ -100,6 +100,13 @@ class BackwardCFunction(Node):
                 user.append(g if create else Tensor._wrap(g))
         res = self._fn_cls.backward(ctx, *user)
         if inspect.isawaitable(res):
+            if not self._async_apply:
+                if inspect.iscoroutine(res):
+                    res.close()
+                raise TypeError(
+                    f"{self._fn_cls.__name__}.backward returned an awaitable, but it is not an "
+                    "`async def`: declare it `async def backward(ctx, ...)` so the engine awaits it"
+                )
             return self._finish_async(res, create)
         return self._check(res, create)
 

@@ -296,13 +296,19 @@ def _execute_offloaded(
 
 
 async def wait_idle() -> None:
-    """Wait until every device worker of the running loop has drained its queue."""
+    """Wait until the engine has nothing left to do on the running loop: every device worker
+    has drained its queue and every task finishing an awaiting node (or running final
+    callbacks) has ended, failed and cancelled graph tasks' included."""
     loop = asyncio.get_running_loop()
     while True:
-        workers = [q.worker for q in _queues.get(loop, {}).values() if q.worker is not None]
-        if not workers:
+        pending: set[asyncio.Task[Any]] = set()
+        for q in _queues.get(loop, {}).values():
+            if q.worker is not None:
+                pending.add(q.worker)
+            pending.update(q.tasks)
+        if not pending:
             return
-        await asyncio.wait(workers)
+        await asyncio.wait(pending)
 
 
 def queue_callback(callback: Any) -> None:

@@ -36,13 +36,15 @@ class ReadyQueue:
     empty (see worker.run_worker). Without one (``loop is None``) the caller drains it itself.
     """
 
-    __slots__ = ("device", "heap", "loop", "worker")
+    __slots__ = ("device", "heap", "loop", "tasks", "worker")
 
     def __init__(self, device: Any, loop: asyncio.AbstractEventLoop | None) -> None:
         self.device = device
         self.loop = loop
         self.heap: list[tuple[int, int, Node, list[Any], GraphTask]] = []
         self.worker: asyncio.Task[None] | None = None
+        # Tasks finishing nodes that await (async hooks or backward) and final callbacks.
+        self.tasks: set[asyncio.Task[Any]] = set()
 
     def push(self, gt: GraphTask, node: Node, buf: list[Any]) -> None:
         heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))

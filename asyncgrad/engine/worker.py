@@ -236,6 +236,9 @@ def on_drained(gt: GraphTask) -> None:
         task = gt.loop.create_task(_run_callbacks(gt))
         gt.inflight.add(task)
         task.add_done_callback(gt.inflight.discard)
+        if gt.queue is not None:
+            gt.queue.tasks.add(task)
+            task.add_done_callback(gt.queue.tasks.discard)
     else:
         gt.finish()
 
@@ -294,6 +297,11 @@ def _from_user(r: Any, node: Node, nr: int, what: str, create: bool) -> Any:
         raise RuntimeError(
             f"{what} has changed the size of value: {node.name()} input {nr} expects a gradient "
             f"of shape {tuple(meta[0])} but the hook returned shape {tuple(r.shape)}"
+        )
+    if meta is not None and r.dtype != meta[1]:
+        raise RuntimeError(
+            f"{what} has changed the type of value: {node.name()} input {nr} expects a "
+            f"gradient of dtype {meta[1]} but the hook returned {r.dtype}"
         )
     return r if create else r._array
 
@@ -411,6 +419,8 @@ def _spawn(queue: ReadyQueue, gt: GraphTask, node: Node, gen: Any, aw: Any) -> N
     task = queue.loop.create_task(_resume(gt, node, gen, aw))
     gt.inflight.add(task)
     task.add_done_callback(gt.inflight.discard)
+    queue.tasks.add(task)
+    task.add_done_callback(queue.tasks.discard)
 
 
 async def _resume(gt: GraphTask, node: Node, gen: Any, aw: Any) -> None:

@@ -54,9 +54,9 @@ _REDUCTIONS = ("none", "mean", "sum")
 
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "mean":
-        return loss.mean()
+        return ops.mean(loss)
     if reduction == "sum":
-        return loss.sum()
+        return ops.sum(loss)
     return loss
 
 
@@ -72,13 +72,13 @@ def _on_device_of(arr: np.ndarray[Any, Any], like: Tensor) -> Tensor:
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
-    z = input * beta if beta != 1 else input
+    z = ops.mul(input, beta) if beta != 1 else input
     # exp of the clamped value: the branch that where() drops stays finite, so its (zero)
     # gradient does too.
     soft = ops.log1p(ops.exp(ops.clamp(z, max=threshold)))
     if beta != 1:
-        soft = soft / beta
-    return ops.where(z > threshold, input, soft)
+        soft = ops.div(soft, beta)
+    return ops.where(ops.gt(z, threshold), input, soft)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
@@ -95,7 +95,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         keep = ops._default_generator._rng.random(input.shape) >= p
         scale = keep.astype(input.dtype) * np.asarray(1.0 / (1.0 - p), dtype=input.dtype)
     mask = _on_device_of(scale, input)
-    return input.mul_(mask) if inplace else input * mask
+    return ops.mul_(input, mask) if inplace else ops.mul(input, mask)
 
 
 def layer_norm(
@@ -114,13 +114,13 @@ def layer_norm(
             f"[*, {', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
         )
     dims = tuple(range(-k, 0))
-    centred = input - input.mean(dim=dims, keepdim=True)
-    var = (centred * centred).mean(dim=dims, keepdim=True)
-    out = centred * ops.rsqrt(var + eps)
+    centred = ops.sub(input, ops.mean(input, dim=dims, keepdim=True))
+    var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
+    out = ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
     if weight is not None:
-        out = out * weight
+        out = ops.mul(out, weight)
     if bias is not None:
-        out = out + bias
+        out = ops.add(out, bias)
     return out
 
 
@@ -131,17 +131,17 @@ def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Ten
         raise TypeError(
             f"embedding indices must be an integer tensor, got a tensor of dtype {idx.dtype}"
         )
-    out = weight[idx]
+    out = ops.getitem(weight, idx)
     if padding_idx is not None:
         padding_idx %= weight.shape[0]
-        keep = (idx != padding_idx).unsqueeze(-1)
+        keep = ops.unsqueeze(ops.ne(idx, padding_idx), -1)
         out = ops.where(keep, out, out.detach())
     return out
 
 
 def l1_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
     _check_reduction(reduction)
-    return _reduce((input - target).abs(), reduction)
+    return _reduce(ops.abs(ops.sub(input, target)), reduction)
 
 
 def binary_cross_entropy_with_logits(
@@ -159,12 +159,12 @@ def binary_cross_entropy_with_logits(
         raise ValueError(
             f"Target size ({tshape}) must be the same as input size ({tuple(input.shape)})"
         )
-    positive = target * softplus(-input)
+    positive = ops.mul(target, softplus(ops.neg(input)))
     if pos_weight is not None:
-        positive = positive * pos_weight
-    loss = positive + (1 - target) * softplus(input)
+        positive = ops.mul(positive, pos_weight)
+    loss = ops.add(positive, ops.mul(ops.sub(1, target), softplus(input)))
     if weight is not None:
-        loss = loss * weight
+        loss = ops.mul(loss, weight)
     return _reduce(loss, reduction)
 
 
@@ -184,16 +184,16 @@ def scaled_dot_product_attention(
     n_q, n_k = query.shape[-2], key.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    scores = (query @ key.transpose(-2, -1)) * scale
+    scores = ops.mul(ops.matmul(query, ops.transpose(key, -2, -1)), scale)
     if is_causal:
         future = ~np.tril(np.ones((n_q, n_k), dtype=bool))
-        scores = scores.masked_fill(_on_device_of(future, scores), float("-inf"))
+        scores = ops.masked_fill(scores, _on_device_of(future, scores), float("-inf"))
     elif attn_mask is not None:
         if attn_mask.dtype == np.bool_:
-            scores = scores.masked_fill(ops.logical_not(attn_mask), float("-inf"))
+            scores = ops.masked_fill(scores, ops.logical_not(attn_mask), float("-inf"))
         else:
-            scores = scores + attn_mask
+            scores = ops.add(scores, attn_mask)
     attn = softmax(scores, dim=-1)
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
-    return attn @ value
+    return ops.matmul(attn, value)

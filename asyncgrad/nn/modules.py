@@ -41,6 +41,8 @@ class Module:
     """Base class of layers: holds parameters and submodules as attributes."""
 
     training: bool
+    _parameters: OrderedDict[str, Parameter]
+    _modules: OrderedDict[str, Module]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())

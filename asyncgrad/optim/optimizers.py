@@ -138,7 +138,7 @@ class Optimizer:
                 f"loaded state dict has {len(groups)} parameter groups, the optimizer has "
                 f"{len(self.param_groups)}"
             )
-        params = []
+        params: list[tuple[int, Tensor]] = []
         for saved, group in zip(groups, self.param_groups, strict=True):
             if len(saved["params"]) != len(group["params"]):
                 raise ValueError(

@@ -385,3 +385,22 @@ async def test_reentrant_error_does_not_break_later_backward() -> None:
         await ag.backward(SinViaAwaitGrad.apply(x).sum())
     assert current_graph_task.get() is None
     assert_close(x.grad, np.cos(X))
+
+
+def test_sync_backward_returning_awaitable_is_a_clear_type_error() -> None:
+    class Sneaky(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+            return x * 1
+
+        @staticmethod
+        def backward(ctx: Any, g: ag.Tensor) -> Any:
+            async def later() -> ag.Tensor:
+                return g
+
+            return later()
+
+    x = ag.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"Sneaky\.backward returned an awaitable.*async def"):
+        Sneaky.apply(x).sum().backward()
+    assert x.grad is None
