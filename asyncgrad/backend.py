@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
@@ -13,7 +13,7 @@ class Device:
     """A compute device: ``cpu`` or ``cuda:N``. Instances are interned, so ``is`` compares them."""
 
     __slots__ = ("index", "type")
-    _cache: dict[tuple[str, int | None], Device] = {}
+    _cache: ClassVar[dict[tuple[str, int | None], Device]] = {}
 
     type: str
     index: int | None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import math
-import operator
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
@@ -12,7 +11,7 @@ import numpy as np
 
 from .autograd.derivatives import OPS, OpDef
 from .autograd.grad_mode import _grad_enabled
-from .autograd.graph import _FREED, Edge, Node, SavedTensor, raise_freed
+from .autograd.graph import Edge, Node, SavedTensor
 from .backend import CPU, Device, device_of, to_device
 from .tensor import Tensor, bool_, float16, float32, float64, int32, int64
 
@@ -263,7 +262,7 @@ def _trunc_div(a: Any, b: Any) -> Any:
     return np.trunc(np.true_divide(a, b))
 
 
-def pow(input: Any, exponent: Any) -> Tensor:  # noqa: A001
+def pow(input: Any, exponent: Any) -> Tensor:
     return _binary(_OP["pow"], np.power, input, exponent)
 
 
@@ -419,7 +418,7 @@ def relu(input: Tensor) -> Tensor:
     return _unary(_OP["relu"], lambda a: np.maximum(a, 0), input)
 
 
-def abs(input: Tensor) -> Tensor:  # noqa: A001
+def abs(input: Tensor) -> Tensor:
     return _unary(_OP["abs"], np.abs, input)
 
 
@@ -461,7 +460,7 @@ def silu(input: Tensor) -> Tensor:
     return _unary(_OP["silu"], lambda a: a * _sigmoid_array(a), input)
 
 
-def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
@@ -505,7 +504,7 @@ def _dims(dim: Any, ndim: int) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A001
+def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     xa = input._array
     axis = _dims(dim, xa.ndim)
     if xa.ndim == 0:
@@ -574,11 +573,11 @@ def _extreme(input: Tensor, dim: Any, keepdim: bool, name: str, argf: Any) -> An
     return _MinMax(v, Tensor._wrap(idx.astype(int64)))
 
 
-def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001
+def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
     return _extreme(input, dim, keepdim, "max", np.argmax)
 
 
-def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001
+def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
     return _extreme(input, dim, keepdim, "min", np.argmin)
 
 
@@ -780,7 +779,8 @@ def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     for d in (dim0, dim1):
         if not -nd <= d < nd:
             raise IndexError(
-                f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {d})"
+                f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
+                f"but got {d})"
             )
     if xa.ndim < 2:
         return _view_op(input, "permute", xa, {"dims": tuple(range(xa.ndim))})
@@ -968,7 +968,7 @@ def _multi_view(
     if _grad_enabled.get():
         op = _OP[name]
         _record(op, outs, (input,), params)
-    for o, idx in zip(outs, indices):
+    for o, idx in zip(outs, indices, strict=False):
         _as_view(o, input, "getitem", {"index": idx})
     return tuple(outs)
 
@@ -1148,7 +1148,8 @@ def _inplace(self: Tensor, name: str, compute: Any) -> Tensor:
         self._grad_fn = fn
         self._output_nr = res._output_nr
     else:
-        assert self._meta is not None and self._meta.view_chain is not None
+        assert self._meta is not None
+        assert self._meta.view_chain is not None
         cs = CopySlices(base_edge, self._meta.view_chain, fn, base)
         base._grad_fn = cs
         base._output_nr = 0
@@ -1197,7 +1198,7 @@ def pow_(self: Tensor, exponent: Any) -> Tensor:
     return _inplace(self, "pow", lambda s: pow(s, exponent))
 
 
-def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
     return _inplace(self, "clamp", lambda s: clamp(s, min, max))
 
 

@@ -193,7 +193,8 @@ class Tensor:
             return np.asarray(self._array.get())
         if self.requires_grad and not force:
             raise RuntimeError(
-                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+                "Can't call numpy() on Tensor that requires grad. "
+                "Use tensor.detach().numpy() instead."
             )
         return self._array
 
@@ -210,7 +211,8 @@ class Tensor:
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         if self.requires_grad:
             raise RuntimeError(
-                "Can't export a tensor that requires grad through DLPack; use tensor.detach() first."
+                "Can't export a tensor that requires grad through DLPack; "
+                "use tensor.detach() first."
             )
         return self._array.__dlpack__(*args, **kwargs)
 
@@ -230,14 +232,15 @@ class Tensor:
         if self._grad_fn is not None:
             if not requires_grad:
                 raise RuntimeError(
-                    "you can only change requires_grad flags of leaf variables. If you want to use a "
-                    "computed variable in a subgraph that doesn't require differentiation use "
-                    "var_no_grad = var.detach()."
+                    "you can only change requires_grad flags of leaf variables. If you want to "
+                    "use a computed variable in a subgraph that doesn't require differentiation "
+                    "use var_no_grad = var.detach()."
                 )
             return self
         if requires_grad and self._array.dtype.kind not in _FLOAT_KINDS:
             raise RuntimeError(
-                f"only Tensors of floating point dtype can require gradients, got {self._array.dtype}"
+                "only Tensors of floating point dtype can require gradients, "
+                f"got {self._array.dtype}"
             )
         self._requires_grad = bool(requires_grad)
         return self
@@ -282,8 +285,8 @@ class Tensor:
                 )
             if value.device != self.device:
                 raise RuntimeError(
-                    f"assigned grad has data located on a different device: expected {self.device}, "
-                    f"got {value.device}"
+                    "assigned grad has data located on a different device: "
+                    f"expected {self.device}, got {value.device}"
                 )
             if value.dtype != self.dtype:
                 raise RuntimeError(

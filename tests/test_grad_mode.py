@@ -18,8 +18,10 @@ def test_no_grad_context_and_restore() -> None:
         with ag.enable_grad():
             z = x * 2
     assert ag.is_grad_enabled()
-    assert not y.requires_grad and y.grad_fn is None
-    assert z.requires_grad and z.grad_fn is not None
+    assert not y.requires_grad
+    assert y.grad_fn is None
+    assert z.requires_grad
+    assert z.grad_fn is not None
 
 
 def test_set_grad_enabled_as_call_and_context() -> None:
@@ -85,7 +87,8 @@ async def test_grad_mode_is_per_task() -> None:
     async with asyncio.timeout(5):
         held, y = await asyncio.gather(holder(), recorder())
     assert held is False
-    assert y.requires_grad and y.grad_fn is not None
+    assert y.requires_grad
+    assert y.grad_fn is not None
 
 
 async def test_task_created_inside_no_grad_inherits_it() -> None:

@@ -73,7 +73,7 @@ def _make_grads(
         )
     roots: list[Edge] = []
     values: list[Any] = []
-    for i, (out, g) in enumerate(zip(outputs, grads)):
+    for i, (out, g) in enumerate(zip(outputs, grads, strict=False)):
         e = out._edge()
         if e is None:
             raise RuntimeError(
@@ -168,7 +168,7 @@ def _finish_grad(
     captured: list[Any], ins: list[Tensor], allow_unused: bool, materialize: bool, create: bool
 ) -> tuple[Tensor | None, ...]:
     res: list[Tensor | None] = []
-    for i, (g, t) in enumerate(zip(captured, ins)):
+    for i, (g, t) in enumerate(zip(captured, ins, strict=False)):
         if g is None:
             if not allow_unused:
                 raise RuntimeError(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dis
 import inspect
 import math
-from typing import Any, Callable, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import numpy as np
 
@@ -337,7 +338,7 @@ defvjp("gelu", lambda g, ans, x, *, approximate: _gelu_grad(g, x, approximate), 
 defvjp("silu", lambda g, ans, x: _silu_grad(g, x), save="x")
 defvjp(
     "clamp",
-    lambda g, ans, x, *, min, max: g * _in_range(x, min, max),  # noqa: A006
+    lambda g, ans, x, *, min, max: g * _in_range(x, min, max),
     save="x",
 )
 
@@ -589,7 +590,7 @@ def _unstack_grad(g: Any, dim: int, n: int) -> list[Any]:
 
 def _cat_grads(gs: list[Any], dim: int, sizes: list[int], shape: tuple[int, ...]) -> Any:
     parts = []
-    for g, s in zip(gs, sizes):
+    for g, s in zip(gs, sizes, strict=False):
         if g is None:
             piece_shape = list(shape)
             piece_shape[dim] = s

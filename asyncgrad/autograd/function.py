@@ -89,7 +89,7 @@ class BackwardCFunction(Node):
         if ctx._saved is _FREED:
             raise_freed(self)
         user = []
-        for g, meta in zip(grads, self._input_meta):
+        for g, meta in zip(grads, self._input_meta, strict=False):
             if g is None:
                 user.append(
                     Tensor._wrap(np.zeros(meta[0], dtype=meta[1]))
@@ -125,7 +125,7 @@ class BackwardCFunction(Node):
                 f"(expected {n}, got {len(res)})"
             )
         out: list[Any] = []
-        for i, (g, meta) in enumerate(zip(res, self._in_meta)):
+        for i, (g, meta) in enumerate(zip(res, self._in_meta, strict=False)):
             if g is None or self._next_edges[i] is None:
                 out.append(None)
                 continue

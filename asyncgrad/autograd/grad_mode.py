@@ -160,7 +160,8 @@ class set_grad_enabled(_Mode):
 
 
 class inference_mode(_Mode):
-    """Like ``no_grad``; tensors made inside are inference tensors and cannot be saved for backward."""
+    """Like ``no_grad``; tensors made inside are inference tensors, which cannot be saved for
+    backward."""
 
     def __init__(self, mode: bool = True) -> None:
         self.mode = mode

@@ -123,8 +123,8 @@ def gradcheck(
             )
     num = numerical_jacobian(func, inputs, eps)
     ana = analytical_jacobian(func, inputs)
-    for o, (nrow, arow) in enumerate(zip(num, ana)):
-        for i, (n, a) in enumerate(zip(nrow, arow)):
+    for o, (nrow, arow) in enumerate(zip(num, ana, strict=False)):
+        for i, (n, a) in enumerate(zip(nrow, arow, strict=False)):
             if n is None:
                 continue
             if not np.allclose(a, n, rtol=rtol, atol=atol):
@@ -167,7 +167,7 @@ def gradgradcheck(
     def first_grads(*args: Any) -> tuple[Any, ...]:
         ins, vs = args[:n_in], args[n_in:]
         outs = _diff_outputs(func, ins)
-        pairs = [(o, v) for o, v in zip(outs, vs) if o.requires_grad]
+        pairs = [(o, v) for o, v in zip(outs, vs, strict=False) if o.requires_grad]
         if not pairs:
             return ()
         gs = grad_sync(

@@ -54,8 +54,9 @@ class _Hooks:
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)
+    call = type(fn).__call__ if not inspect.isfunction(fn) else None
+    return inspect.iscoroutinefunction(fn) or (
+        call is not None and inspect.iscoroutinefunction(call)
     )
 
 
@@ -169,7 +170,8 @@ class Node:
         return h
 
     def register_hook(self, fn: Callable[..., Any]) -> RemovableHandle:
-        """Register ``fn(grad_inputs, grad_outputs)``, run after this node; may return new grad_inputs."""
+        """Register ``fn(grad_inputs, grad_outputs)``, run after this node; it may return new
+        grad_inputs."""
         h = self._get_hooks()
         return RemovableHandle.add(h, h.post, fn)
 
