@@ -165,16 +165,9 @@ async def execute(
     if local > config.max_reentrant_depth:
         # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
         cf = thread_pool.submit(
-            _execute_offloaded,
-            roots,
-            root_grads,
-            keep_graph,
-            create_graph,
-            outputs,
-            accumulate,
-            priority,
-            depth,
-        )
+            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
+            priority, depth,
+        )  # fmt: skip
         try:
             return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
         finally:
@@ -229,16 +222,9 @@ def execute_sync(
     depth, local = _depths() if _depth is None else _depth
     if local > config.max_reentrant_depth:
         cf = thread_pool.submit(
-            _execute_offloaded,
-            roots,
-            root_grads,
-            keep_graph,
-            create_graph,
-            outputs,
-            accumulate,
-            priority,
-            depth,
-        )
+            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
+            priority, depth,
+        )  # fmt: skip
         try:
             return cf.result()  # type: ignore[no-any-return]
         finally:
