@@ -40,7 +40,6 @@ async def test_run_trains_and_serves_concurrently(demo: ModuleType) -> None:
     assert stats.served > 0
     assert stats.stalls_s, "the ticker never ran"
     assert stats.loop == "asyncio"
-    assert len(stats.example.splitlines()) == 8
 
 
 @pytest.mark.timeout(120)
@@ -50,8 +49,8 @@ async def test_training_does_not_depend_on_the_clients(demo: ModuleType) -> None
     busy = await demo.run(epochs=1, clients=3, progress=False)
     assert alone.served == 0
     assert busy.served > 0
+    assert busy.loss == alone.loss
     assert busy.accuracy == alone.accuracy
-    assert busy.example == alone.example
 
 
 @pytest.mark.timeout(120)

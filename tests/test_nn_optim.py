@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import math
 from collections.abc import Callable
@@ -198,6 +199,24 @@ def test_to_dtype_keeps_parameter_identity() -> None:
     assert net.encoder.weight.grad.dtype == np.float64
     opt.step()
     assert net.encoder.weight.dtype == np.float64
+
+
+def test_deepcopy_gives_independent_parameters() -> None:
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    b.weight = a.weight
+    model = nn.Sequential(a, b)
+    model(ag.randn(3, 2)).sum().backward()
+    twin = copy.deepcopy(model)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert isinstance(q, nn.Parameter)
+        assert q.requires_grad
+        assert q is not p
+        np.testing.assert_array_equal(q.array, p.array)
+        assert not np.shares_memory(q.array, p.array)
+        np.testing.assert_array_equal(q.grad.array, p.grad.array)
+    assert twin[1].weight is twin[0].weight  # sharing survives the copy
+    twin[0].weight.array[...] = 0
+    assert model[0].weight.array.any()
 
 
 def test_repr() -> None:

@@ -29,6 +29,14 @@ class Parameter(Tensor):
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Parameter:
+        # Tensor's deepcopy would give a plain Tensor; a copied module needs Parameters.
+        p = Parameter(self._array.copy(), requires_grad=self.requires_grad)
+        if self._grad is not None:
+            p._grad = Tensor._wrap(self._grad._array.copy())
+        memo[id(self)] = p
+        return p
+
 
 class IncompatibleKeys(NamedTuple):
     """What ``load_state_dict(..., strict=False)`` could not match."""
