@@ -41,7 +41,7 @@ class _Meta:
     )
 
     def __init__(self) -> None:
-        self.grad_accumulator: weakref.ref[Any] | None = None
+        self.grad_accumulator: Any = None  # the AccumulateGrad node, made on first use
         self.hooks: Any = None  # graph._Hooks for a leaf's tensor hooks
         self.post_acc_hooks: dict[int, Callable[..., Any]] | None = None
         self.retains_grad = False
@@ -339,14 +339,15 @@ class Tensor:
         return None
 
     def _grad_accumulator(self) -> Any:
-        from .autograd.graph import AccumulateGrad
-
-        m = self._get_meta()
-        ref = m.grad_accumulator
-        acc = ref() if ref is not None else None
+        # See NOTE [Accumulator lifetime]: made once, then kept for the tensor's life.
+        m = self._meta
+        if m is None:
+            m = self._get_meta()
+        acc = m.grad_accumulator
         if acc is None:
-            acc = AccumulateGrad(self)
-            m.grad_accumulator = weakref.ref(acc)
+            from .autograd.graph import AccumulateGrad
+
+            acc = m.grad_accumulator = AccumulateGrad(self)
         return acc
 
     def _refresh_view(self) -> None:

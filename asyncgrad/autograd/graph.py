@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
+from ..backend import CPU
+
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
@@ -253,6 +255,7 @@ class SavedTensor:
 
 
 _FREED: Final = ("freed",)
+_NO_EDGES: Final[list[Edge | None]] = []
 
 
 def raise_freed(node: Node) -> None:
@@ -278,24 +281,36 @@ _SOLE_REFCOUNT: Final = _calibrate_sole_refcount()
 
 
 class AccumulateGrad(Node):
-    """The sink of a leaf tensor: sums every gradient that reaches it into ``variable.grad``."""
+    """The sink of a leaf tensor: sums every gradient that reaches it into ``variable.grad``.
 
-    __slots__ = ("_lock", "variable")
+    # NOTE [Accumulator lifetime]
+    # The leaf holds its AccumulateGrad strongly and the node holds the leaf weakly (PyTorch has
+    # it the other way round). A parameter then keeps one accumulator for its whole life instead
+    # of building a new one for every graph, and no reference cycle forms between the two. A
+    # gradient that reaches the accumulator of a leaf nobody holds any more is dropped.
+    """
+
+    __slots__ = ("_lock", "_var_ref")
 
     def __init__(self, variable: Tensor) -> None:
-        from ..backend import CPU
-
-        self._init_node([], ACCUMULATE_SEQUENCE_NR)
-        self.variable = variable
-        self._input_meta = ((variable.shape, variable.dtype),)
-        self._device = CPU if type(variable._array) is np.ndarray else variable.device
+        arr = variable._array
+        self._init_node(_NO_EDGES, ACCUMULATE_SEQUENCE_NR)
+        self._var_ref = weakref.ref(variable)
+        self._input_meta = ((arr.shape, arr.dtype),)
+        self._device = CPU if type(arr) is np.ndarray else variable.device
         self._lock = threading.Lock()
 
-    # A leaf's tensor hooks live on the tensor (they must outlive this node, which the tensor
-    # holds only weakly), so the engine reads them through this property.
+    @property
+    def variable(self) -> Tensor | None:
+        """The leaf this node accumulates into (None once that tensor has been freed)."""
+        return self._var_ref()
+
+    # A leaf's tensor hooks live on the tensor (they must work whichever graph reaches it), so
+    # the engine reads them through this property.
     @property  # type: ignore[override]
     def _hooks(self) -> _Hooks | None:
-        m = self.variable._meta
+        var = self._var_ref()
+        m = None if var is None else var._meta
         return None if m is None else m.hooks
 
     @_hooks.setter
@@ -303,9 +318,10 @@ class AccumulateGrad(Node):
         pass
 
     def _get_hooks(self) -> _Hooks:
-        from .graph import _Hooks
-
-        m = self.variable._get_meta()
+        var = self._var_ref()
+        if var is None:
+            raise RuntimeError("the leaf tensor of this AccumulateGrad has been freed")
+        m = var._get_meta()
         if m.hooks is None:
             m.hooks = _Hooks()
         return m.hooks  # type: ignore[no-any-return]
@@ -315,9 +331,9 @@ class AccumulateGrad(Node):
 
         g = grads[0]
         grads[0] = None
-        if g is None:
+        var = self._var_ref()
+        if g is None or var is None:
             return ()
-        var = self.variable
         if g.shape != var.shape:
             raise RuntimeError(
                 f"AccumulateGrad got a gradient of shape {tuple(g.shape)} for a leaf of shape "
