@@ -1296,16 +1296,16 @@ def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(_dtype(dtype))
     d = dim % builtins.max(xa.ndim, 1)
-    z = np.exp(xa - np.amax(xa, axis=d, keepdims=True))
-    z /= np.sum(z, axis=d, keepdims=True)
+    z = np.exp(xa - xa.max(axis=d, keepdims=True))
+    z /= z.sum(axis=d, keepdims=True)
     return _make(_OP["softmax"], z, (input,), {"dim": d})
 
 
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(_dtype(dtype))
     d = dim % builtins.max(xa.ndim, 1)
-    s = xa - np.amax(xa, axis=d, keepdims=True)
-    s -= np.log(np.sum(np.exp(s), axis=d, keepdims=True))
+    s = xa - xa.max(axis=d, keepdims=True)  # array methods skip NumPy's Python-level wrappers
+    s -= np.log(np.exp(s).sum(axis=d, keepdims=True))
     return _make(_OP["log_softmax"], s, (input,), {"dim": d})
 
 
