@@ -86,7 +86,7 @@ def _compute_dependencies(
                 deps[nxt] = 1
                 stack.append(nxt)
         count += 1
-        if count == 2048:
+        if count == 256:
             count = 0
             yield
     return deps
@@ -142,7 +142,7 @@ def _init_exec_info(
             if stack and ei is not None and ei.should_execute():
                 mark(stack[-1][0])
             count += 1
-            if count == 2048:
+            if count == 256:
                 count = 0
                 yield
     return info
