@@ -18,6 +18,7 @@ Needs valgrind (skipped with a message otherwise). Takes several minutes: it is 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import re
 import shutil
 import subprocess
@@ -69,6 +70,11 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=80, help="timed steps in the long run")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--libs", default=",".join(LIBS))
+    ap.add_argument(
+        "--out",
+        default=str(HERE / "instructions.md"),
+        help="markdown section written here; run_all.py copies it into RESULTS.md",
+    )
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         print("skipped: valgrind is not installed (apt-get install valgrind)")
@@ -91,12 +97,30 @@ def main() -> None:
         ]
         for lib, v in per_step.items()
     ]
+    tab = H.table(["library", "M instructions/step", "vs NumPy floor", "vs PyTorch"], rows)
     print()
-    print(
-        f"MLP 784-256-256-10 training step (bench_mlp.py's worker), callgrind, "
-        f"({a.long} - {a.short}) steps:"
+    print(tab)
+    when = dt.datetime.now(dt.UTC)
+    Path(a.out).write_text(
+        "\n".join(
+            [
+                "## CPU instructions per MLP step (callgrind)",
+                "",
+                f"Command: `python benchmarks/bench_instructions.py --short {a.short} --long "
+                f"{a.long}` ({when:%Y-%m-%d %H:%M} UTC, same machine). The MLP step of "
+                "bench_mlp.py's workers run under valgrind's callgrind; instructions per step = "
+                f"(count of a {a.long}-step run - count of a {a.short}-step run) / "
+                f"{a.long - a.short}. Counts repeat exactly from run to run; they leave out "
+                "cache misses, page faults and memory bandwidth, which the wall-clock table "
+                "above includes.",
+                "",
+                tab,
+                "",
+            ]
+        ),
+        encoding="utf-8",
     )
-    print(H.table(["library", "M instructions/step", "vs NumPy floor", "vs PyTorch"], rows))
+    print(f"wrote {a.out}")
 
 
 if __name__ == "__main__":

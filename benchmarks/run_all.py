@@ -95,6 +95,9 @@ def main() -> None:
     lines.append("")
     for rep in reports:
         lines.append(rep.text())
+    extra = H.HERE / "instructions.md"  # written by bench_instructions.py (slow: run apart)
+    if extra.exists():
+        lines.append(extra.read_text(encoding="utf-8"))
     out = Path(a.out)
     out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     print(f"wrote {out} ({elapsed:.0f} s in all)")
