@@ -210,10 +210,25 @@ def _binary(op: OpDef, ufunc: Any, x: Any, y: Any) -> Tensor:
         out = np.asarray(out)
     if out.dtype == float64 and not _is_f64(xa) and not _is_f64(ya):
         out = out.astype(float32)  # an int tensor with a Python float gives float32, as in torch
+    elif type(xa) is ndarray and type(ya) is ndarray and (xa.ndim == 0) is not (ya.ndim == 0):
+        out = _zero_dim_promotion(out, xa, ya)
     t = Tensor._wrap(out)
     if _grad_enabled.get():
         _record(op, (t,), (x, y), _NO_PARAMS)
     return t
+
+
+_CATEGORY: Final = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def _zero_dim_promotion(out: Any, xa: Any, ya: Any) -> Any:
+    """torch's rule for a 0-d tensor with a dimensioned one: the 0-d operand decides the result
+    type only when its category (bool < int < float) is higher; otherwise the dimensioned
+    operand's dtype wins. NumPy would let a 0-d float64 widen a float32 tensor."""
+    big, small = (ya, xa) if xa.ndim == 0 else (xa, ya)
+    cb, cs = _CATEGORY.get(big.dtype.kind, 3), _CATEGORY.get(small.dtype.kind, 3)
+    want = big.dtype if cs <= cb else small.dtype
+    return out if out.dtype == want else out.astype(want)
 
 
 def _raise_broadcast(xa: Any, ya: Any) -> None:

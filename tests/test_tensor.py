@@ -409,11 +409,10 @@ def test_inplace_operators_keep_identity() -> None:
             ag.tensor(1.5, dtype=ag.float64),
             ag.float32,
             id="f32_f64_0d",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a 0-d float64 tensor promotes a float32 tensor (NumPy's rule); torch "
-                "keeps float32 since 0-d tensors do not promote within a category",
-            ),
+        ),
+        pytest.param(ag.tensor([1, 2], dtype=ag.int32), ag.tensor(3), ag.int32, id="i32_i64_0d"),
+        pytest.param(
+            ag.tensor(2.0, dtype=ag.float64), ag.tensor([1.0, 2.0]), ag.float32, id="f64_0d_left"
         ),
     ],
 )
