@@ -195,8 +195,9 @@ _OP = OPS
 
 
 def _binary(op: OpDef, ufunc: Any, x: Any, y: Any) -> Tensor:
-    xa = x._array if isinstance(x, Tensor) else x
-    ya = y._array if isinstance(y, Tensor) else y
+    xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, np.generic) else x
+    ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, np.generic) else y
+    # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's dtype.)
     if type(xa) is not type(ya) and type(xa) is not ndarray and type(ya) is not ndarray:
         pass
     elif type(xa) is not type(ya) and hasattr(xa, "shape") and hasattr(ya, "shape"):

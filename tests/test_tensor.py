@@ -617,3 +617,13 @@ def test_dim_out_of_range_is_index_error() -> None:
         ag.ones(2).sum(2)
     with pytest.raises(IndexError, match="Dimension out of range"):
         ag.ones(2, 3).transpose(0, 3)
+
+
+def test_numpy_scalars_act_like_python_numbers() -> None:
+    x = ag.ones(2, requires_grad=True)
+    y = x * np.float64(3.0)
+    assert y.dtype == ag.float32
+    assert (np.float64(2.0) - x).dtype == ag.float32
+    y.sum().backward()
+    assert x.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
