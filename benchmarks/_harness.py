@@ -362,3 +362,29 @@ def machine_facts() -> dict[str, str]:
         "HIPS autograd": _version("autograd"),
         "asyncgrad": f"{_version('asyncgrad')} (git {commit})",
     }
+
+
+def bench_main(
+    doc: str | None,
+    rounds: int,
+    run: Callable[[int, bool], Any],
+    worker_main: Callable[..., None],
+    quick_help: str = "fewer reps per worker",
+) -> None:
+    """The command line shared by the bench_*.py scripts: a worker when called with --worker,
+    otherwise the interleaved rounds, their table and the target verdicts."""
+    import argparse
+
+    w = worker_argv()
+    if w is not None:
+        worker_main(*w)
+        return
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--json", help="also write the summary numbers to this file")
+    a = ap.parse_args()
+    rep = run(a.rounds, a.quick)
+    rep.print_targets()
+    if a.json:
+        Path(a.json).write_text(json.dumps(rep.data, indent=1))

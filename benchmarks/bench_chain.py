@@ -17,7 +17,6 @@ Usage: python benchmarks/bench_chain.py [--rounds R] [--quick]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -475,19 +474,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
 
 
 def main() -> None:
-    w = H.worker_argv()
-    if w is not None:
-        worker_main(*w)
-        return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=ROUNDS)
-    ap.add_argument("--quick", action="store_true", help="fewer reps per worker")
-    ap.add_argument("--json", help="also write the summary numbers to this file")
-    a = ap.parse_args()
-    rep = run(a.rounds, a.quick)
-    rep.print_targets()
-    if a.json:
-        Path(a.json).write_text(json.dumps(rep.data, indent=1))
+    H.bench_main(__doc__, ROUNDS, run, worker_main, quick_help="fewer reps per worker")
 
 
 if __name__ == "__main__":
