@@ -198,10 +198,8 @@ def _binary(op: OpDef, ufunc: Any, x: Any, y: Any) -> Tensor:
     xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, np.generic) else x
     ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, np.generic) else y
     # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's dtype.)
-    if type(xa) is not type(ya) and type(xa) is not ndarray and type(ya) is not ndarray:
-        pass
-    elif type(xa) is not type(ya) and hasattr(xa, "shape") and hasattr(ya, "shape"):
-        _check_devices(op.name, xa, ya)
+    if type(xa) is not type(ya) and hasattr(xa, "shape") and hasattr(ya, "shape"):
+        _check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
     try:
         out = ufunc(xa, ya)
     except ValueError:
@@ -1136,14 +1134,9 @@ def _inplace(self: Tensor, name: str, compute: Any) -> Tensor:
     """Run ``compute(alias)`` (an out-of-place op on self's value), write the result into self
     and rebase self's history onto the op's node (CopySlices for a view)."""
     if not _grad_enabled.get():
-        with_grad = None
-    else:
-        _check_inplace(self)
-        with_grad = True
-    if with_grad is None:
-        res = compute(self)
-        _write(self, res._array)
+        _write(self, compute(self)._array)
         return self
+    _check_inplace(self)
     op = OPS[name]
     if 1 in op.save:
         # The op's backward needs self's old value, which the write below destroys: save a copy
