@@ -82,6 +82,19 @@ def _measure(build, backward, get_grad, reset, sizes, quick):
     return res
 
 
+def chain(y: Any, n: int, tanh: Any = None) -> Any:
+    """The benchmark's chain: ``n`` ops cycling ``y*MUL``, ``y+ADD``, ``tanh(y)``."""
+    for i in range(n):
+        k = i % 3
+        if k == 0:
+            y = y * MUL
+        elif k == 1:
+            y = y + ADD
+        else:
+            y = y.tanh() if tanh is None else tanh(y)
+    return y
+
+
 def worker_asyncgrad(mode: str, sizes, quick) -> dict:
     import asyncio
 
@@ -90,16 +103,7 @@ def worker_asyncgrad(mode: str, sizes, quick) -> dict:
     x = ag.tensor(x0(), dtype=ag.float64, requires_grad=True)
 
     def build(n):
-        y = x
-        for i in range(n):
-            k = i % 3
-            if k == 0:
-                y = y * MUL
-            elif k == 1:
-                y = y + ADD
-            else:
-                y = y.tanh()
-        return y.sum()
+        return chain(x, n).sum()
 
     def reset():
         x.grad = None
@@ -144,16 +148,7 @@ def worker_torch(sizes, quick) -> dict:
     x = torch.tensor(x0(), dtype=torch.float64, requires_grad=True)
 
     def build(n):
-        y = x
-        for i in range(n):
-            k = i % 3
-            if k == 0:
-                y = y * MUL
-            elif k == 1:
-                y = y + ADD
-            else:
-                y = y.tanh()
-        return y.sum()
+        return chain(x, n).sum()
 
     def reset():
         x.grad = None
@@ -168,16 +163,7 @@ def worker_autograd(sizes, quick) -> dict:
     from autograd import grad, make_vjp
 
     def f(x):
-        y = x
-        for i in range(f.n):
-            k = i % 3
-            if k == 0:
-                y = y * MUL
-            elif k == 1:
-                y = y + ADD
-            else:
-                y = anp.tanh(y)
-        return anp.sum(y)
+        return anp.sum(chain(x, f.n, anp.tanh))
 
     g = grad(f)
     xv = x0()

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
-from bench_chain import ADD, MUL, x0
+from bench_chain import ADD, MUL, chain, x0
 
 N = 20_000
 TICK = 0.001
@@ -56,16 +56,7 @@ def build_ops(lib: str):
 
     def make():
         x.grad = None
-        y = x
-        for i in range(N):
-            k = i % 3
-            if k == 0:
-                y = y * MUL
-            elif k == 1:
-                y = y + ADD
-            else:
-                y = tanh(y)
-        return y.sum()
+        return chain(x, N, tanh).sum()
 
     if lib == "asyncgrad-async":
 
