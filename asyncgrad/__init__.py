@@ -1,18 +1,33 @@
 """asyncgrad: reverse-mode automatic differentiation over NumPy with an asyncio engine.
 
 ``await ag.grad(...)`` / ``await ag.backward(...)`` in async code; ``t.backward()`` in scripts.
+
+NOTE [Layers]
+The package is built in layers, each importing only the ones below it:
+
+    nn, optim        modules, losses, optimisers
+    autograd         the public API: backward/grad and their _sync twins, Function, gradcheck
+    engine           GraphTask, ready queues, device workers, reentrant backward
+    ops              forward ops, each recording its backward node
+    rules            the derivative table
+    graph            Node, Edge, hooks, saved tensors, accumulators, grad modes
+    _tensor          Tensor
+    dtypes, backend  dtypes and arrays: the only modules that import NumPy (or CuPy)
+
+The one exception is Tensor's methods delegating upward (See NOTE [Tensor delegates upward]).
+The import-linter contract in pyproject.toml checks this on every CI run.
 """
 
 from __future__ import annotations
 
-from . import (
-    _methods,  # noqa: F401  (installs Tensor methods and operators)
-    autograd,
-    nn,
-    optim,
-)
+# Tensor first: its module imports the ops once the class exists, and every layer above needs
+# both (See NOTE [Tensor delegates upward]).
+from ._tensor import Tensor  # isort: skip
+from . import autograd, nn, optim
 from .autograd import backward, backward_sync, grad, grad_sync
-from .autograd.grad_mode import (
+from .backend import Device, device
+from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
+from .graph.grad_mode import (
     enable_grad,
     inference_mode,
     is_grad_enabled,
@@ -20,7 +35,6 @@ from .autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
-from .backend import Device, device
 from .ops import (
     Generator,
     abs,
@@ -85,6 +99,7 @@ from .ops import (
     randn,
     reciprocal,
     relu,
+    remainder,
     reshape,
     rsqrt,
     sigmoid,
@@ -110,7 +125,6 @@ from .ops import (
     zeros,
     zeros_like,
 )
-from .tensor import Tensor, bool_, float16, float32, float64, int32, int64
 
 bool = bool_
 float = float32
@@ -148,6 +162,7 @@ __all__ = [
     "device",
     "div",
     "double",
+    "dtype",
     "empty",
     "enable_grad",
     "eq",
@@ -211,6 +226,7 @@ __all__ = [
     "randn",
     "reciprocal",
     "relu",
+    "remainder",
     "reshape",
     "rsqrt",
     "set_grad_enabled",

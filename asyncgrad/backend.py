@@ -1,12 +1,35 @@
-"""Array backends and devices: the one place that picks NumPy (and, later, CuPy) for an array."""
+"""Array backends and devices: the one place that picks NumPy (and, later, CuPy) for an array.
+
+Every other module reaches arrays through this one: ``namespace(a)`` is the array module that owns
+``a`` (``numpy`` or ``cupy``), so one piece of code serves every device; allocation takes a device.
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar, Final
 
 import numpy as np
 
-__all__ = ["CPU", "Device", "device", "get_array_module"]
+__all__ = [
+    "CPU",
+    "Device",
+    "device",
+    "device_of",
+    "ensure_array",
+    "erf",
+    "namespace",
+    "ndarray",
+    "to_device",
+]
+
+# The CPU array type; ``type(a) is ndarray`` is the cheapest test on the hot path.
+ndarray: Final = np.ndarray
+# Scalar types that arrive as op arguments besides Python numbers.
+generic: Final = np.generic
+integer: Final = np.integer
+bool_scalar: Final = np.bool_
+newaxis: Final = None
 
 
 class Device:
@@ -77,16 +100,161 @@ device = Device
 CPU: Final = Device("cpu")
 
 
-def get_array_module(array: Any) -> Any:
-    """The array namespace (``numpy`` or ``cupy``) that owns ``array``."""
+def namespace(array: Any) -> Any:
+    """The array namespace (``numpy`` or ``cupy``) that owns ``array``.
+
+    A Tensor (under ``create_graph``, see NOTE [Rules are NumPy]) and a Python number get NumPy,
+    whose functions dispatch to Tensor's ``__array_ufunc__``/``__array_function__``.
+    """
     if type(array) is np.ndarray:
         return np
-    mod = type(array).__module__
-    if mod.startswith("cupy"):
+    if type(array).__module__.startswith("cupy"):
         import cupy
 
         return cupy
     return np
+
+
+def ensure_array(value: Any) -> Any:
+    """``value`` as an array: NumPy arithmetic on 0-d arrays returns scalars; gradients and tensor
+    data must stay arrays (See NOTE [0-d gradients])."""
+    if type(value) is np.ndarray or hasattr(value, "__cuda_array_interface__"):
+        return value
+    return np.asarray(value)
+
+
+def asarray(data: Any, dtype: Any = None) -> Any:
+    """An array for ``data`` (no copy when it already is one of that dtype)."""
+    if hasattr(data, "__cuda_array_interface__"):
+        return data if dtype is None else data.astype(dtype, copy=False)
+    return np.asarray(data, dtype=dtype)
+
+
+def is_array(value: Any) -> bool:
+    return type(value) is np.ndarray or hasattr(value, "__cuda_array_interface__")
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+def shares_base(a: Any, b: Any) -> bool:
+    """Whether two arrays view the same allocation."""
+    ab = a if a.base is None else a.base
+    bb = b if b.base is None else b.base
+    return ab is bb
+
+
+def can_cast(src: Any, dst: Any) -> bool:
+    return bool(np.can_cast(src, dst, "same_kind"))
+
+
+def copy_into(dst: Any, src: Any) -> None:
+    namespace(dst).copyto(dst, src, casting="unsafe")
+
+
+def format_array(array: Any) -> str:
+    """The body of a tensor's repr: NumPy's formatting of the host copy of ``array``."""
+    if type(array) is not np.ndarray:
+        array = array.get()
+    return np.array2string(
+        array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, precision=4
+    )
+
+
+def from_dlpack(x: Any) -> Any:
+    return np.from_dlpack(x)
+
+
+# ----------------------------------------------------------------------------- allocation
+def on_device(array: Any, device: Device | None) -> Any:
+    """``array`` (made on the CPU) moved to ``device`` (None: left where it is)."""
+    if device is None or device is CPU:
+        return array
+    return to_device(array, device)
+
+
+def zeros(shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.zeros(shape, dtype=dtype), device)
+
+
+def ones(shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.ones(shape, dtype=dtype), device)
+
+
+def empty(shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.empty(shape, dtype=dtype), device)
+
+
+def full(shape: tuple[int, ...], value: Any, dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.full(shape, value, dtype=dtype), device)
+
+
+def arange(start: Any, end: Any, step: Any, dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.arange(start, end, step).astype(dtype), device)
+
+
+def linspace(start: Any, end: Any, steps: int, dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.linspace(start, end, steps).astype(dtype), device)
+
+
+def eye(n: int, m: int | None, dtype: Any, device: Device | None = None) -> Any:
+    return on_device(np.eye(n, m, dtype=dtype), device)
+
+
+class RandomState:
+    """A device's random number generator (NumPy's ``Generator`` on the CPU)."""
+
+    __slots__ = ("_rng",)
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def random(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        dt = dtype if dtype in (np.float32, np.float64) else np.float64
+        return self._rng.random(shape, dtype=dt).astype(dtype, copy=False)
+
+    def normal(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        dt = dtype if dtype in (np.float32, np.float64) else np.float64
+        return self._rng.standard_normal(shape, dtype=dt).astype(dtype, copy=False)
+
+    def uniform(self, low: float, high: float, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self._rng.uniform(low, high, shape).astype(dtype, copy=False)
+
+    def integers(self, low: int, high: int, shape: tuple[int, ...]) -> Any:
+        return self._rng.integers(low, high, size=shape, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- special functions
+_erf_impl: Any = None
+
+
+def erf(a: Any) -> Any:
+    """The error function of an array, computed in its dtype.
+
+    SciPy's is exact and fast; it is imported on first use (not with asyncgrad), and without
+    SciPy each element goes through ``math.erf``.
+    """
+    global _erf_impl
+    if _erf_impl is None:
+        try:
+            from scipy.special import erf as scipy_erf
+        except ImportError:  # pragma: no cover - depends on the environment
+            import math
+
+            vec = np.vectorize(math.erf, otypes=[np.float64])
+
+            def scipy_erf(x: Any) -> Any:
+                return vec(x)
+
+        _erf_impl = scipy_erf
+    xp = namespace(a)
+    if xp is not np:
+        import cupyx.scipy.special
+
+        return cupyx.scipy.special.erf(a)
+    out = _erf_impl(a)
+    return out.astype(a.dtype, copy=False) if hasattr(a, "dtype") else out
 
 
 def device_of(array: Any) -> Device:
@@ -107,3 +275,60 @@ def to_device(array: Any, dev: Device) -> Any:
 
     with cupy.cuda.Device(dev.index):
         return cupy.asarray(array)
+
+
+# ----------------------------------------------------------------------------- gradient buffers
+def add_into(dst: Any, src: Any) -> None:
+    """``dst += src`` in place (``src`` broadcast to ``dst``), casting to ``dst``'s dtype."""
+    namespace(dst).add(dst, src, out=dst, casting="unsafe")
+
+
+def _refcount(a: Any) -> int:
+    return sys.getrefcount(a)
+
+
+def _calibrate_sole_refcount() -> int:
+    box: list[Any] = [np.empty(1)]
+    g = box[0]
+    box[0] = None
+    return _refcount(g)
+
+
+# The reference count an array has inside can_steal() when the caller's local is the only other
+# reference (measured with the same call shape, so it holds across Python versions).
+_SOLE_REFCOUNT: Final = _calibrate_sole_refcount()
+
+
+def can_steal(g: Any) -> bool:
+    """Whether array ``g`` may become a tensor's storage without a copy: it owns its memory, is
+    contiguous, and nobody but the caller's one local refers to it."""
+    return (
+        type(g) is np.ndarray
+        and g.base is None
+        and g.flags.c_contiguous
+        and sys.getrefcount(g) <= _SOLE_REFCOUNT
+    )
+
+
+def index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
+    """Zeros of ``shape`` with ``g`` added at ``index`` (repeated advanced indices add up)."""
+    xp = namespace(g)
+    z = xp.zeros(shape, dtype=g.dtype)
+    if is_basic_index(index):
+        z[index] = g
+    elif xp is np:
+        np.add.at(z, index, g)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(z, index, g)
+    return z
+
+
+def is_basic_index(index: tuple[Any, ...]) -> bool:
+    """Whether ``index`` holds only ints, slices, None and Ellipsis (a view, no repeats)."""
+    return not any(is_array(i) or isinstance(i, (bool, np.bool_)) for i in index)
+
+
+# The CPU namespace, for code that has already checked ``type(a) is ndarray``.
+np_namespace: Final = np

@@ -9,13 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from .. import engine
+from .. import backend, engine
+from .._tensor import Tensor
 from ..engine import queue_callback
-from ..tensor import Tensor
-from . import graph
-from .grad_mode import (
+from ..graph.grad_mode import (
     enable_grad,
     inference_mode,
     is_grad_enabled,
@@ -23,7 +20,8 @@ from .grad_mode import (
     no_grad,
     set_grad_enabled,
 )
-from .graph import Edge, Node
+from ..graph.node import Edge, Node
+from . import graph
 
 __all__ = [
     "Function",
@@ -90,12 +88,12 @@ def _make_grads(
                     f"grad can be implicitly created only for real scalar outputs but got "
                     f"{out._array.dtype}"
                 )
-            arr = np.ones_like(out._array)
+            arr = backend.namespace(out._array).ones_like(out._array)
             values.append(Tensor._wrap(arr) if create_graph else arr)
         else:
             if not isinstance(g, Tensor):
                 if isinstance(g, (int, float)):
-                    g = Tensor._wrap(np.full_like(out._array, g))
+                    g = Tensor._wrap(backend.namespace(out._array).full_like(out._array, g))
                 else:
                     raise TypeError(f"{what}[{i}] must be a Tensor or None, got {type(g).__name__}")
             if g.shape != out.shape:
@@ -116,7 +114,7 @@ def _make_grads(
                     )
                 g = g.to(out.dtype)
             values.append(g if create_graph else g._array)
-        roots.append(Edge(e[0], e[1]))
+        roots.append(e)
     return roots, values
 
 
@@ -131,7 +129,8 @@ def _input_edges(inputs: list[Tensor], for_backward: bool) -> list[Edge]:
         if for_backward and not t.is_leaf:
             t.retain_grad()
         e = t._edge()
-        edges.append(Edge(e[0], e[1]))
+        assert e is not None
+        edges.append(e)
     return edges
 
 
@@ -176,11 +175,12 @@ def _finish_grad(
                     "appears to not have been used in the graph. Set allow_unused=True if this is "
                     "the desired behavior."
                 )
-            res.append(Tensor._wrap(np.zeros_like(t._array)) if materialize else None)
+            zeros = backend.namespace(t._array).zeros_like(t._array)
+            res.append(Tensor._wrap(zeros) if materialize else None)
         elif create:
             res.append(g)
         else:
-            res.append(Tensor._wrap(np.asarray(g)))
+            res.append(Tensor._wrap(g))
     return tuple(res)
 
 
@@ -355,35 +355,7 @@ def backward_sync(
     )
 
 
-def _tensor_backward(
-    self: Tensor,
-    gradient: Any = None,
-    retain_graph: bool | None = None,
-    create_graph: bool = False,
-    inputs: Any = None,
-) -> None:
-    """Accumulate this tensor's gradient into the leaves' ``.grad`` (blocking).
-
-    Works with no event loop and inside a running one (see :func:`backward_sync`).
-    """
-    backward_sync(self, gradient, retain_graph, create_graph, inputs)
-
-
-async def _tensor_abackward(
-    self: Tensor,
-    gradient: Any = None,
-    retain_graph: bool | None = None,
-    create_graph: bool = False,
-    inputs: Any = None,
-) -> None:
-    """``await t.abackward()``: the coroutine form of ``t.backward()``."""
-    await backward(self, gradient, retain_graph, create_graph, inputs)
-
-
-Tensor.backward = _tensor_backward  # type: ignore[attr-defined]
-Tensor.abackward = _tensor_abackward  # type: ignore[attr-defined]
-
 from .function import Function, once_differentiable  # noqa: E402
 from .gradcheck import gradcheck, gradgradcheck  # noqa: E402
 
-_ = (Node, Sequence)
+_ = (Node, Sequence, Edge)

@@ -8,11 +8,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from ..tensor import Tensor
-from .grad_mode import _grad_enabled, no_grad
-from .graph import _FREED, Edge, Node, SavedTensor, raise_freed
+from .. import backend
+from .._tensor import Tensor
+from ..graph.grad_mode import _grad_enabled, no_grad
+from ..graph.node import Edge, Node
+from ..graph.saved_tensor import FREED as _FREED
+from ..graph.saved_tensor import SavedTensor, raise_freed
+from ..rules import sum_to
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -92,7 +94,7 @@ class BackwardCFunction(Node):
         for g, meta in zip(grads, self._input_meta, strict=False):
             if g is None:
                 user.append(
-                    Tensor._wrap(np.zeros(meta[0], dtype=meta[1]))
+                    Tensor._wrap(backend.zeros(meta[0], meta[1], self._device))
                     if ctx.materialize_grads
                     else None
                 )
@@ -137,10 +139,8 @@ class BackwardCFunction(Node):
             shape, dtype = meta
             if tuple(g.shape) != tuple(shape):
                 try:
-                    if np.broadcast_shapes(tuple(g.shape), tuple(shape)) != tuple(g.shape):
+                    if backend.broadcast_shapes(tuple(g.shape), tuple(shape)) != tuple(g.shape):
                         raise ValueError
-                    from .derivatives import sum_to
-
                     g = sum_to(g, tuple(shape))
                 except ValueError:
                     raise RuntimeError(
@@ -249,8 +249,7 @@ class Function(metaclass=_FunctionMeta):
         in_meta: list[Any] = []
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
-                e = a._edge()
-                edges.append(Edge(e[0], e[1]))
+                edges.append(a._edge())
                 in_meta.append((a.shape, a.dtype))
             else:
                 edges.append(None)

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import Tensor
-from .grad_mode import no_grad
+from .._tensor import Tensor
+from ..graph.grad_mode import no_grad
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 

@@ -1,37 +1,24 @@
-"""Engine.execute: build a GraphTask from roots, then run it on the loop's device workers (async)
-or on the calling thread (blocking)."""
+"""Engine.execute: build a GraphTask from its roots, then run it on the loop's device workers
+(``execute``, awaited) or on the calling thread (``execute_sync``, blocking)."""
 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Generator, Sequence
 from time import perf_counter
-from typing import Any
+from typing import Any, Final
 
-from ..autograd.graph import Edge, GraphRoot, Node
-from ..backend import CPU, Device
+from ..backend import CPU
+from ..graph.graph_root import GraphRoot
+from ..graph.node import Edge, Node
+from .devices import push, queue_for, queues_of
+from .evaluate import run_callbacks_blocking
 from .graph_task import ExecInfo, GraphTask
 from .ready_queue import ReadyQueue
 from .reentrant import config, current_graph_task, thread_pool
-from .worker import drain, run_callbacks_blocking
+from .worker import drain
 
-# One ReadyQueue per device per event loop. See NOTE [Ready order].
-_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Device, ReadyQueue]] = (
-    weakref.WeakKeyDictionary()
-)
-
-_INF = float("inf")
-
-
-def queue_for(loop: asyncio.AbstractEventLoop, device: Device) -> ReadyQueue:
-    per_loop = _queues.get(loop)
-    if per_loop is None:
-        per_loop = _queues[loop] = {}
-    q = per_loop.get(device)
-    if q is None:
-        q = per_loop[device] = ReadyQueue(device, loop)
-    return q
+_INF: Final = float("inf")
 
 
 def _depths() -> tuple[int, int]:
@@ -149,6 +136,39 @@ def _init_exec_info(
 
 
 # ----------------------------------------------------------------------------- execution
+Start = tuple[Node, list[Any]]
+
+
+def build(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    outputs: Sequence[Edge] | None,
+    accumulate: bool,
+    keep_graph: bool,
+    create_graph: bool,
+    priority: int,
+    depth: tuple[int, int],
+    loop: asyncio.AbstractEventLoop | None,
+) -> tuple[GraphTask, Generator[None, None, Start | None]]:
+    """The one builder of a GraphTask: the task, and the preparation (a generator that yields
+    every few hundred nodes, so an awaiting caller can let the loop run) whose value is the start
+    node and its input buffer, or None when no output is reachable."""
+    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1])
+    gt.loop = loop
+    return gt, _prepare(gt, roots, root_grads, outputs, accumulate)
+
+
+def _start_queue(gt: GraphTask, node: Node) -> ReadyQueue:
+    device = node._device or CPU
+    if gt.loop is None:
+        q = ReadyQueue(device, None)
+    else:
+        q = queue_for(gt.loop, device)
+    gt.queue = q
+    gt.queues[device] = q
+    return q
+
+
 async def execute(
     roots: Sequence[Edge],
     root_grads: Sequence[Any],
@@ -161,22 +181,21 @@ async def execute(
 ) -> list[Any]:
     """Run a backward pass on the running loop; returns the captured gradients (for outputs)."""
     loop = asyncio.get_running_loop()
-    depth, local = _depths()
-    if local > config.max_reentrant_depth:
+    depth = _depths()
+    if depth[1] > config.max_reentrant_depth:
         # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
         cf = thread_pool.submit(
             _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
-            priority, depth,
+            priority, depth[0],
         )  # fmt: skip
         try:
             return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
         finally:
             del cf  # it holds any error, whose traceback holds this frame: no cycle
-    gt = GraphTask(keep_graph, create_graph, priority, depth, local)
-    gt.loop = loop
+    gt, prep = build(
+        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
+    )
     gt.future = loop.create_future()
-    queue = gt.queue = queue_for(loop, CPU)
-    prep = _prepare(gt, roots, root_grads, outputs, accumulate)
     t_end = perf_counter() + config.slice_s
     try:
         while True:
@@ -188,7 +207,8 @@ async def execute(
         start = stop.value
     if start is None:
         return gt.captured
-    queue.push(gt, start[0], start[1])
+    _start_queue(gt, start[0])
+    push(gt, start[0], start[1])
     del start
     try:
         await gt.future
@@ -219,19 +239,19 @@ def execute_sync(
 
     Safe inside a running loop too (the loop waits while this runs; nothing here needs it).
     """
-    depth, local = _depths() if _depth is None else _depth
-    if local > config.max_reentrant_depth:
+    depth = _depths() if _depth is None else _depth
+    if depth[1] > config.max_reentrant_depth:
         cf = thread_pool.submit(
             _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
-            priority, depth,
+            priority, depth[0],
         )  # fmt: skip
         try:
             return cf.result()  # type: ignore[no-any-return]
         finally:
             del cf  # it holds any error, whose traceback holds this frame: no cycle
-    gt = GraphTask(keep_graph, create_graph, priority, depth, local)
-    queue = gt.queue = ReadyQueue(CPU, None)
-    prep = _prepare(gt, roots, root_grads, outputs, accumulate)
+    gt, prep = build(
+        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, None
+    )
     try:
         while True:
             next(prep)
@@ -239,6 +259,7 @@ def execute_sync(
         start = stop.value
     if start is None:
         return gt.captured
+    queue = _start_queue(gt, start[0])
     queue.push(gt, start[0], start[1])
     del start
     try:
@@ -247,7 +268,7 @@ def execute_sync(
         if gt.error is None and gt.callbacks:
             try:
                 run_callbacks_blocking(gt)
-            except Exception as e:
+            except BaseException as e:
                 gt.fail(e)
         if gt.error is not None:
             raise gt.error
@@ -288,7 +309,7 @@ async def wait_idle() -> None:
     loop = asyncio.get_running_loop()
     while True:
         pending: set[asyncio.Task[Any]] = set()
-        for q in _queues.get(loop, {}).values():
+        for q in queues_of(loop):
             if q.worker is not None:
                 pending.add(q.worker)
             pending.update(q.tasks)

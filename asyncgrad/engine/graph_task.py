@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from .ready_queue import key_base
 
 if TYPE_CHECKING:
-    from ..autograd.graph import Node
+    from ..backend import Device
+    from ..graph.node import Node
     from .ready_queue import ReadyQueue
 
 
@@ -47,6 +48,7 @@ class GraphTask:
         "outstanding",
         "priority",
         "queue",
+        "queues",
     )
 
     def __init__(
@@ -65,7 +67,9 @@ class GraphTask:
         self.outstanding = 0
         self.future: asyncio.Future[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        # The queue the graph task started on, and every device queue it has pushed to.
         self.queue: ReadyQueue | None = None
+        self.queues: dict[Device, ReadyQueue] = {}
         self.error: BaseException | None = None
         self.error_node: Node | None = None
         self.callbacks: list[Any] = []
@@ -80,10 +84,24 @@ class GraphTask:
 
     # ------------------------------------------------------------------ ending
     def fail(self, exc: BaseException, node: Node | None = None) -> None:
-        """Record the first error; this graph task alone stops, others sharing its queue go on."""
+        """Record the first error; this graph task alone stops, others sharing its queue go on.
+
+        Whatever a node raises reaches the caller: an Exception as it is (with a note naming the
+        node), KeyboardInterrupt and SystemExit as they are, and any other BaseException (a
+        CancelledError from a future a hook awaited, say) as the cause of a RuntimeError, so the
+        caller can tell it from its own cancellation (tests/engine/test_faults.py).
+        """
         if self.done:
             return
-        if node is not None and isinstance(exc, Exception):
+        if not isinstance(exc, (Exception, KeyboardInterrupt, SystemExit)):
+            where = f" in {node.name()}" if node is not None else ""
+            err = RuntimeError(
+                f"the backward pass was stopped by {type(exc).__name__}{where}: a node, hook or "
+                "callback raised it (or an awaitable it awaited was cancelled)"
+            )
+            err.__cause__ = exc
+            exc = err
+        elif node is not None and isinstance(exc, Exception):
             note = f"(raised while computing the backward of {node.name()})"
             if note not in getattr(exc, "__notes__", ()):
                 exc.add_note(note)
@@ -104,8 +122,7 @@ class GraphTask:
 
     def _stop(self) -> None:
         self.done = True
-        q = self.queue
-        if q is not None:
+        for q in self.queues.values():
             q.purge(self)
         for t in list(self.inflight):
             t.cancel()

@@ -1,10 +1,10 @@
-"""InputBuffer: the gradients arriving at one node, summed per input slot."""
+"""InputBuffer: the gradients arriving at one node, and ``add``, the one place they are summed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from .. import backend
 
 
 class InputBuffer(list):  # type: ignore[type-arg]
@@ -19,7 +19,15 @@ class InputBuffer(list):  # type: ignore[type-arg]
         self.owned = 0
 
 
-def accumulate(buf: InputBuffer, nr: int, g: Any, create: bool) -> None:
+def add(buf: list[Any], nr: int, g: Any, create: bool) -> None:
+    """Sum gradient ``g`` into slot ``nr`` of ``buf``.
+
+    NOTE [Gradient values]
+    A gradient in the engine is an array on the receiving node's device (``numpy.ndarray`` on the
+    CPU, never a NumPy scalar), or ``None`` for "no gradient". Under ``create_graph`` it is a
+    Tensor instead, so that the sum is recorded for double backward. This is where stream
+    synchronisation of a producer's and a consumer's device streams will go.
+    """
     if g is None:
         return
     old = buf[nr]
@@ -27,11 +35,13 @@ def accumulate(buf: InputBuffer, nr: int, g: Any, create: bool) -> None:
         buf[nr] = g
     elif create:
         buf[nr] = old + g  # Tensors: records the sum so double backward sees it
-    elif buf.owned >> nr & 1 and old.shape == np.broadcast_shapes(old.shape, g.shape):
-        np.add(old, g, out=old, casting="unsafe")
+    elif (
+        type(buf) is InputBuffer
+        and buf.owned >> nr & 1
+        and old.shape == backend.broadcast_shapes(old.shape, g.shape)
+    ):
+        backend.add_into(old, g)
     else:
-        r = old + g
-        if isinstance(r, np.generic):  # 0-d operands give a NumPy scalar: keep an array
-            r = np.asarray(r)
-        buf[nr] = r
-        buf.owned |= 1 << nr
+        buf[nr] = backend.ensure_array(old + g)
+        if type(buf) is InputBuffer:
+            buf.owned |= 1 << nr

@@ -1,14 +1,16 @@
-"""ReadyQueue: the per-device heap of nodes whose gradients are all in."""
+"""ReadyQueue: one device's heap of nodes whose gradients are all in."""
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 from heapq import heappush
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ..autograd.graph import Node
+    from ..backend import Device
+    from ..graph.node import Node
     from .graph_task import GraphTask
 
 # NOTE [Ready order]
@@ -24,24 +26,42 @@ DEPTH_SHIFT: Final = 64
 _tie = itertools.count()
 next_tie = _tie.__next__
 
+Entry = tuple[int, int, "Node", list[Any], "GraphTask"]
+
 
 def key_base(priority: int, depth: int) -> int:
     return -((priority << PRIORITY_SHIFT) + (depth << DEPTH_SHIFT))
+
+
+def shuffle_ties(seed: int | None) -> None:
+    """Test-only: break ties between equal keys in a seeded random order instead of push order.
+
+    Gradients must not depend on the order of ready nodes with equal keys; tests run the same
+    graphs under several seeds (tests/engine/test_oracle.py). ``None`` restores push order.
+    """
+    global next_tie
+    if seed is None:
+        next_tie = itertools.count().__next__
+        return
+    import random
+
+    rng = random.Random(seed)
+    next_tie = lambda: rng.getrandbits(62)  # noqa: E731
 
 
 class ReadyQueue:
     """One device's ready nodes on one event loop (or on a blocking caller's thread).
 
     With a loop, a worker task drains it: started by the first push and ending when the heap is
-    empty (see worker.run_worker). Without one (``loop is None``) the caller drains it itself.
+    empty (see devices.start_worker). Without one (``loop is None``) the caller drains it.
     """
 
     __slots__ = ("device", "heap", "loop", "tasks", "worker")
 
-    def __init__(self, device: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+    def __init__(self, device: Device, loop: asyncio.AbstractEventLoop | None) -> None:
         self.device = device
         self.loop = loop
-        self.heap: list[tuple[int, int, Node, list[Any], GraphTask]] = []
+        self.heap: list[Entry] = []
         self.worker: asyncio.Task[None] | None = None
         # Tasks finishing nodes that await (async hooks or backward) and final callbacks.
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -49,15 +69,9 @@ class ReadyQueue:
     def push(self, gt: GraphTask, node: Node, buf: list[Any]) -> None:
         heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))
         gt.outstanding += 1
-        if self.worker is None and self.loop is not None:
-            from .worker import start_worker
-
-            start_worker(self)
 
     def purge(self, gt: GraphTask) -> None:
         """Drop every entry of ``gt`` (failed or cancelled), freeing its buffers now."""
-        import heapq
-
         heap = self.heap
         keep = [e for e in heap if e[4] is not gt]
         if len(keep) != len(heap):

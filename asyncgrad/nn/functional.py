@@ -10,23 +10,19 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from .. import ops
+from .. import backend, dtypes, ops
+from .._tensor import Tensor
 from ..ops import (
-    cross_entropy,
     gelu,
     linear,
     log_softmax,
-    mse_loss,
-    nll_loss,
     relu,
     sigmoid,
     silu,
     softmax,
     tanh,
 )
-from ..tensor import Tensor
+from ..ops._record import OPS, arr, make
 
 __all__ = [
     "binary_cross_entropy_with_logits",
@@ -65,11 +61,6 @@ def _check_reduction(reduction: str) -> None:
         raise ValueError(f"{reduction!r} is not a valid value for reduction ({_REDUCTIONS})")
 
 
-def _on_device_of(arr: np.ndarray[Any, Any], like: Tensor) -> Tensor:
-    t = ops.from_numpy(arr)
-    return t if like.device == t.device else t.to(like.device)
-
-
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
     z = ops.mul(input, beta) if beta != 1 else input
@@ -90,11 +81,11 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        scale = np.zeros(input.shape, dtype=input.dtype)
+        mask = ops.zeros(input.shape, dtype=input.dtype, device=input.device)
     else:
-        keep = ops._default_generator._rng.random(input.shape) >= p
-        scale = keep.astype(input.dtype) * np.asarray(1.0 / (1.0 - p), dtype=input.dtype)
-    mask = _on_device_of(scale, input)
+        keep = ops.default_generator._rng.random(input.shape, dtypes.float64) >= p
+        scale = keep.astype(input.dtype) * (1.0 / (1.0 - p))
+        mask = ops.wrap(backend.on_device(scale.astype(input.dtype), input.device))
     return ops.mul_(input, mask) if inplace else ops.mul(input, mask)
 
 
@@ -154,7 +145,7 @@ def binary_cross_entropy_with_logits(
     """``-[pos_weight * y * log(sigmoid(x)) + (1 - y) * log(1 - sigmoid(x))]``, computed
     stably as ``pos_weight * y * softplus(-x) + (1 - y) * softplus(x)``."""
     _check_reduction(reduction)
-    tshape = tuple(np.shape(target._array if isinstance(target, Tensor) else target))
+    tshape = tuple(getattr(arr(target), "shape", ()))
     if tshape != tuple(input.shape):
         raise ValueError(
             f"Target size ({tshape}) must be the same as input size ({tuple(input.shape)})"
@@ -186,10 +177,11 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(query.shape[-1])
     scores = ops.mul(ops.matmul(query, ops.transpose(key, -2, -1)), scale)
     if is_causal:
-        future = ~np.tril(np.ones((n_q, n_k), dtype=bool))
-        scores = ops.masked_fill(scores, _on_device_of(future, scores), float("-inf"))
+        rows = ops.unsqueeze(ops.arange(n_q, device=scores.device), 1)
+        future = ops.gt(ops.arange(n_k, device=scores.device), rows)
+        scores = ops.masked_fill(scores, future, float("-inf"))
     elif attn_mask is not None:
-        if attn_mask.dtype == np.bool_:
+        if attn_mask.dtype == dtypes.bool_:
             scores = ops.masked_fill(scores, ops.logical_not(attn_mask), float("-inf"))
         else:
             scores = ops.add(scores, attn_mask)
@@ -197,3 +189,134 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
     return ops.matmul(attn, value)
+
+
+# ----------------------------------------------------------------------------- losses
+def nll_loss(
+    input: Tensor,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> Tensor:
+    """The negative log likelihood of class indices ``target`` under log-probabilities
+    ``input`` (classes along dim 1)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    la = input._array
+    ta = arr(target)
+    if not hasattr(ta, "dtype") or ta.dtype.kind not in "iu":
+        raise RuntimeError(
+            f"nll_loss: expected target of integer class indices, got "
+            f"{getattr(ta, 'dtype', type(ta).__name__)}"
+        )
+    if la.ndim < 1 or ta.shape != (la.shape[:1] + la.shape[2:] if la.ndim > 1 else ()):
+        raise ValueError(
+            f"Expected input batch_size ({la.shape[0] if la.ndim else 0}) to match target "
+            f"batch_size ({ta.shape[0] if ta.ndim else 0}); input shape {list(la.shape)}, target "
+            f"shape {list(ta.shape)}."
+        )
+    if la.ndim == 1:  # a single sample
+        one = nll_loss(
+            ops.unsqueeze(input, 0), ops.wrap(ta.reshape(1)), weight, ignore_index, reduction
+        )
+        return ops.squeeze(one, 0) if reduction == "none" else one
+    xp = backend.namespace(la)
+    n_cls = la.shape[1]
+    wa = None if weight is None else arr(weight)
+    if la.ndim == 2 and wa is None and reduction != "none" and ta.size:
+        lo, hi = int(ta.min()), int(ta.max())
+        if lo >= 0 and hi < n_cls and not lo <= ignore_index <= hi:
+            # Every target is a valid class and none is ignored: the common case, in few ops.
+            total = -la[xp.arange(ta.shape[0]), ta].sum()
+            denom = float(ta.shape[0]) if reduction == "mean" else 1.0
+            params = {
+                "target": ta,
+                "weight": None,
+                "reduction": reduction,
+                "ignore_index": ignore_index,
+                "denom": denom,
+                "all_valid": True,
+            }
+            out = xp.asarray(total / denom, dtype=la.dtype)
+            return make(OPS["nll_loss"], out, (input,), params)
+    valid = ta != ignore_index
+    bad = (ta[valid] < 0) | (ta[valid] >= n_cls)
+    if bad.any():
+        raise IndexError(f"Target {ta[valid][bad][0]} is out of bounds for {n_cls} classes.")
+    safe = xp.where(valid, ta, 0)
+    picked = xp.take_along_axis(la, xp.expand_dims(safe, 1), axis=1).squeeze(1)
+    coef = valid.astype(la.dtype)
+    if wa is not None:
+        coef = coef * wa[safe]
+    losses = -picked * coef
+    denom = 1.0
+    if reduction == "none":
+        out = losses
+    elif reduction == "sum":
+        out = losses.sum()
+    else:
+        denom = float(coef.sum())
+        out = losses.sum() / denom if denom else xp.asarray(xp.nan, dtype=la.dtype)
+    params = {
+        "target": ta,
+        "weight": wa,
+        "reduction": reduction,
+        "ignore_index": ignore_index,
+        "denom": denom,
+        "all_valid": False,
+    }
+    return make(OPS["nll_loss"], xp.asarray(out, dtype=la.dtype), (input,), params)
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Cross entropy over class indices: ``nll_loss(log_softmax(input, 1), target)``."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    if input.ndim == 0:
+        raise ValueError("cross_entropy: input must have at least one dimension (classes)")
+    cls_dim = 1 if input.ndim > 1 else 0
+    logp = log_softmax(input, cls_dim)
+    loss = nll_loss(logp, target, weight, ignore_index, reduction)
+    if label_smoothing == 0.0:
+        return loss
+    ta = arr(target)
+    n_cls = input.shape[cls_dim]
+    valid_a = (ta != ignore_index).astype(input.dtype)
+    valid = ops.wrap(valid_a)
+    lp = (
+        logp
+        if weight is None
+        else logp * ops.reshape(ops.as_tensor(weight), (n_cls,) + (1,) * (input.ndim - 2))
+    )
+    smooth = -(lp.sum(cls_dim)) * valid if input.ndim > 1 else -(lp.sum(0))
+    if reduction == "none":
+        s = smooth
+    elif reduction == "sum":
+        s = smooth.sum()
+    else:
+        wa = arr(weight) if weight is not None else None
+        if wa is None:
+            denom = float(valid_a.sum())
+        else:
+            xp = backend.namespace(valid_a)
+            denom = float((wa[xp.where(ta != ignore_index, ta, 0)] * valid_a).sum())
+        s = smooth.sum() / denom
+    return loss * (1.0 - label_smoothing) + s * (label_smoothing / n_cls)
+
+
+def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    d = input - target
+    sq = d * d
+    if reduction == "none":
+        return sq
+    return sq.sum() if reduction == "sum" else sq.mean()

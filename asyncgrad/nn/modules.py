@@ -7,11 +7,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
-
-from .. import ops
-from ..autograd.grad_mode import no_grad
-from ..tensor import Tensor
+from .. import backend, dtypes, ops
+from .._tensor import Tensor
+from ..graph.grad_mode import no_grad
 from . import functional as F
 
 
@@ -22,8 +20,8 @@ class Parameter(Tensor):
 
     def __init__(self, data: Any = None, requires_grad: bool = True) -> None:
         if data is None:
-            data = np.empty(0, dtype=np.float32)
-        arr = data._array if isinstance(data, Tensor) else ops._as_array(data)
+            data = backend.empty((0,), dtypes.float32)
+        arr = data._array if isinstance(data, Tensor) else ops.as_array(data)
         super().__init__(arr, requires_grad=requires_grad)
 
     def __repr__(self) -> str:
@@ -212,7 +210,7 @@ class Module:
             if n not in state_dict:
                 continue
             v = state_dict[n]
-            arr = v._array if isinstance(v, Tensor) else np.asarray(v)
+            arr = v._array if isinstance(v, Tensor) else backend.asarray(v)
             if tuple(arr.shape) != tuple(p.shape):
                 errors.append(
                     f"size mismatch for {n}: copying a param with shape {tuple(arr.shape)} from "
@@ -254,9 +252,9 @@ def _zero_grad(p: Tensor, set_to_none: bool) -> None:
         g._vc[0] += 1
 
 
-def _uniform(bound: float, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
-    rng = ops._default_generator._rng
-    return rng.uniform(-bound, bound, shape).astype(ops._dtype(dtype or np.float32))
+def _uniform(bound: float, shape: tuple[int, ...], dtype: Any) -> Any:
+    rng = ops.default_generator._rng
+    return rng.uniform(-bound, bound, shape, dtypes.to_dtype(dtype or dtypes.float32))
 
 
 # ============================================================================ containers
@@ -381,11 +379,11 @@ class Embedding(Module):
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
-        rng = ops._default_generator._rng
-        w = rng.standard_normal((num_embeddings, embedding_dim))
+        rng = ops.default_generator._rng
+        w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
         if padding_idx is not None:
             w[padding_idx] = 0
-        self.weight = Parameter(w.astype(ops._dtype(dtype or np.float32)))
+        self.weight = Parameter(w.astype(dtypes.to_dtype(dtype or dtypes.float32)))
         if device is not None:
             self.to(device)
 
@@ -415,10 +413,11 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(int(s) for s in normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        dt = ops._dtype(dtype or np.float32)
-        self.weight = Parameter(np.ones(self.normalized_shape, dt)) if elementwise_affine else None
+        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        shape = self.normalized_shape
+        self.weight = Parameter(backend.ones(shape, dt)) if elementwise_affine else None
         use_bias = elementwise_affine and bias
-        self.bias = Parameter(np.zeros(self.normalized_shape, dt)) if use_bias else None
+        self.bias = Parameter(backend.zeros(shape, dt)) if use_bias else None
         if device is not None:
             self.to(device)
 

@@ -11,10 +11,9 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import numpy as np
-
-from ..autograd.grad_mode import enable_grad
-from ..tensor import Tensor
+from .. import backend
+from .._tensor import Tensor
+from ..graph.grad_mode import enable_grad
 
 
 class Optimizer:
@@ -154,7 +153,7 @@ class Optimizer:
                 continue
             new_state[p] = {}
             for k, v in s.items():
-                if isinstance(v, (Tensor, np.ndarray)):
+                if isinstance(v, Tensor) or backend.is_array(v):
                     arr = v._array if isinstance(v, Tensor) else v
                     if k != "step" and tuple(arr.shape) != tuple(p.shape):
                         raise ValueError(
@@ -162,7 +161,7 @@ class Optimizer:
                             f"the parameter has shape {tuple(p.shape)}"
                         )
                     v = arr.astype(p.dtype) if k != "step" else arr.item()
-                new_state[p][k] = v.copy() if isinstance(v, np.ndarray) else v
+                new_state[p][k] = v.copy() if backend.is_array(v) else v
         for saved, group in zip(groups, self.param_groups, strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
         self.state = new_state
@@ -264,10 +263,11 @@ class Adam(Optimizer):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         if not state:
             state["step"] = 0
-            state["exp_avg"] = np.zeros_like(p._array)
-            state["exp_avg_sq"] = np.zeros_like(p._array)
+            xp = backend.namespace(p._array)
+            state["exp_avg"] = xp.zeros_like(p._array)
+            state["exp_avg_sq"] = xp.zeros_like(p._array)
             if group["amsgrad"]:
-                state["max_exp_avg_sq"] = np.zeros_like(p._array)
+                state["max_exp_avg_sq"] = xp.zeros_like(p._array)
         state["step"] += 1
         t = state["step"]
         if wd:
@@ -281,9 +281,10 @@ class Adam(Optimizer):
         v *= b2
         v += (1 - b2) * (g * g)
         if group["amsgrad"]:
-            np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
+            xp = backend.namespace(v)
+            xp.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
             v = state["max_exp_avg_sq"]
-        denom = np.sqrt(v) / math.sqrt(1 - b2**t) + eps
+        denom = backend.namespace(v).sqrt(v) / math.sqrt(1 - b2**t) + eps
         p._array -= (lr / (1 - b1**t)) * (m / denom)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine.engine import _queues
+from asyncgrad.engine.devices import _queues
 from asyncgrad.engine.reentrant import current_graph_task
 
 from .helpers import TIMEOUT_S, assert_close, leaf, scale_chain

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.autograd.graph import _FREED
 from asyncgrad.engine import reentrant
+from asyncgrad.graph.saved_tensor import FREED as _FREED
 
 from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close
 

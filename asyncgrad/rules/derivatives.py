@@ -18,7 +18,11 @@ from typing import Any, Final
 
 import numpy as np
 
-from .graph import _FREED, Node, SavedTensor, raise_freed
+from .. import backend
+from .._tensor import Tensor
+from ..graph.node import Node
+from ..graph.saved_tensor import FREED as _FREED
+from ..graph.saved_tensor import SavedTensor, raise_freed
 
 __all__ = ["OPS", "OpDef", "defvjp", "sum_to"]
 
@@ -291,6 +295,12 @@ defvjp(
     save="ans x y",
 )
 defvjp(
+    "remainder",  # x - floor(x / y) * y
+    lambda g, ans, x, y: g,
+    lambda g, ans, x, y: -g * np.floor_divide(x, y),
+    save="x y",
+)
+defvjp(
     "maximum",
     lambda g, ans, x, y: _minmax_grad(g, x, y, x > y),
     lambda g, ans, x, y: _minmax_grad(g, x, y, y > x),
@@ -488,10 +498,8 @@ def _gelu_grad(g: Any, x: Any, approximate: str) -> Any:
         t = np.tanh(u)
         du = SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
         return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
-    from ..ops import erf
-
     # y = x Phi(x): dy/dx = Phi(x) + x phi(x)
-    cdf = 0.5 * (1.0 + erf(x / SQRT_2))
+    cdf = 0.5 * (1.0 + _erf(x / SQRT_2))
     pdf = INV_SQRT_2PI * np.exp(-0.5 * x * x)
     return g * (cdf + x * pdf)
 
@@ -560,16 +568,22 @@ def _index_grad(g: Any, indices: Any, shape: tuple[int, ...], dim: int, keepdim:
     return onehot * _keep(g, (d,), keepdim)
 
 
-def _getitem_grad(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
-    from ..ops import _index_add_zeros
+def _erf(x: Any) -> Any:
+    return x.erf() if isinstance(x, Tensor) else backend.erf(x)
 
-    return _index_add_zeros(g, index, shape)
+
+def _getitem_grad(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
+    # Zeros of the input's shape with g added at index (repeated indices add up).
+    if isinstance(g, Tensor):
+        return g._index_add_zeros(index, shape)  # recorded, for double backward
+    return backend.index_add_zeros(g, index, shape)
 
 
 def _index_put_self_grad(g: Any, index: Any) -> Any:
-    from ..ops import _zero_at
-
-    return _zero_at(g, index)
+    # g with zeros where index_put wrote.
+    mask = np.ones(g.shape, dtype=bool)
+    mask[index] = False
+    return g * mask
 
 
 def _split_grad(g: Any, dim: int, sizes: list[int]) -> list[Any]:

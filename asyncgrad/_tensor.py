@@ -1,0 +1,826 @@
+"""Tensor: a NumPy (or CuPy) array plus the autograd state that links it to the backward graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import backend, dtypes
+from .backend import CPU, Device, device_of
+
+if TYPE_CHECKING:
+    from .graph.hooks import RemovableHandle
+    from .graph.node import Edge, Node
+
+__all__ = ["Tensor"]
+
+_FLOAT_KINDS = dtypes.FLOAT_KINDS
+
+
+class _Meta:
+    """Rarely used autograd state of a tensor, allocated on first use to keep tensors small."""
+
+    __slots__ = (
+        "grad_accumulator",
+        "hooks",
+        "inference",
+        "name",
+        "post_acc_hooks",
+        "retains_grad",
+        "view_chain",
+        "view_version",
+    )
+
+    def __init__(self) -> None:
+        self.grad_accumulator: Any = None  # the AccumulateGrad node, made on first use
+        self.hooks: Any = None  # graph._Hooks for a leaf's tensor hooks
+        self.post_acc_hooks: dict[int, Callable[..., Any]] | None = None
+        self.retains_grad = False
+        self.view_chain: tuple[tuple[str, Any], ...] | None = None
+        self.view_version = 0
+        self.inference = False
+        self.name: str | None = None
+
+
+class Tensor:
+    """An n-dimensional array that can record the operations applied to it.
+
+    ``_array`` is the backing ``numpy.ndarray`` (always an ndarray, never a NumPy scalar);
+    ``_vc`` is the version counter, a one-item list shared by a base and all its views.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_array",
+        "_base",
+        "_grad",
+        "_grad_fn",
+        "_meta",
+        "_output_nr",
+        "_requires_grad",
+        "_vc",
+    )
+
+    _array: Any
+    _grad_fn: Node | None
+
+    # Tensor defines __array_ufunc__ so NumPy's operators defer to it; see NOTE [Rules are NumPy].
+    __array_priority__ = 1000
+
+    def __init__(self, data: Any, *, requires_grad: bool = False, dtype: Any = None) -> None:
+        arr = _ops.as_array(data, dtype)
+        self._array = arr
+        self._grad_fn = None
+        self._output_nr = 0
+        self._requires_grad = False
+        self._grad = None
+        self._vc = [0]
+        self._base = None
+        self._meta = None
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _wrap(cls, array: Any) -> Tensor:
+        """Wrap an ndarray with no autograd state (the hot path: no checks, no copies)."""
+        t = object.__new__(cls)
+        t._array = array
+        t._grad_fn = None
+        t._output_nr = 0
+        t._requires_grad = False
+        t._grad = None
+        t._vc = [0]
+        t._base = None
+        t._meta = None
+        return t
+
+    def _get_meta(self) -> _Meta:
+        m = self._meta
+        if m is None:
+            m = self._meta = _Meta()
+        return m
+
+    # ------------------------------------------------------------------ array-like attributes
+    @property
+    def array(self) -> Any:
+        """The backing ``numpy.ndarray`` (or ``cupy.ndarray``), without a copy."""
+        return self._array
+
+    @property
+    def data(self) -> Tensor:
+        """A tensor sharing storage with this one, detached from the graph."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        self._array = value._array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._array.shape
+
+    @property
+    def dtype(self) -> dtypes.dtype[Any]:
+        return self._array.dtype
+
+    @property
+    def device(self) -> Device:
+        arr = self._array
+        if type(arr) is backend.ndarray:
+            return CPU
+        return device_of(arr)
+
+    @property
+    def ndim(self) -> int:
+        return self._array.ndim
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def dim(self) -> int:
+        return self._array.ndim
+
+    def size(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self._array.shape
+        return self._array.shape[dim]
+
+    def numel(self) -> int:
+        return int(self._array.size)
+
+    def __len__(self) -> int:
+        if self._array.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return int(self._array.shape[0])
+
+    def element_size(self) -> int:
+        return int(self._array.itemsize)
+
+    def item(self) -> Any:
+        if self._array.size != 1:
+            raise RuntimeError(
+                f"a Tensor with {self._array.size} elements cannot be converted to Scalar"
+            )
+        return self._array.reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self._array.tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        """The backing array as NumPy (shares memory). Raises for a tensor that requires grad."""
+        if self.device.type != "cpu":
+            if not force:
+                raise TypeError(
+                    f"can't convert {self.device} device type tensor to numpy. "
+                    "Use Tensor.cpu() to copy the tensor to host memory first."
+                )
+            return backend.to_device(self._array, CPU)
+        if self.requires_grad and not force:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. "
+                "Use tensor.detach().numpy() instead."
+            )
+        return self._array
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        arr = self._array
+        if type(arr) is not backend.ndarray:
+            arr = backend.to_device(arr, CPU)
+        if dtype is not None and arr.dtype != dtype:
+            return arr.astype(dtype)
+        if copy:
+            return arr.copy()
+        return arr
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.requires_grad:
+            raise RuntimeError(
+                "Can't export a tensor that requires grad through DLPack; "
+                "use tensor.detach() first."
+            )
+        return self._array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._array.__dlpack_device__()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ autograd attributes
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad or self._grad_fn is not None
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if self._grad_fn is not None:
+            if not requires_grad:
+                raise RuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want to "
+                    "use a computed variable in a subgraph that doesn't require differentiation "
+                    "use var_no_grad = var.detach()."
+                )
+            return self
+        if requires_grad and self._array.dtype.kind not in _FLOAT_KINDS:
+            raise RuntimeError(
+                "only Tensors of floating point dtype can require gradients, "
+                f"got {self._array.dtype}"
+            )
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def grad_fn(self) -> Node | None:
+        if self._base is not None:
+            self._refresh_view()
+        return self._grad_fn
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def output_nr(self) -> int:
+        return self._output_nr
+
+    @property
+    def _version(self) -> int:
+        return self._vc[0]
+
+    def _is_view(self) -> bool:
+        return self._base is not None
+
+    @property
+    def grad(self) -> Tensor | None:
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got grad of type "
+                    f"{type(value).__name__}"
+                )
+            if value.shape != self.shape:
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: expected {tuple(self.shape)}, "
+                    f"got {tuple(value.shape)}"
+                )
+            if value.device != self.device:
+                raise RuntimeError(
+                    "assigned grad has data located on a different device: "
+                    f"expected {self.device}, got {value.device}"
+                )
+            if value.dtype != self.dtype:
+                raise RuntimeError(
+                    f"assigned grad has data of a different type: expected {self.dtype}, "
+                    f"got {value.dtype}"
+                )
+        self._grad = value
+
+    @property
+    def retains_grad(self) -> bool:
+        m = self._meta
+        return bool(m is not None and m.retains_grad)
+
+    @property
+    def name(self) -> str | None:
+        m = self._meta
+        return None if m is None else m.name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self._get_meta().name = value
+
+    def is_inference(self) -> bool:
+        m = self._meta
+        return bool(m is not None and m.inference)
+
+    def detach(self) -> Tensor:
+        """A new tensor sharing storage and version counter, outside the graph."""
+        t = Tensor._wrap(self._array)
+        t._vc = self._vc
+        return t
+
+    def detach_(self) -> Tensor:
+        if self._base is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self._grad_fn = None
+        self._output_nr = 0
+        self._requires_grad = False
+        return self
+
+    def _edge(self) -> Edge | None:
+        """The gradient edge of this tensor: ``(grad_fn, output_nr)`` or its AccumulateGrad."""
+        if self._base is not None:
+            self._refresh_view()
+        fn = self._grad_fn
+        if fn is not None:
+            return _ops.Edge(fn, self._output_nr)
+        if self._requires_grad:
+            return _ops.Edge(_ops.grad_accumulator(self), 0)
+        return None
+
+    def _grad_accumulator(self) -> Node:
+        """This leaf's AccumulateGrad node (made once, kept for the tensor's life)."""
+        return _ops.grad_accumulator(self)
+
+    def _refresh_view(self) -> None:
+        _ops.refresh_view(self)
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in ``.grad`` after backward."""
+        _ops.retain_grad(self)
+
+    def register_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Register ``hook(grad) -> Tensor | None``, called with this tensor's gradient.
+
+        The hook may return a new gradient to use in its place, and may be ``async def``.
+        """
+        return _ops.register_tensor_hook(self, hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """Register ``hook(tensor)``, called after a leaf's ``.grad`` is accumulated."""
+        return _ops.register_post_accumulate_grad_hook(self, hook)
+
+    # ------------------------------------------------------------------ gradients
+    def backward(
+        self,
+        gradient: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Any = None,
+    ) -> None:
+        """Accumulate this tensor's gradient into the leaves' ``.grad`` (blocking).
+
+        Works with no event loop and inside a running one (see ``ag.backward_sync``).
+        """
+        from .autograd import backward_sync
+
+        backward_sync(self, gradient, retain_graph, create_graph, inputs)
+
+    async def abackward(
+        self,
+        gradient: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Any = None,
+    ) -> None:
+        """``await t.abackward()``: the coroutine form of ``t.backward()``."""
+        from .autograd import backward
+
+        await backward(self, gradient, retain_graph, create_graph, inputs)
+
+    # ------------------------------------------------------------------ conversion
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        return _ops.to(self, *args, **kwargs)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def cuda(self, device: int | None = None) -> Tensor:
+        return self.to(f"cuda:{0 if device is None else device}")
+
+    def __repr__(self) -> str:
+        return _ops.format_tensor(self)
+
+    def __bool__(self) -> bool:
+        if self._array.size != 1:
+            raise RuntimeError(
+                f"Boolean value of Tensor with {self._array.size} elements is ambiguous"
+            )
+        return bool(self._array.reshape(()))
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self._array.dtype.kind not in "iub" or self._array.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if self._array.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        raise TypeError("asyncgrad tensors are saved with ag.save(), not pickled")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                "protocol at the moment."
+            )
+        t = Tensor._wrap(self._array.copy())
+        t._requires_grad = self._requires_grad
+        if self._grad is not None:
+            t._grad = Tensor._wrap(self._grad._array.copy())
+        memo[id(self)] = t
+        return t
+
+    # ------------------------------------------------------------------ ops (see asyncgrad.ops)
+    def add(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return _ops.add(self, other, alpha=alpha)
+
+    def sub(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return _ops.sub(self, other, alpha=alpha)
+
+    def mul(self, other: Any) -> Tensor:
+        return _ops.mul(self, other)
+
+    def div(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return _ops.div(self, other, rounding_mode=rounding_mode)
+
+    def pow(self, exponent: Any) -> Tensor:
+        return _ops.pow(self, exponent)
+
+    def neg(self) -> Tensor:
+        return _ops.neg(self)
+
+    def exp(self) -> Tensor:
+        return _ops.exp(self)
+
+    def log(self) -> Tensor:
+        return _ops.log(self)
+
+    def log1p(self) -> Tensor:
+        return _ops.log1p(self)
+
+    def expm1(self) -> Tensor:
+        return _ops.expm1(self)
+
+    def sqrt(self) -> Tensor:
+        return _ops.sqrt(self)
+
+    def rsqrt(self) -> Tensor:
+        return _ops.rsqrt(self)
+
+    def reciprocal(self) -> Tensor:
+        return _ops.reciprocal(self)
+
+    def sin(self) -> Tensor:
+        return _ops.sin(self)
+
+    def cos(self) -> Tensor:
+        return _ops.cos(self)
+
+    def tan(self) -> Tensor:
+        return _ops.tan(self)
+
+    def tanh(self) -> Tensor:
+        return _ops.tanh(self)
+
+    def sigmoid(self) -> Tensor:
+        return _ops.sigmoid(self)
+
+    def relu(self) -> Tensor:
+        return _ops.relu(self)
+
+    def abs(self) -> Tensor:
+        return _ops.abs(self)
+
+    def sign(self) -> Tensor:
+        return _ops.sign(self)
+
+    def erf(self) -> Any:
+        return _ops.erf(self)
+
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:
+        return _ops.clamp(self, min, max)
+
+    def clip(self, min: Any = None, max: Any = None) -> Tensor:
+        return _ops.clamp(self, min, max)
+
+    def maximum(self, other: Any) -> Tensor:
+        return _ops.maximum(self, other)
+
+    def minimum(self, other: Any) -> Tensor:
+        return _ops.minimum(self, other)
+
+    def floor_divide(self, other: Any) -> Tensor:
+        return _ops.floor_divide(self, other)
+
+    def remainder(self, other: Any) -> Tensor:
+        return _ops.remainder(self, other)
+
+    def eq(self, other: Any) -> Tensor:
+        return _ops.eq(self, other)
+
+    def ne(self, other: Any) -> Tensor:
+        return _ops.ne(self, other)
+
+    def lt(self, other: Any) -> Tensor:
+        return _ops.lt(self, other)
+
+    def le(self, other: Any) -> Tensor:
+        return _ops.le(self, other)
+
+    def gt(self, other: Any) -> Tensor:
+        return _ops.gt(self, other)
+
+    def ge(self, other: Any) -> Tensor:
+        return _ops.ge(self, other)
+
+    def isnan(self) -> Tensor:
+        return _ops.isnan(self)
+
+    def isfinite(self) -> Tensor:
+        return _ops.isfinite(self)
+
+    def logical_not(self) -> Tensor:
+        return _ops.logical_not(self)
+
+    def sum(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+        return _ops.sum(self, dim, keepdim, dtype=dtype)
+
+    def mean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+        return _ops.mean(self, dim, keepdim, dtype=dtype)
+
+    def amax(self, dim: Any = (), keepdim: bool = False) -> Tensor:
+        return _ops.amax(self, dim, keepdim)
+
+    def amin(self, dim: Any = (), keepdim: bool = False) -> Tensor:
+        return _ops.amin(self, dim, keepdim)
+
+    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
+        return _ops.max(self, dim, keepdim)
+
+    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
+        return _ops.min(self, dim, keepdim)
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        return _ops.argmax(self, dim, keepdim)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        return _ops.argmin(self, dim, keepdim)
+
+    def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
+        return _ops.logsumexp(self, dim, keepdim)
+
+    def matmul(self, other: Tensor) -> Tensor:
+        return _ops.matmul(self, other)
+
+    def mm(self, mat2: Tensor) -> Tensor:
+        return _ops.mm(self, mat2)
+
+    def bmm(self, mat2: Tensor) -> Tensor:
+        return _ops.bmm(self, mat2)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        return _ops.reshape(self, *shape)
+
+    def view(self, *shape: Any) -> Tensor:
+        return _ops.view(self, *shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        return _ops.flatten(self, start_dim, end_dim)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        return _ops.unflatten(self, dim, sizes)
+
+    def squeeze(self, dim: Any = None) -> Tensor:
+        return _ops.squeeze(self, dim)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        return _ops.unsqueeze(self, dim)
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        return _ops.transpose(self, dim0, dim1)
+
+    def swapaxes(self, dim0: int, dim1: int) -> Tensor:
+        return _ops.transpose(self, dim0, dim1)
+
+    def permute(self, *dims: Any) -> Tensor:
+        return _ops.permute(self, *dims)
+
+    def t(self) -> Tensor:
+        return _ops.t(self)
+
+    def expand(self, *sizes: Any) -> Tensor:
+        return _ops.expand(self, *sizes)
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        return _ops.expand_as(self, other)
+
+    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
+        return _ops.broadcast_to(self, shape)
+
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        return _ops.split(self, split_size_or_sections, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        return _ops.chunk(self, chunks, dim)
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        return _ops.unbind(self, dim)
+
+    def masked_fill(self, mask: Any, value: Any) -> Tensor:
+        return _ops.masked_fill(self, mask, value)
+
+    def clone(self) -> Tensor:
+        return _ops.clone(self)
+
+    def contiguous(self) -> Tensor:
+        return _ops.contiguous(self)
+
+    def softmax(self, dim: int, dtype: Any = None) -> Tensor:
+        return _ops.softmax(self, dim, dtype)
+
+    def log_softmax(self, dim: int, dtype: Any = None) -> Tensor:
+        return _ops.log_softmax(self, dim, dtype)
+
+    def add_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return _ops.add_(self, other, alpha=alpha)
+
+    def sub_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return _ops.sub_(self, other, alpha=alpha)
+
+    def mul_(self, other: Any) -> Tensor:
+        return _ops.mul_(self, other)
+
+    def div_(self, other: Any) -> Tensor:
+        return _ops.div_(self, other)
+
+    def pow_(self, exponent: Any) -> Tensor:
+        return _ops.pow_(self, exponent)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:
+        return _ops.clamp_(self, min, max)
+
+    def relu_(self) -> Tensor:
+        return _ops.relu_(self)
+
+    def zero_(self) -> Tensor:
+        return _ops.zero_(self)
+
+    def fill_(self, value: Any) -> Tensor:
+        return _ops.fill_(self, value)
+
+    def copy_(self, src: Any) -> Tensor:
+        return _ops.copy_(self, src)
+
+    def masked_fill_(self, mask: Any, value: Any) -> Tensor:
+        return _ops.masked_fill_(self, mask, value)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        return _ops.to(self, other.dtype)
+
+    def float(self) -> Tensor:
+        return _ops.to(self, dtypes.float32)
+
+    def double(self) -> Tensor:
+        return _ops.to(self, dtypes.float64)
+
+    def half(self) -> Tensor:
+        return _ops.to(self, dtypes.float16)
+
+    def long(self) -> Tensor:
+        return _ops.to(self, dtypes.int64)
+
+    def int(self) -> Tensor:
+        return _ops.to(self, dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return _ops.to(self, dtypes.bool_)
+
+    @property
+    def T(self) -> Tensor:
+        return _ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:
+        return _ops.transpose(self, -2, -1)
+
+    def _index_add_zeros(self, index: tuple[Any, ...], shape: tuple[int, ...]) -> Tensor:
+        """Zeros of ``shape`` with this tensor added at ``index`` (getitem's backward)."""
+        return _ops.index_add_zeros(self, index, shape)
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, other: Any) -> Tensor:
+        return _ops.add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return _ops.add(other, self)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return _ops.add_(self, other)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _ops.sub(other, self)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return _ops.sub_(self, other)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _ops.mul(other, self)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return _ops.mul_(self, other)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _ops.div(other, self)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return _ops.div_(self, other)
+
+    def __floordiv__(self, other: Any) -> Tensor:
+        return _ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> Tensor:
+        return _ops.floor_divide(other, self)
+
+    def __mod__(self, other: Any) -> Tensor:
+        return _ops.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> Tensor:
+        return _ops.remainder(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return _ops.pow(self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return _ops.pow(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _ops.matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return _ops.neg(self)
+
+    def __abs__(self) -> Tensor:
+        return _ops.abs(self)
+
+    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _ops.eq(self, other)
+
+    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _ops.ne(self, other)
+
+    def __lt__(self, other: Any) -> Tensor:
+        return _ops.lt(self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return _ops.le(self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return _ops.gt(self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return _ops.ge(self, other)
+
+    def __and__(self, other: Any) -> Tensor:
+        return _ops.logical_and(self, other)
+
+    def __or__(self, other: Any) -> Tensor:
+        return _ops.logical_or(self, other)
+
+    def __invert__(self) -> Tensor:
+        return _ops.logical_not(self)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _ops.getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        _ops.setitem(self, index, value)
+
+    # __eq__ returns a Tensor, so hashing is by identity (as torch's).
+    __hash__ = object.__hash__
+
+    # ------------------------------------------------------------------ NumPy protocols
+    # See NOTE [Rules are NumPy]: NumPy calls on Tensors run asyncgrad ops.
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return _ops.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return _ops.array_function(func, args, kwargs)
+
+
+# NOTE [Tensor delegates upward]
+# Tensor sits below the graph and the ops in the layers (See NOTE [Layers] in
+# asyncgrad/__init__.py), yet its methods are the ops (``t.exp()``) and the backward calls
+# (``t.backward()``). They are declared here, typed, so editors and type checkers see them, and
+# delegate at call time: to ``asyncgrad.ops``, imported below once the class exists, and to
+# ``asyncgrad.autograd`` inside the two backward methods. These are the only imports that point up
+# a layer; the import-linter contract in pyproject.toml names them as its ignored edges.
+from . import ops as _ops  # noqa: E402

@@ -1,0 +1,176 @@
+"""One node's evaluation (hooks, capture, apply, release), shared by every driver.
+
+``evaluate`` is a generator that yields each awaitable it meets (an async hook, an async
+backward) and receives its result back, so the same body serves a device worker (which finishes
+an awaiting node in its own task) and a blocking caller (which awaits on a helper loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from ..graph.accumulate_grad import AccumulateGrad
+from ..graph.hooks import from_user, hook_name, post_from_user, retain, to_user
+from .reentrant import current_graph_task, run_blocking
+
+if TYPE_CHECKING:
+    from ..graph.node import Node
+    from .graph_task import GraphTask
+
+isawaitable = inspect.isawaitable
+
+
+def evaluate_plain(gt: GraphTask, node: Node, buf: list[Any]) -> Any:
+    """A node with no hooks and a synchronous apply, under exec_info (``grad()``/``inputs=``).
+    Returns the gradients to route, or None when the node only captures."""
+    exec_info = gt.exec_info
+    assert exec_info is not None
+    info = exec_info[node]
+    if info.captures:
+        for nr, idx in info.captures:
+            gt.captured[idx] = buf[nr]
+    if not info.needed:
+        return None
+    needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+    out = node.apply(buf, needed, gt.create_graph)
+    if not gt.keep_graph:
+        node.release_variables()
+    return out
+
+
+def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, Any]:
+    """Evaluate a node with hooks and/or an async apply; returns the gradients to route (None
+    when the node only captures)."""
+    create = gt.create_graph
+    hooks = node._hooks
+    if hooks is not None:
+        # Tensor hooks, then retains_grad, then the node's pre-hooks (PyTorch's order).
+        for nr, fns in list(hooks.tensor_pre.items()):
+            for fn in list(fns.values()):
+                if nr >= len(buf) or buf[nr] is None:
+                    break
+                r = fn(to_user(buf[nr], create))
+                if isawaitable(r):
+                    r = yield r
+                if r is not None:
+                    buf[nr] = from_user(r, node, nr, hook_name(fn), create)
+        for nr, ref in list(hooks.retains.items()):
+            t = ref()
+            if t is not None and nr < len(buf) and buf[nr] is not None:
+                retain(t, buf[nr], create)
+    exec_info = gt.exec_info
+    needed = None
+    if exec_info is not None:
+        info = exec_info[node]
+        for nr, idx in info.captures:
+            gt.captured[idx] = buf[nr]
+        if not info.needed:
+            return None  # captured only: tensor hooks ran, the node's own hooks do not (as torch)
+        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+    if hooks is not None and hooks.pre:
+        grads = tuple(to_user(g, create) for g in buf)
+        for fn in list(hooks.pre.values()):
+            r = fn(grads)
+            if isawaitable(r):
+                r = yield r
+            if r is not None:
+                r = tuple(r)
+                if len(r) != len(buf):
+                    raise RuntimeError(
+                        f"{hook_name(fn)} on {node.name()} returned {len(r)} gradients, "
+                        f"expected {len(buf)}"
+                    )
+                grads = r
+        buf = [from_user(g, node, i, hook_name(fn), create) for i, g in enumerate(grads)]
+    grad_outputs = tuple(buf) if hooks is not None and hooks.post else ()
+    out = node.apply(buf, needed, create)
+    if isawaitable(out):
+        out = yield out
+    if not gt.keep_graph:
+        node.release_variables()
+    if hooks is not None:
+        if hooks.post:
+            gi = tuple(to_user(g, create) for g in out)
+            go = tuple(to_user(g, create) for g in grad_outputs)
+            for fn in list(hooks.post.values()):
+                r = fn(gi, go)
+                if isawaitable(r):
+                    r = yield r
+                if r is not None:
+                    r = tuple(r)
+                    if len(r) != len(gi):
+                        raise RuntimeError(
+                            f"{hook_name(fn)} on {node.name()} returned {len(r)} gradients, "
+                            f"expected {len(gi)}"
+                        )
+                    gi = r
+            out = [post_from_user(g, node, i, create) for i, g in enumerate(gi)]
+        if isinstance(node, AccumulateGrad) and hooks.post_acc:
+            for fn in list(hooks.post_acc.values()):
+                r = fn(node.variable)
+                if isawaitable(r):
+                    yield r
+    return out
+
+
+def finish_blocking(gen: Generator[Any, Any, Any], aw: Any) -> Any:
+    """Finish a node's evaluation from sync code: each awaitable runs on a helper loop.
+    Returns the generator's result."""
+    while True:
+        try:
+            val = run_blocking(lambda aw=aw: _await(aw))
+        except BaseException as e:
+            try:
+                aw = gen.throw(e)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            aw = gen.send(val)
+        except StopIteration as stop:
+            return stop.value
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+# ----------------------------------------------------------------------------- final callbacks
+async def run_callbacks(gt: GraphTask) -> None:
+    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, then complete it."""
+    current_graph_task.set(gt)
+    try:
+        while gt.callbacks and not gt.done:
+            cb = gt.callbacks.pop(0)
+            r = cb()
+            if isawaitable(r):
+                await r
+    except BaseException as e:
+        if own_cancellation(e):
+            raise
+        gt.fail(e)
+        return
+    gt.finish()
+
+
+def run_callbacks_blocking(gt: GraphTask) -> None:
+    tok = current_graph_task.set(gt)
+    try:
+        while gt.callbacks:
+            cb = gt.callbacks.pop(0)
+            r = cb()
+            if isawaitable(r):
+                run_blocking(lambda r=r: _await(r))
+    finally:
+        current_graph_task.reset(tok)
+
+
+def own_cancellation(e: BaseException) -> bool:
+    """Whether ``e`` is the running task being cancelled (not a cancelled future it awaited)."""
+    if not isinstance(e, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

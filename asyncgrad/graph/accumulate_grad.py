@@ -1,0 +1,125 @@
+"""AccumulateGrad: the sink node of a leaf tensor, summing gradients into its ``.grad``."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Final
+
+from .. import backend
+from .._tensor import Tensor
+from .hooks import Hooks
+from .node import ACCUMULATE_SEQUENCE_NR, Edge, Node
+
+__all__ = ["AccumulateGrad"]
+
+_NO_EDGES: Final[list[Edge | None]] = []
+_meta_lock = threading.Lock()
+
+
+class AccumulateGrad(Node):
+    """The sink of a leaf tensor: sums every gradient that reaches it into ``variable.grad``.
+
+    # NOTE [Accumulator lifetime]
+    # The leaf holds its AccumulateGrad strongly and the node holds the leaf weakly (PyTorch has
+    # it the other way round). A parameter then keeps one accumulator for its whole life instead
+    # of building a new one for every graph, and no reference cycle forms between the two. A
+    # gradient that reaches the accumulator of a leaf nobody holds any more is dropped.
+    """
+
+    __slots__ = ("_lock", "_var_ref")
+
+    def __init__(self, variable: Tensor) -> None:
+        arr = variable._array
+        self._init_node(_NO_EDGES, ACCUMULATE_SEQUENCE_NR)
+        self._var_ref = weakref.ref(variable)
+        self._input_meta = ((arr.shape, arr.dtype),)
+        self._device = variable.device
+        # Held while `.grad` is read, summed and written: graph tasks on several threads may
+        # reach one leaf at once (tests/engine/test_threads.py).
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def of(variable: Tensor) -> AccumulateGrad:
+        """The leaf's accumulator, made once and then kept for the tensor's life (See NOTE
+        [Accumulator lifetime])."""
+        m = variable._get_meta()
+        acc = m.grad_accumulator
+        if acc is None:
+            with _meta_lock:
+                acc = m.grad_accumulator
+                if acc is None:
+                    acc = m.grad_accumulator = AccumulateGrad(variable)
+        return acc  # type: ignore[no-any-return]
+
+    @property
+    def variable(self) -> Tensor | None:
+        """The leaf this node accumulates into (None once that tensor has been freed)."""
+        return self._var_ref()
+
+    # A leaf's tensor hooks live on the tensor (they must work whichever graph reaches it), so
+    # the engine reads them through this property.
+    @property  # type: ignore[override]
+    def _hooks(self) -> Hooks | None:
+        var = self._var_ref()
+        m = None if var is None else var._meta
+        return None if m is None else m.hooks  # type: ignore[no-any-return]
+
+    @_hooks.setter
+    def _hooks(self, value: Any) -> None:
+        pass
+
+    def _get_hooks(self) -> Hooks:
+        var = self._var_ref()
+        if var is None:
+            raise RuntimeError("the leaf tensor of this AccumulateGrad has been freed")
+        return leaf_hooks(var)
+
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
+        g = grads[0]
+        grads[0] = None
+        var = self._var_ref()
+        if g is None or var is None:
+            return ()
+        if g.shape != var.shape:
+            raise RuntimeError(
+                f"AccumulateGrad got a gradient of shape {tuple(g.shape)} for a leaf of shape "
+                f"{tuple(var.shape)}"
+            )
+        with self._lock:
+            old = var._grad
+            if create:
+                # See NOTE [Rules are NumPy]: g is a Tensor carrying its own graph.
+                if g.dtype != var.dtype:
+                    g = g.to(var.dtype)
+                var._grad = g.clone() if old is None else old + g
+            else:
+                if g.dtype != var.dtype:
+                    g = g.astype(var.dtype)
+                elif old is None and not backend.can_steal(g):
+                    # Someone else still holds this array (another edge, a hook, the caller's
+                    # `gradient`): copy, so that `.grad` never aliases memory it doesn't own.
+                    g = g.copy()
+                if old is None:
+                    var._grad = Tensor._wrap(g)
+                elif old.requires_grad:
+                    var._grad = Tensor._wrap(backend.ensure_array(old._array + g))
+                else:
+                    backend.add_into(old._array, g)
+                    old._vc[0] += 1
+        return ()
+
+    def __repr__(self) -> str:
+        return f"<AccumulateGrad object at {id(self):#x}>"
+
+
+def leaf_hooks(variable: Tensor) -> Hooks:
+    """The hooks of a leaf tensor (kept on the tensor, made on first use)."""
+    m = variable._get_meta()
+    h = m.hooks
+    if h is None:
+        with _meta_lock:
+            h = m.hooks
+            if h is None:
+                h = m.hooks = Hooks()
+    return h  # type: ignore[no-any-return]

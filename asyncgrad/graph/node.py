@@ -1,0 +1,163 @@
+"""Node and Edge: the backward graph's functions and the gradient edges that join them."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from .._tensor import Tensor
+from .grad_mode import _grad_enabled
+from .hooks import Hooks, RemovableHandle
+
+if TYPE_CHECKING:
+    from ..backend import Device
+
+__all__ = ["ACCUMULATE_SEQUENCE_NR", "Edge", "Node"]
+
+_sequence = itertools.count()
+_next_sequence_nr = _sequence.__next__
+
+# AccumulateGrad nodes take the largest sequence number so they run as soon as they are ready,
+# which frees the gradient buffers early (as in PyTorch).
+ACCUMULATE_SEQUENCE_NR: Final = (1 << 63) - 1
+
+_hooks_lock = threading.Lock()
+
+
+class Edge(NamedTuple):
+    """A gradient edge: input ``input_nr`` of the backward node ``node``."""
+
+    node: Node
+    input_nr: int
+
+
+class Node:
+    """A backward function in the graph.
+
+    ``_next_edges[i]`` is where the gradient for the forward input ``i`` goes (``None`` if that
+    input needs no gradient). ``_input_meta[j]`` is ``(shape, dtype)`` of forward output ``j``:
+    the gradient arriving at backward input ``j`` must match it, on device ``_device``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_device",
+        "_hooks",
+        "_input_meta",
+        "_metadata",
+        "_next_edges",
+        "_sequence_nr",
+        "_topological_nr",
+    )
+
+    # Whether ``apply`` may return an awaitable (custom Functions with an ``async def backward``).
+    _async_apply = False
+
+    _next_edges: list[Edge | None]
+    _input_meta: tuple[tuple[tuple[int, ...], Any], ...]
+    _device: Device | None
+    _hooks: Hooks | None
+    _metadata: dict[str, Any] | None
+    _sequence_nr: int
+    _topological_nr: int
+
+    def _init_node(self, edges: list[Edge | None], sequence_nr: int | None = None) -> None:
+        self._next_edges = edges
+        topo = 0
+        for e in edges:
+            if e is not None:
+                t = e[0]._topological_nr
+                if t >= topo:
+                    topo = t + 1
+        self._topological_nr = topo
+        self._sequence_nr = _next_sequence_nr() if sequence_nr is None else sequence_nr
+        self._hooks = None
+        self._metadata = None
+
+    # ------------------------------------------------------------------ public surface
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def next_functions(self) -> tuple[tuple[Node | None, int], ...]:
+        return tuple((None, 0) if e is None else (e[0], e[1]) for e in self._next_edges)
+
+    @property
+    def sequence_nr(self) -> int:
+        return self._sequence_nr
+
+    @property
+    def topological_nr(self) -> int:
+        return self._topological_nr
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        if self._metadata is None:
+            self._metadata = {}
+        return self._metadata
+
+    @property
+    def input_metadata(self) -> tuple[tuple[tuple[int, ...], Any, Any], ...]:
+        """``(shape, dtype, device)`` of each gradient this node receives (its forward outputs)."""
+        return tuple((shape, dtype, self._device) for shape, dtype in self._input_meta)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._input_meta)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._next_edges)
+
+    def _get_hooks(self) -> Hooks:
+        h = self._hooks
+        if h is None:
+            with _hooks_lock:
+                h = self._hooks
+                if h is None:
+                    h = self._hooks = Hooks()
+        return h
+
+    def register_hook(self, fn: Callable[..., Any]) -> RemovableHandle:
+        """Register ``fn(grad_inputs, grad_outputs)``, run after this node; it may return new
+        grad_inputs."""
+        h = self._get_hooks()
+        return RemovableHandle.add(h, h.post, fn)
+
+    def register_prehook(self, fn: Callable[..., Any]) -> RemovableHandle:
+        """Register ``fn(grad_outputs)``, run before this node; may return new grad_outputs."""
+        h = self._get_hooks()
+        return RemovableHandle.add(h, h.pre, fn)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    def __call__(self, *grad_outputs: Any) -> Any:
+        """Apply this backward function directly to gradients (Tensors), outside any engine."""
+        create = _grad_enabled.get()
+        grads = [
+            None if g is None else (g if create else g._array) if isinstance(g, Tensor) else g
+            for g in grad_outputs
+        ]
+        out = self.apply(grads, None, create)
+        if inspect.isawaitable(out):
+            raise RuntimeError(f"{self.name()} has an async backward; use the engine to run it")
+        res = tuple(
+            None if g is None else (g if isinstance(g, Tensor) else Tensor._wrap(g)) for g in out
+        )
+        return res[0] if len(res) == 1 else res
+
+    # ------------------------------------------------------------------ engine interface
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
+        """Compute the gradients for ``_next_edges`` from ``grads`` (one per forward output).
+
+        ``needed[i]`` False: edge ``i`` leads to no requested input (``grad()``/``inputs=``), so
+        its gradient may be skipped. ``create``: record the computation (Tensors in and out).
+        """
+        raise NotImplementedError
+
+    def release_variables(self) -> None:
+        """Free what this node saved for backward (after a backward without retain_graph)."""

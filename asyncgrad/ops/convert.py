@@ -1,0 +1,69 @@
+"""Copies and conversions: clone, contiguous, ``to`` (device and dtype), and the repr."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import backend, dtypes
+from .._tensor import Tensor
+from ..backend import CPU, Device
+from ._record import OPS, make, wrap
+
+
+def clone(input: Tensor) -> Tensor:
+    return make(OPS["clone"], input._array.copy(), (input,))
+
+
+def contiguous(input: Tensor) -> Tensor:
+    a = input._array
+    if a.flags.c_contiguous:
+        return input
+    return make(OPS["clone"], backend.namespace(a).ascontiguousarray(a), (input,))
+
+
+def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """``self`` on another device and/or with another dtype (itself when nothing changes)."""
+    dev: Device | None = None
+    dt = kwargs.pop("dtype", None)
+    if "device" in kwargs:
+        dev = Device(kwargs.pop("device"))
+    kwargs.pop("copy", None)
+    kwargs.pop("non_blocking", None)
+    if kwargs:
+        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, Tensor):
+            dev, dt = a.device, a.dtype
+        elif isinstance(a, Device) or (isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda")):
+            dev = Device(a)
+        else:
+            dt = a
+    out = self
+    if dev is not None and dev != self.device:
+        out = make(OPS["clone"], backend.to_device(self._array, dev), (self,))
+    if dt is not None and dtypes.to_dtype(dt) != out.dtype:
+        cast = out._array.astype(dtypes.to_dtype(dt))
+        # As in torch, a cast to an integer or bool dtype leaves the graph.
+        out = make(OPS["cast"], cast, (out,)) if cast.dtype.kind in "fc" else wrap(cast)
+    return out
+
+
+_PLAIN_DTYPES = (dtypes.float32, dtypes.int64, dtypes.bool_)
+
+
+def format_tensor(t: Tensor) -> str:
+    """torch's repr: ``tensor([...], dtype=..., grad_fn=<...>)``."""
+    a = t._array
+    extras = []
+    if t.device is not CPU:
+        extras.append(f"device='{t.device}'")
+    if a.dtype not in _PLAIN_DTYPES:
+        extras.append(f"dtype=asyncgrad.{a.dtype}")
+    if a.size == 0:
+        extras.append(f"size={tuple(a.shape)}")
+    fn = t._grad_fn
+    if fn is not None:
+        extras.append(f"grad_fn=<{fn.name()}>")
+    elif t._requires_grad:
+        extras.append("requires_grad=True")
+    return "tensor(" + ", ".join([backend.format_array(a), *extras]) + ")"

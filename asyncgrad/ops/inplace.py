@@ -1,0 +1,174 @@
+"""In-place ops: they write into a tensor, bump its version and rebase its history (CopySlices
+for a view)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import backend
+from .._tensor import Tensor
+from ..graph.copy_slices import CopySlices
+from ..graph.grad_mode import _grad_enabled
+from ._record import OPS, arr, make
+from .pointwise import _binary, clamp, masked_fill, mul, pow, relu
+
+
+def check_inplace(self: Tensor) -> None:
+    if self._grad_fn is None and self._requires_grad:
+        raise RuntimeError(
+            "a leaf Variable that requires grad is being used in an in-place operation."
+        )
+    base = self._base
+    if base is not None and base._grad_fn is None and base._requires_grad:
+        raise RuntimeError(
+            "a view of a leaf Variable that requires grad is being used in an in-place operation."
+        )
+
+
+def _write(self: Tensor, res: Any) -> None:
+    dst = self._array
+    if res.shape != dst.shape:
+        raise RuntimeError(
+            f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
+            f"{list(res.shape)}"
+        )
+    if res.dtype != dst.dtype and not backend.can_cast(res.dtype, dst.dtype):
+        raise RuntimeError(
+            f"result type {res.dtype} can't be cast to the desired output type {dst.dtype}"
+        )
+    if not dst.flags.writeable:
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation."
+        )
+    backend.copy_into(dst, res)
+    self._vc[0] += 1
+
+
+def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Tensor:
+    """Run ``compute(alias)`` (an out-of-place op on self's value), write the result into self
+    and rebase self's history onto the op's node (CopySlices for a view)."""
+    if not _grad_enabled.get():
+        _write(self, compute(self)._array)
+        return self
+    check_inplace(self)
+    op = OPS[name]
+    if 1 in op.save:
+        # The op's backward needs self's old value, which the write below destroys: save a copy
+        # that carries self's place in the graph.
+        self._edge()  # brings a view's grad_fn up to date
+        alias = Tensor._wrap(self._array.copy())
+        alias._grad_fn, alias._output_nr = self._grad_fn, self._output_nr
+    else:
+        alias = self
+    res = compute(alias)
+    base = self._base
+    fn = res._grad_fn
+    base_edge = base._edge() if (base is not None and fn is not None) else None
+    _write(self, res._array)
+    if fn is None:
+        return self
+    if base is None:
+        self._grad_fn = fn
+        self._output_nr = res._output_nr
+    else:
+        assert self._meta is not None
+        assert self._meta.view_chain is not None
+        cs = CopySlices(base_edge, self._meta.view_chain, fn, base)
+        base._grad_fn = cs
+        base._output_nr = 0
+        # self and every other view of base now regenerate their grad_fn on next use.
+    return self
+
+
+def _inplace_arith(self: Tensor, name: str, fname: str, other: Any) -> Tensor:
+    oa = arr(other)
+    if not _grad_enabled.get() or not (
+        self.requires_grad or (isinstance(other, Tensor) and other.requires_grad)
+    ):
+        if _grad_enabled.get():
+            check_inplace(self)
+        dst = self._array
+        try:
+            getattr(backend.namespace(dst), fname)(dst, oa, out=dst, casting="same_kind")
+        except (TypeError, ValueError) as e:
+            raise RuntimeError(f"{name}_: {e} (self: {dst.dtype}{list(dst.shape)})") from None
+        self._vc[0] += 1
+        return self
+    return inplace(self, name, lambda s: _binary(OPS[name], fname, s, other))
+
+
+def add_(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    if alpha != 1:
+        other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+    return _inplace_arith(self, "add", "add", other)
+
+
+def sub_(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    if alpha != 1:
+        other = mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+    return _inplace_arith(self, "sub", "subtract", other)
+
+
+def mul_(self: Tensor, other: Any) -> Tensor:
+    return _inplace_arith(self, "mul", "multiply", other)
+
+
+def div_(self: Tensor, other: Any) -> Tensor:
+    return _inplace_arith(self, "div", "true_divide", other)
+
+
+def pow_(self: Tensor, exponent: Any) -> Tensor:
+    return inplace(self, "pow", lambda s: pow(s, exponent))
+
+
+def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    return inplace(self, "clamp", lambda s: clamp(s, min, max))
+
+
+def relu_(self: Tensor) -> Tensor:
+    return inplace(self, "relu", relu)
+
+
+def zero_(self: Tensor) -> Tensor:
+    return fill_(self, 0)
+
+
+def fill_(self: Tensor, value: Any) -> Tensor:
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise RuntimeError(
+                f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                "dimensions."
+            )
+        return copy_(self, value)
+
+    def compute(s: Tensor) -> Tensor:
+        a = s._array
+        filled = backend.namespace(a).full_like(a, value)
+        return make(OPS["fill"], filled, (s,), {"value": value})
+
+    return inplace(self, "fill", compute)
+
+
+def copy_(self: Tensor, src: Any) -> Tensor:
+    sa = arr(src)
+    if not hasattr(sa, "shape"):
+        sa = backend.asarray(sa)
+
+    def compute(s: Tensor) -> Tensor:
+        try:
+            out = backend.namespace(sa).broadcast_to(sa, s.shape).astype(s.dtype, copy=True)
+        except ValueError:
+            raise RuntimeError(
+                f"The size of tensor a ({list(s.shape)}) must match the size of tensor b "
+                f"({list(sa.shape)}) (copy_ of a {list(sa.shape)} source into {list(s.shape)})"
+            ) from None
+        return make(OPS["copy"], out, (s, src))
+
+    return inplace(self, "copy", compute)
+
+
+def masked_fill_(self: Tensor, mask: Any, value: Any) -> Tensor:
+    return inplace(self, "where", lambda s: masked_fill(s, mask, value))

@@ -1,0 +1,7 @@
+"""The derivative rules: THE table of vector-Jacobian products, its registry and formulas."""
+
+from __future__ import annotations
+
+from .derivatives import OPS, FunctionNode, OpDef, defvjp, sum_to
+
+__all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "sum_to"]
