@@ -153,6 +153,10 @@ def copy_into(dst: Any, src: Any) -> None:
     namespace(dst).copyto(dst, src, casting="unsafe")
 
 
+def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+    return bool(namespace(a).allclose(a, b, rtol=rtol, atol=atol))
+
+
 def format_array(array: Any) -> str:
     """The body of a tensor's repr: NumPy's formatting of the host copy of ``array``."""
     if type(array) is not np.ndarray:

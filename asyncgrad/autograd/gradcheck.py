@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 
@@ -21,6 +20,11 @@ def _as_tuple(x: Any) -> tuple[Any, ...]:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def _host64(a: Any) -> Any:
+    """A float64 copy of ``a`` on the host, flattened."""
+    return backend.to_device(a, backend.CPU).astype(dtypes.float64).reshape(-1)
+
+
 def _diff_outputs(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[Tensor]:
     outs = _as_tuple(func(*inputs))
     return [o for o in outs if isinstance(o, Tensor) and o.dtype.kind in "fc"]
@@ -28,13 +32,13 @@ def _diff_outputs(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[Ten
 
 def numerical_jacobian(
     func: Callable[..., Any], inputs: tuple[Any, ...], eps: float
-) -> list[list[np.ndarray[Any, Any]]]:
+) -> list[list[Any]]:
     """J[o][i] has shape (out_o.size, in_i.size): d out_o / d in_i by central differences."""
     with no_grad():
         outs0 = _diff_outputs(func, inputs)
     jac = [
         [
-            np.zeros((o.numel(), x.numel())) if isinstance(x, Tensor) and x.requires_grad else None
+            backend.zeros((o.numel(), x.numel()), dtypes.float64) if isinstance(x, Tensor) and x.requires_grad else None
             for x in inputs
         ]
         for o in outs0
@@ -48,12 +52,12 @@ def numerical_jacobian(
             with no_grad():
                 flat[j] = orig + eps
                 plus = [
-                    o._array.astype(np.float64).reshape(-1).copy()
+                    _host64(o._array)
                     for o in _diff_outputs(func, inputs)
                 ]
                 flat[j] = orig - eps
                 minus = [
-                    o._array.astype(np.float64).reshape(-1).copy()
+                    _host64(o._array)
                     for o in _diff_outputs(func, inputs)
                 ]
                 flat[j] = orig
@@ -64,7 +68,7 @@ def numerical_jacobian(
 
 def analytical_jacobian(
     func: Callable[..., Any], inputs: tuple[Any, ...]
-) -> list[list[np.ndarray[Any, Any] | None]]:
+) -> list[list[Any]]:
     from . import grad_sync
 
     outs = _diff_outputs(func, inputs)
@@ -72,12 +76,12 @@ def analytical_jacobian(
     jac: list[list[Any]] = []
     for o in outs:
         rows: list[Any] = [
-            np.zeros((o.numel(), x.numel())) if isinstance(x, Tensor) and x.requires_grad else None
+            backend.zeros((o.numel(), x.numel()), dtypes.float64) if isinstance(x, Tensor) and x.requires_grad else None
             for x in inputs
         ]
         if o.requires_grad:
             for k in range(o.numel()):
-                go = np.zeros(o.numel(), dtype=o.dtype)
+                go = backend.zeros((o.numel(),), o.dtype, o.device)
                 go[k] = 1
                 grads = grad_sync(
                     o,
@@ -91,7 +95,7 @@ def analytical_jacobian(
                     if isinstance(x, Tensor) and x.requires_grad:
                         g = next(gi)
                         if g is not None:
-                            rows[i][k, :] = g._array.reshape(-1)
+                            rows[i][k, :] = _host64(g._array)
         jac.append(rows)
     return jac
 
@@ -117,7 +121,7 @@ def gradcheck(
     """
     inputs = _as_tuple(inputs)
     for i, x in enumerate(inputs):
-        if isinstance(x, Tensor) and x.requires_grad and x.dtype != np.float64:
+        if isinstance(x, Tensor) and x.requires_grad and x.dtype != dtypes.float64:
             raise GradcheckError(
                 f"gradcheck: input {i} requires grad but is {x.dtype}; use float64 inputs"
             )
@@ -127,7 +131,7 @@ def gradcheck(
         for i, (n, a) in enumerate(zip(nrow, arow, strict=False)):
             if n is None:
                 continue
-            if not np.allclose(a, n, rtol=rtol, atol=atol):
+            if not backend.allclose(a, n, rtol=rtol, atol=atol):
                 if not raise_exception:
                     return False
                 raise GradcheckError(
@@ -155,9 +159,9 @@ def gradgradcheck(
     with no_grad():
         outs0 = _diff_outputs(func, inputs)
     if grad_outputs is None:
-        rng = np.random.default_rng(0)
+        rng = backend.RandomState(0)
         grad_outputs = tuple(
-            Tensor._wrap(rng.standard_normal(o.shape).astype(o.dtype)).requires_grad_()
+            Tensor._wrap(backend.on_device(rng.normal(o.shape, o.dtype), o.device)).requires_grad_()
             for o in outs0
         )
     grad_outputs = _as_tuple(grad_outputs)
