@@ -20,6 +20,13 @@ def _as_tuple(x: Any) -> tuple[Any, ...]:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def _block(o: Tensor, x: Any) -> Any:
+    """A zero Jacobian block d o / d x, or None if x is not a differentiable input."""
+    if isinstance(x, Tensor) and x.requires_grad:
+        return backend.zeros((o.numel(), x.numel()), dtypes.float64)
+    return None
+
+
 def _host64(a: Any) -> Any:
     """A float64 copy of ``a`` on the host, flattened."""
     return backend.to_device(a, backend.CPU).astype(dtypes.float64).reshape(-1)
@@ -36,13 +43,7 @@ def numerical_jacobian(
     """J[o][i] has shape (out_o.size, in_i.size): d out_o / d in_i by central differences."""
     with no_grad():
         outs0 = _diff_outputs(func, inputs)
-    jac = [
-        [
-            backend.zeros((o.numel(), x.numel()), dtypes.float64) if isinstance(x, Tensor) and x.requires_grad else None
-            for x in inputs
-        ]
-        for o in outs0
-    ]
+    jac = [[_block(o, x) for x in inputs] for o in outs0]
     for i, x in enumerate(inputs):
         if not (isinstance(x, Tensor) and x.requires_grad):
             continue
@@ -51,34 +52,23 @@ def numerical_jacobian(
             orig = flat[j].copy()
             with no_grad():
                 flat[j] = orig + eps
-                plus = [
-                    _host64(o._array)
-                    for o in _diff_outputs(func, inputs)
-                ]
+                plus = [_host64(o._array) for o in _diff_outputs(func, inputs)]
                 flat[j] = orig - eps
-                minus = [
-                    _host64(o._array)
-                    for o in _diff_outputs(func, inputs)
-                ]
+                minus = [_host64(o._array) for o in _diff_outputs(func, inputs)]
                 flat[j] = orig
             for k in range(len(outs0)):
                 jac[k][i][:, j] = (plus[k] - minus[k]) / (2 * eps)  # type: ignore[index]
     return jac  # type: ignore[return-value]
 
 
-def analytical_jacobian(
-    func: Callable[..., Any], inputs: tuple[Any, ...]
-) -> list[list[Any]]:
+def analytical_jacobian(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[list[Any]]:
     from . import grad_sync
 
     outs = _diff_outputs(func, inputs)
     diff_in = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
     jac: list[list[Any]] = []
     for o in outs:
-        rows: list[Any] = [
-            backend.zeros((o.numel(), x.numel()), dtypes.float64) if isinstance(x, Tensor) and x.requires_grad else None
-            for x in inputs
-        ]
+        rows: list[Any] = [_block(o, x) for x in inputs]
         if o.requires_grad:
             for k in range(o.numel()):
                 go = backend.zeros((o.numel(),), o.dtype, o.device)
