@@ -13,7 +13,7 @@ from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
-from .graph_task import ExecInfo, GraphTask
+from .graph_task import NEEDED, ExecInfo, GraphTask
 from .ready_queue import ReadyQueue
 from .reentrant import config, current_graph_task, thread_pool
 from .worker import drain
@@ -55,6 +55,15 @@ def _prepare(
     return root, buf
 
 
+# NOTE [Preparation yields]
+# Both walks below are generators that yield after every VISITS_PER_YIELD node visits, going
+# down or coming back up, so an awaiting caller lets the loop run at least every slice even on a
+# 200,000-node chain, and a timeout around ``await ag.grad(...)`` fires on time. They allocate no
+# container per node (parallel stacks of nodes and edge positions, one shared ExecInfo for the
+# nodes that only run), so a large graph does not set off the cyclic collector inside the await.
+VISITS_PER_YIELD: Final = 256
+
+
 def _compute_dependencies(
     root: Node, exec_info: dict[Node, ExecInfo] | None
 ) -> Generator[None, None, dict[Node, int]]:
@@ -73,7 +82,7 @@ def _compute_dependencies(
                 deps[nxt] = 1
                 stack.append(nxt)
         count += 1
-        if count == 256:
+        if count == VISITS_PER_YIELD:
             count = 0
             yield
     return deps
@@ -82,56 +91,61 @@ def _compute_dependencies(
 def _init_exec_info(
     root: Node, outputs: Sequence[Edge], accumulate: bool
 ) -> Generator[None, None, dict[Node, ExecInfo]]:
-    # A node must run if some output is reachable from it; nodes whose topological number is
-    # below every output's cannot reach one and are never expanded (PyTorch's pruning).
+    """The nodes that must run for ``outputs`` to receive their gradients: those from which
+    some output is reachable. Nodes whose topological number is below every output's cannot
+    reach one and are never expanded (PyTorch's pruning)."""
     info: dict[Node, ExecInfo] = {}
     for i, (node, nr) in enumerate(outputs):
         ei = info.get(node)
         if ei is None:
-            ei = info[node] = ExecInfo()
+            ei = info[node] = ExecInfo(False, [])
         if accumulate:
             ei.needed = True
         else:
-            ei.captures.append((nr, i))
+            ei.captures.append((nr, i))  # type: ignore[union-attr]
     min_topo = min(n._topological_nr for n, _ in outputs)
 
-    def mark(n: Node) -> None:
-        ei = info.get(n)
-        if ei is None:
-            info[n] = ExecInfo(True)
-        else:
-            ei.needed = True
-
     visited = {root}
-    stack: list[tuple[Node, int]] = [(root, 0)]
+    nodes: list[Node] = [root]  # the path from the root, and for each node
+    pos: list[int] = [0]  # the position of its next edge to explore
     count = 0
-    while stack:
-        node, i = stack[-1]
+    while nodes:
+        node = nodes[-1]
+        i = pos[-1]
         edges = node._next_edges
         if i < len(edges):
-            stack[-1] = (node, i + 1)
+            pos[-1] = i + 1
             e = edges[i]
             if e is None:
                 continue
             child = e[0]
             if child in visited:
-                ei = info.get(child)
-                if ei is not None and ei.should_execute():
-                    mark(node)
+                if child in info:
+                    ei = info.get(node)
+                    if ei is None:
+                        info[node] = NEEDED
+                    elif not ei.needed:
+                        ei.needed = True
                 continue
             if child._topological_nr < min_topo:
                 continue
             visited.add(child)
-            stack.append((child, 0))
+            nodes.append(child)
+            pos.append(0)
         else:
-            stack.pop()
-            ei = info.get(node)
-            if stack and ei is not None and ei.should_execute():
-                mark(stack[-1][0])
-            count += 1
-            if count == 256:
-                count = 0
-                yield
+            nodes.pop()
+            pos.pop()
+            if nodes and node in info:
+                parent = nodes[-1]
+                ei = info.get(parent)
+                if ei is None:
+                    info[parent] = NEEDED
+                elif not ei.needed:
+                    ei.needed = True
+        count += 1
+        if count == VISITS_PER_YIELD:
+            count = 0
+            yield
     return info
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .ready_queue import key_base
 
@@ -15,16 +15,20 @@ if TYPE_CHECKING:
 
 class ExecInfo:
     """For ``grad()`` and ``backward(inputs=...)``: whether a node must run, and which of its
-    input slots to capture as results (``(input_nr, output_index)`` pairs)."""
+    input slots to capture as results (``(input_nr, output_index)`` pairs).
+
+    Every node in a graph task's exec_info should execute (it runs, or captures, or both); the
+    many that only run share one instance, ``NEEDED``, so the walk allocates nothing per node.
+    """
 
     __slots__ = ("captures", "needed")
 
-    def __init__(self, needed: bool = False) -> None:
+    def __init__(self, needed: bool = False, captures: list[tuple[int, int]] | None = None) -> None:
         self.needed = needed
-        self.captures: list[tuple[int, int]] = []
+        self.captures: list[tuple[int, int]] | tuple[()] = () if captures is None else captures
 
-    def should_execute(self) -> bool:
-        return self.needed or bool(self.captures)
+
+NEEDED: Final = ExecInfo(True)
 
 
 class GraphTask:
