@@ -9,10 +9,17 @@ from . import backend, dtypes
 from .backend import CPU, Device, device_of
 
 if TYPE_CHECKING:
-    from .graph.hooks import RemovableHandle
+    from .graph.accumulate_grad import AccumulateGrad
+    from .graph.copy_slices import ViewChain
+    from .graph.hooks import Hooks, RemovableHandle
     from .graph.node import Edge, Node
 
 __all__ = ["Tensor"]
+
+# The builtins, for annotations inside Tensor, whose methods int(), bool() and float() shadow them.
+_int = int
+_bool = bool
+_float = float
 
 _FLOAT_KINDS = dtypes.FLOAT_KINDS
 
@@ -32,11 +39,11 @@ class _Meta:
     )
 
     def __init__(self) -> None:
-        self.grad_accumulator: Any = None  # the AccumulateGrad node, made on first use
-        self.hooks: Any = None  # graph._Hooks for a leaf's tensor hooks
+        self.grad_accumulator: AccumulateGrad | None = None  # made on first use
+        self.hooks: Hooks | None = None  # a leaf's tensor hooks
         self.post_acc_hooks: dict[int, Callable[..., Any]] | None = None
         self.retains_grad = False
-        self.view_chain: tuple[tuple[str, Any], ...] | None = None
+        self.view_chain: ViewChain | None = None
         self.view_version = 0
         self.inference = False
         self.name: str | None = None
@@ -63,11 +70,17 @@ class Tensor:
 
     _array: Any
     _grad_fn: Node | None
+    _grad: Tensor | None
+    _base: Tensor | None
+    _meta: _Meta | None
+    _output_nr: _int
+    _requires_grad: _bool
+    _vc: list[_int]
 
     # Tensor defines __array_ufunc__ so NumPy's operators defer to it; see NOTE [Rules are NumPy].
     __array_priority__ = 1000
 
-    def __init__(self, data: Any, *, requires_grad: bool = False, dtype: Any = None) -> None:
+    def __init__(self, data: Any, *, requires_grad: _bool = False, dtype: Any = None) -> None:
         arr = _ops.as_array(data, dtype)
         self._array = arr
         self._grad_fn = None
@@ -118,12 +131,14 @@ class Tensor:
         self._array = value._array
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self._array.shape
+    def shape(self) -> tuple[_int, ...]:
+        shape: tuple[_int, ...] = self._array.shape
+        return shape
 
     @property
     def dtype(self) -> dtypes.dtype[Any]:
-        return self._array.dtype
+        dt: dtypes.dtype[Any] = self._array.dtype
+        return dt
 
     @property
     def device(self) -> Device:
@@ -133,30 +148,32 @@ class Tensor:
         return device_of(arr)
 
     @property
-    def ndim(self) -> int:
-        return self._array.ndim
+    def ndim(self) -> _int:
+        n: _int = self._array.ndim
+        return n
 
     @property
-    def is_cuda(self) -> bool:
+    def is_cuda(self) -> _bool:
         return self.device.type == "cuda"
 
-    def dim(self) -> int:
-        return self._array.ndim
+    def dim(self) -> _int:
+        n: _int = self._array.ndim
+        return n
 
-    def size(self, dim: int | None = None) -> Any:
+    def size(self, dim: _int | None = None) -> Any:
         if dim is None:
             return self._array.shape
         return self._array.shape[dim]
 
-    def numel(self) -> int:
+    def numel(self) -> _int:
         return int(self._array.size)
 
-    def __len__(self) -> int:
+    def __len__(self) -> _int:
         if self._array.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
         return int(self._array.shape[0])
 
-    def element_size(self) -> int:
+    def element_size(self) -> _int:
         return int(self._array.itemsize)
 
     def item(self) -> Any:
@@ -169,7 +186,7 @@ class Tensor:
     def tolist(self) -> Any:
         return self._array.tolist()
 
-    def numpy(self, *, force: bool = False) -> Any:
+    def numpy(self, *, force: _bool = False) -> Any:
         """The backing array as NumPy (shares memory). Raises for a tensor that requires grad."""
         if self.device.type != "cpu":
             if not force:
@@ -203,19 +220,19 @@ class Tensor:
             )
         return self._array.__dlpack__(*args, **kwargs)
 
-    def __dlpack_device__(self) -> tuple[int, int]:
+    def __dlpack_device__(self) -> tuple[_int, _int]:
         return self._array.__dlpack_device__()  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ autograd attributes
     @property
-    def requires_grad(self) -> bool:
+    def requires_grad(self) -> _bool:
         return self._requires_grad or self._grad_fn is not None
 
     @requires_grad.setter
-    def requires_grad(self, flag: bool) -> None:
+    def requires_grad(self, flag: _bool) -> None:
         self.requires_grad_(flag)
 
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    def requires_grad_(self, requires_grad: _bool = True) -> Tensor:
         if self._grad_fn is not None:
             if not requires_grad:
                 raise RuntimeError(
@@ -239,18 +256,18 @@ class Tensor:
         return self._grad_fn
 
     @property
-    def is_leaf(self) -> bool:
+    def is_leaf(self) -> _bool:
         return self.grad_fn is None
 
     @property
-    def output_nr(self) -> int:
+    def output_nr(self) -> _int:
         return self._output_nr
 
     @property
-    def _version(self) -> int:
+    def _version(self) -> _int:
         return self._vc[0]
 
-    def _is_view(self) -> bool:
+    def _is_view(self) -> _bool:
         return self._base is not None
 
     @property
@@ -283,7 +300,7 @@ class Tensor:
         self._grad = value
 
     @property
-    def retains_grad(self) -> bool:
+    def retains_grad(self) -> _bool:
         m = self._meta
         return bool(m is not None and m.retains_grad)
 
@@ -296,7 +313,7 @@ class Tensor:
     def name(self, value: str | None) -> None:
         self._get_meta().name = value
 
-    def is_inference(self) -> bool:
+    def is_inference(self) -> _bool:
         m = self._meta
         return bool(m is not None and m.inference)
 
@@ -351,8 +368,8 @@ class Tensor:
     def backward(
         self,
         gradient: Any = None,
-        retain_graph: bool | None = None,
-        create_graph: bool = False,
+        retain_graph: _bool | None = None,
+        create_graph: _bool = False,
         inputs: Any = None,
     ) -> None:
         """Accumulate this tensor's gradient into the leaves' ``.grad`` (blocking).
@@ -366,8 +383,8 @@ class Tensor:
     async def abackward(
         self,
         gradient: Any = None,
-        retain_graph: bool | None = None,
-        create_graph: bool = False,
+        retain_graph: _bool | None = None,
+        create_graph: _bool = False,
         inputs: Any = None,
     ) -> None:
         """``await t.abackward()``: the coroutine form of ``t.backward()``."""
@@ -382,26 +399,26 @@ class Tensor:
     def cpu(self) -> Tensor:
         return self.to("cpu")
 
-    def cuda(self, device: int | None = None) -> Tensor:
+    def cuda(self, device: _int | None = None) -> Tensor:
         return self.to(f"cuda:{0 if device is None else device}")
 
     def __repr__(self) -> str:
         return _ops.format_tensor(self)
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> _bool:
         if self._array.size != 1:
             raise RuntimeError(
                 f"Boolean value of Tensor with {self._array.size} elements is ambiguous"
             )
         return bool(self._array.reshape(()))
 
-    def __float__(self) -> float:
+    def __float__(self) -> _float:
         return float(self.item())
 
-    def __int__(self) -> int:
+    def __int__(self) -> _int:
         return int(self.item())
 
-    def __index__(self) -> int:
+    def __index__(self) -> _int:
         if self._array.dtype.kind not in "iub" or self._array.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
@@ -414,7 +431,7 @@ class Tensor:
     def __reduce_ex__(self, proto: Any) -> Any:
         raise TypeError("asyncgrad tensors are saved with ag.save(), not pickled")
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+    def __deepcopy__(self, memo: dict[_int, Any]) -> Tensor:
         if not self.is_leaf:
             raise RuntimeError(
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
@@ -539,31 +556,31 @@ class Tensor:
     def logical_not(self) -> Tensor:
         return _ops.logical_not(self)
 
-    def sum(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    def sum(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor:
         return _ops.sum(self, dim, keepdim, dtype=dtype)
 
-    def mean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    def mean(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor:
         return _ops.mean(self, dim, keepdim, dtype=dtype)
 
-    def amax(self, dim: Any = (), keepdim: bool = False) -> Tensor:
+    def amax(self, dim: Any = (), keepdim: _bool = False) -> Tensor:
         return _ops.amax(self, dim, keepdim)
 
-    def amin(self, dim: Any = (), keepdim: bool = False) -> Tensor:
+    def amin(self, dim: Any = (), keepdim: _bool = False) -> Tensor:
         return _ops.amin(self, dim, keepdim)
 
-    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
+    def max(self, dim: Any = None, keepdim: _bool = False) -> Any:
         return _ops.max(self, dim, keepdim)
 
-    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
+    def min(self, dim: Any = None, keepdim: _bool = False) -> Any:
         return _ops.min(self, dim, keepdim)
 
-    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmax(self, dim: _int | None = None, keepdim: _bool = False) -> Tensor:
         return _ops.argmax(self, dim, keepdim)
 
-    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmin(self, dim: _int | None = None, keepdim: _bool = False) -> Tensor:
         return _ops.argmin(self, dim, keepdim)
 
-    def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
+    def logsumexp(self, dim: Any, keepdim: _bool = False) -> Tensor:
         return _ops.logsumexp(self, dim, keepdim)
 
     def matmul(self, other: Tensor) -> Tensor:
@@ -581,22 +598,22 @@ class Tensor:
     def view(self, *shape: Any) -> Tensor:
         return _ops.view(self, *shape)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: _int = 0, end_dim: _int = -1) -> Tensor:
         return _ops.flatten(self, start_dim, end_dim)
 
-    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: _int, sizes: Sequence[_int]) -> Tensor:
         return _ops.unflatten(self, dim, sizes)
 
     def squeeze(self, dim: Any = None) -> Tensor:
         return _ops.squeeze(self, dim)
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: _int) -> Tensor:
         return _ops.unsqueeze(self, dim)
 
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
+    def transpose(self, dim0: _int, dim1: _int) -> Tensor:
         return _ops.transpose(self, dim0, dim1)
 
-    def swapaxes(self, dim0: int, dim1: int) -> Tensor:
+    def swapaxes(self, dim0: _int, dim1: _int) -> Tensor:
         return _ops.transpose(self, dim0, dim1)
 
     def permute(self, *dims: Any) -> Tensor:
@@ -611,16 +628,16 @@ class Tensor:
     def expand_as(self, other: Tensor) -> Tensor:
         return _ops.expand_as(self, other)
 
-    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
+    def broadcast_to(self, shape: Sequence[_int]) -> Tensor:
         return _ops.broadcast_to(self, shape)
 
-    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, split_size_or_sections: Any, dim: _int = 0) -> tuple[Tensor, ...]:
         return _ops.split(self, split_size_or_sections, dim)
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: _int, dim: _int = 0) -> tuple[Tensor, ...]:
         return _ops.chunk(self, chunks, dim)
 
-    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+    def unbind(self, dim: _int = 0) -> tuple[Tensor, ...]:
         return _ops.unbind(self, dim)
 
     def masked_fill(self, mask: Any, value: Any) -> Tensor:
@@ -632,10 +649,10 @@ class Tensor:
     def contiguous(self) -> Tensor:
         return _ops.contiguous(self)
 
-    def softmax(self, dim: int, dtype: Any = None) -> Tensor:
+    def softmax(self, dim: _int, dtype: Any = None) -> Tensor:
         return _ops.softmax(self, dim, dtype)
 
-    def log_softmax(self, dim: int, dtype: Any = None) -> Tensor:
+    def log_softmax(self, dim: _int, dtype: Any = None) -> Tensor:
         return _ops.log_softmax(self, dim, dtype)
 
     def add_(self, other: Any, *, alpha: Any = 1) -> Tensor:
@@ -700,7 +717,7 @@ class Tensor:
     def mT(self) -> Tensor:
         return _ops.transpose(self, -2, -1)
 
-    def _index_add_zeros(self, index: tuple[Any, ...], shape: tuple[int, ...]) -> Tensor:
+    def _index_add_zeros(self, index: tuple[Any, ...], shape: tuple[_int, ...]) -> Tensor:
         """Zeros of ``shape`` with this tensor added at ``index`` (getitem's backward)."""
         return _ops.index_add_zeros(self, index, shape)
 

@@ -50,7 +50,7 @@ def to_dtype(d: Any) -> np.dtype[Any]:
     """The dtype named by ``d``: a dtype, a name ("float32", "long"), or a Python type."""
     if isinstance(d, str):
         try:
-            return _NAMES[d]
+            return _NAMES[d]  # type: ignore[return-value]
         except KeyError:
             raise TypeError(f"unknown dtype {d!r}") from None
     if d is float:
@@ -59,7 +59,7 @@ def to_dtype(d: Any) -> np.dtype[Any]:
         return int64
     if d is bool:
         return bool_
-    return np.dtype(d)
+    return np.dtype(d)  # type: ignore[no-any-return]
 
 
 def is_floating(d: np.dtype[Any]) -> bool:

@@ -86,6 +86,10 @@ class BackwardCFunction(Node):
 
     __slots__ = ("_ctx", "_fn_cls", "_in_meta")
 
+    _ctx: FunctionCtx
+    _fn_cls: type[Function]
+    _in_meta: tuple[tuple[tuple[int, ...], Any] | None, ...]
+
     def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
         ctx = self._ctx
         if ctx._saved is _FREED:
@@ -136,6 +140,7 @@ class BackwardCFunction(Node):
                     f"function {self.name()} returned a {type(g).__name__} as gradient {i}; "
                     "expected a Tensor or None"
                 )
+            assert meta is not None  # an edge exists, so the input required grad
             shape, dtype = meta
             if tuple(g.shape) != tuple(shape):
                 try:
@@ -164,7 +169,7 @@ class _FunctionMeta(type):
         is_async = backward is not None and inspect.iscoroutinefunction(
             getattr(backward, "__func__", backward)
         )
-        cls._backward_cls = type(  # type: ignore[attr-defined]
+        cls._backward_cls = type(
             f"{name}Backward",
             (BackwardCFunction,),
             {"__slots__": (), "_async_apply": is_async},
@@ -254,7 +259,7 @@ class Function(metaclass=_FunctionMeta):
             else:
                 edges.append(None)
                 in_meta.append(None)
-        node = object.__new__(cls._backward_cls)
+        node: BackwardCFunction = object.__new__(cls._backward_cls)
         node._init_node(edges)
         node._ctx = ctx
         node._fn_cls = cls

@@ -57,8 +57,8 @@ def numerical_jacobian(
                 minus = [_host64(o._array) for o in _diff_outputs(func, inputs)]
                 flat[j] = orig
             for k in range(len(outs0)):
-                jac[k][i][:, j] = (plus[k] - minus[k]) / (2 * eps)  # type: ignore[index]
-    return jac  # type: ignore[return-value]
+                jac[k][i][:, j] = (plus[k] - minus[k]) / (2 * eps)
+    return jac
 
 
 def analytical_jacobian(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[list[Any]]:

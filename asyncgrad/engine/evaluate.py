@@ -8,6 +8,7 @@ an awaiting node in its own task) and a blocking caller (which awaits on a helpe
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
@@ -121,7 +122,7 @@ def finish_blocking(gen: Generator[Any, Any, Any], aw: Any) -> Any:
     Returns the generator's result."""
     while True:
         try:
-            val = run_blocking(lambda aw=aw: _await(aw))
+            val = run_blocking(functools.partial(_await, aw))
         except BaseException as e:
             try:
                 aw = gen.throw(e)
@@ -163,7 +164,7 @@ def run_callbacks_blocking(gt: GraphTask) -> None:
             cb = gt.callbacks.pop(0)
             r = cb()
             if isawaitable(r):
-                run_blocking(lambda r=r: _await(r))
+                run_blocking(functools.partial(_await, r))
     finally:
         current_graph_task.reset(tok)
 

@@ -113,7 +113,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     direct = route(gt, node, out, queue)
                 # Drop our reference now: AccumulateGrad steals an array that nobody else
                 # holds instead of copying it (see AccumulateGrad.apply).
-                out = buf = None
+                del out, buf
             except BaseException as e:
                 # Whatever a node raises fails its graph task alone; see GraphTask.fail.
                 gt.fail(e, node)

@@ -50,7 +50,7 @@ class AccumulateGrad(Node):
                 acc = m.grad_accumulator
                 if acc is None:
                     acc = m.grad_accumulator = AccumulateGrad(variable)
-        return acc  # type: ignore[no-any-return]
+        return acc
 
     @property
     def variable(self) -> Tensor | None:
@@ -59,11 +59,11 @@ class AccumulateGrad(Node):
 
     # A leaf's tensor hooks live on the tensor (they must work whichever graph reaches it), so
     # the engine reads them through this property.
-    @property  # type: ignore[override]
+    @property
     def _hooks(self) -> Hooks | None:
         var = self._var_ref()
         m = None if var is None else var._meta
-        return None if m is None else m.hooks  # type: ignore[no-any-return]
+        return None if m is None else m.hooks
 
     @_hooks.setter
     def _hooks(self, value: Any) -> None:
@@ -122,4 +122,4 @@ def leaf_hooks(variable: Tensor) -> Hooks:
             h = m.hooks
             if h is None:
                 h = m.hooks = Hooks()
-    return h  # type: ignore[no-any-return]
+    return h

@@ -315,7 +315,7 @@ def cross_entropy(
 def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
-    d = input - target
+    d: Tensor = input - target
     sq = d * d
     if reduction == "none":
         return sq

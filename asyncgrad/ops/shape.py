@@ -15,10 +15,10 @@ from .reduce import dims
 namespace = backend.namespace
 
 
-def _infer_shape(shape: Any, numel: int) -> tuple[int, ...]:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    shape = tuple(int(s) for s in shape)
+def _infer_shape(sizes: Any, numel: int) -> tuple[int, ...]:
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = sizes[0]
+    shape = tuple(int(s) for s in sizes)
     if shape.count(-1) > 1:
         raise RuntimeError("only one dimension can be inferred")
     known = 1
