@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
@@ -59,14 +60,25 @@ def graph_queue(gt: GraphTask, device: Device | None) -> ReadyQueue:
     return q
 
 
+# NOTE [Waking workers]
+# devices decides where a ready node goes; worker.py owns how a queue is drained. A push that
+# finds a loop's queue without a worker wakes it through `_wake`, which worker.py installs when
+# it is imported (asyncgrad.engine imports it before any graph task can run), so this module
+# needs no import of worker and the imports inside the engine point one way.
+_wake: Callable[[ReadyQueue], None]
+
+
+def install_waker(wake: Callable[[ReadyQueue], None]) -> None:
+    global _wake
+    _wake = wake
+
+
 def push(gt: GraphTask, node: Node, buf: list[Any]) -> None:
     """Queue a ready node on its device's queue, starting that queue's worker if needed."""
     q = graph_queue(gt, node._device)
     q.push(gt, node, buf)
     if q.worker is None and q.loop is not None:
-        from .worker import start_worker
-
-        start_worker(q)
+        _wake(q)
 
 
 def route(
@@ -139,6 +151,4 @@ def route_from_task(gt: GraphTask, node: Node, out: Any) -> None:
         heappush(q.heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], gt))
     for dq in gt.queues.values():
         if dq.heap and dq.worker is None and dq.loop is not None:
-            from .worker import start_worker
-
-            start_worker(dq)
+            _wake(dq)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..graph.grad_mode import _grad_enabled
 from . import ready_queue
-from .devices import route, route_from_task
+from .devices import install_waker, route, route_from_task
 from .evaluate import evaluate, evaluate_plain, finish_blocking, own_cancellation, run_callbacks
 from .reentrant import config, current_graph_task
 
@@ -28,6 +28,9 @@ def start_worker(queue: ReadyQueue) -> None:
     queue.worker = queue.loop.create_task(
         run_worker(queue), name=f"asyncgrad-worker-{queue.device}"
     )
+
+
+install_waker(start_worker)  # See NOTE [Waking workers]
 
 
 async def run_worker(queue: ReadyQueue) -> None:

@@ -9,6 +9,7 @@ from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import Device
 from ._record import arr, as_array, wrap
+from .convert import to
 
 
 class Generator:
@@ -63,8 +64,6 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     if isinstance(data, Tensor) and dtype is None and device is None:
         return data
     if isinstance(data, Tensor):
-        from .convert import to
-
         return to(data, *(a for a in (device, dtype) if a is not None))
     return _finish(as_array(data, dtype), device, False)
 

@@ -7,6 +7,7 @@ from typing import Any
 from .. import backend
 from .._tensor import Tensor
 from ._record import OPS, arr, as_view, make
+from .inplace import copy_, inplace
 
 
 def _norm_index(index: Any) -> tuple[tuple[Any, ...], bool]:
@@ -57,8 +58,6 @@ def index_add_zeros(g: Tensor, index: tuple[Any, ...], shape: tuple[int, ...]) -
 
 
 def setitem(input: Tensor, index: Any, value: Any) -> None:
-    from .inplace import copy_, inplace
-
     idx, advanced = _norm_index(index)
     if not advanced:
         copy_(getitem(input, idx), value)

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from .._tensor import Tensor
 from . import linalg, pointwise, reduce, shape
-from .creation import as_tensor
+from .creation import as_tensor, zeros, zeros_like
 from .pointwise import where
 
 
@@ -75,8 +75,6 @@ def _np_stack(arrays: Any, axis: int = 0, **_: Any) -> Any:
 def _np_zeros_like(
     a: Any, dtype: Any = None, order: Any = "K", subok: bool = True, shape: Any = None
 ) -> Any:
-    from .creation import zeros, zeros_like
-
     if shape is None:
         return zeros_like(a, dtype=dtype)
     return zeros(shape, dtype=a.dtype if dtype is None else dtype, device=a.device)

@@ -10,6 +10,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..graph.grad_mode import _grad_enabled
 from ._record import OPS, arr, as_view, make, record, wrap
+from .convert import to
 from .reduce import dims
 
 namespace = backend.namespace
@@ -61,8 +62,6 @@ def reshape(input: Tensor, *shape: Any) -> Tensor:
 
 def view(input: Tensor, *shape: Any) -> Tensor:
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
-        from .convert import to
-
         return to(input, shape[0])
     return reshape_to(input, _infer_shape(shape, input._array.size), True)
 
