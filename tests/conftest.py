@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 
 import numpy as np
@@ -25,6 +25,28 @@ THREAD_JOIN_TIMEOUT_S: Final = 2.0
 TASK_SETTLE_ITERATIONS: Final = 50
 # The engine's thread pool outlives single tests on purpose.
 PERSISTENT_THREAD_PREFIX: Final = "asyncgrad-pool"
+
+
+def _loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop
+    }
+    try:
+        import uvloop
+    except ImportError:  # an optional extra: without it the async tests run on asyncio alone
+        return factories
+    factories["uvloop"] = uvloop.new_event_loop
+    return factories
+
+
+LOOP_FACTORIES: Final = _loop_factories()
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async test runs once on asyncio's loop and once on uvloop's (when installed)."""
+    return LOOP_FACTORIES
 
 
 @pytest.fixture(autouse=True)
