@@ -12,7 +12,7 @@ import numpy as np
 from .autograd.derivatives import OPS, OpDef
 from .autograd.grad_mode import _grad_enabled
 from .autograd.graph import Edge, Node, SavedTensor
-from .backend import CPU, Device, device_of, to_device
+from .backend import CPU, Device, device_of, quiet_fp, restore_fp, silent_fp, to_device
 from .tensor import Tensor, bool_, float16, float32, float64, int32, int64
 
 ndarray = np.ndarray
@@ -200,17 +200,20 @@ def _binary(op: OpDef, ufunc: Any, x: Any, y: Any) -> Tensor:
     # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's dtype.)
     if type(xa) is not type(ya) and hasattr(xa, "shape") and hasattr(ya, "shape"):
         _check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
+    token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         out = ufunc(xa, ya)
+        if type(out) is not ndarray:
+            out = np.asarray(out)
+        if out.dtype == float64 and not _is_f64(xa) and not _is_f64(ya):
+            out = out.astype(float32)  # an int tensor with a Python float gives float32, as torch
+        elif type(xa) is ndarray and type(ya) is ndarray and (xa.ndim == 0) is not (ya.ndim == 0):
+            out = _zero_dim_promotion(out, xa, ya)
     except ValueError:
         _raise_broadcast(xa, ya)
         raise
-    if type(out) is not ndarray:
-        out = np.asarray(out)
-    if out.dtype == float64 and not _is_f64(xa) and not _is_f64(ya):
-        out = out.astype(float32)  # an int tensor with a Python float gives float32, as in torch
-    elif type(xa) is ndarray and type(ya) is ndarray and (xa.ndim == 0) is not (ya.ndim == 0):
-        out = _zero_dim_promotion(out, xa, ya)
+    finally:
+        restore_fp(token)
     t = Tensor._wrap(out)
     if _grad_enabled.get():
         _record(op, (t,), (x, y), _NO_PARAMS)
@@ -277,7 +280,27 @@ def _trunc_div(a: Any, b: Any) -> Any:
 
 
 def pow(input: Any, exponent: Any) -> Tensor:
-    return _binary(_OP["pow"], np.power, input, exponent)
+    return _binary(_OP["pow"], _pow_scalar, input, exponent)
+
+
+def _pow_scalar(a: Any, e: Any) -> Any:
+    """``a ** e`` as torch computes it: for a float tensor and a Python number ``e`` in 2, 3, -2,
+    0.5, -0.5, -1, as products, sqrt, rsqrt and reciprocal, which differ from pow at -0 and -inf
+    (``(-inf) ** 0.5`` is NaN, ``(-0.0) ** -0.5`` is -inf). Also on Tensors (in rules)."""
+    if type(e) in (int, float) and getattr(a, "dtype", float64).kind == "f":
+        if e == 2:
+            return a * a
+        if e == 3:
+            return a * a * a
+        if e == 0.5:
+            return np.sqrt(a)
+        if e == -0.5:
+            return 1.0 / np.sqrt(a)
+        if e == -1:
+            return 1.0 / a
+        if e == -2:
+            return 1.0 / (a * a)
+    return np.power(a, e)
 
 
 def maximum(input: Any, other: Any) -> Tensor:
@@ -289,7 +312,11 @@ def minimum(input: Any, other: Any) -> Tensor:
 
 
 def _no_grad_binary(ufunc: Any, x: Any, y: Any) -> Tensor:
-    return _wrap_out(ufunc(_arr(x), _arr(y)))
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        return _wrap_out(ufunc(_arr(x), _arr(y)))
+    finally:
+        restore_fp(token)
 
 
 def floor_divide(input: Any, other: Any) -> Tensor:
@@ -361,7 +388,11 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = _NO_PARAMS) -> T
     xa = x._array
     if xa.dtype.kind not in "fc" and op.name not in ("neg", "abs", "sign", "relu", "clamp"):
         xa = xa.astype(float32)
-    out = fn(xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        out = fn(xa)
+    finally:
+        restore_fp(token)
     if type(out) is not ndarray:
         out = np.asarray(out)
     t = Tensor._wrap(out)
@@ -436,8 +467,14 @@ def abs(input: Tensor) -> Tensor:
     return _unary(_OP["abs"], np.abs, input)
 
 
+def _sign_array(a: Any) -> Any:
+    if a.dtype.kind == "f":
+        return np.where(a != a, 0, np.sign(a))  # torch's sign is 0 at NaN, NumPy's NaN
+    return np.sign(a)
+
+
 def sign(input: Tensor) -> Tensor:
-    return _unary(_OP["sign"], np.sign, input)
+    return _unary(_OP["sign"], _sign_array, input)
 
 
 try:  # SciPy's erf is exact and fast; without SciPy fall back to math.erf per element.
@@ -518,6 +555,7 @@ def _dims(dim: Any, ndim: int) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     xa = input._array
     axis = _dims(dim, xa.ndim)
@@ -529,6 +567,7 @@ def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = N
     return _make(_OP["sum"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     xa = input._array
     if xa.dtype.kind not in "fc" and dtype is None:
@@ -546,21 +585,21 @@ def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
 
 
 def amax(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
-    xa = input._array
-    axis = None if dim == () or dim is None else _dims(dim, xa.ndim)
-    out = np.amax(xa, axis=axis, keepdims=keepdim)
-    return _make(
-        _OP["amax"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
-    )
+    return _amax_amin("amax", np.amax, input, dim, keepdim, False)
 
 
 def amin(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return _amax_amin("amin", np.amin, input, dim, keepdim, False)
+
+
+def _amax_amin(name: str, fn: Any, input: Tensor, dim: Any, keepdim: bool, evenly: bool) -> Tensor:
+    # evenly: max() and min() without a dim, whose gradient at a NaN result goes to the NaNs
+    # (torch's evenly_distribute_backward); amax and amin make it NaN.
     xa = input._array
     axis = None if dim == () or dim is None else _dims(dim, xa.ndim)
-    out = np.amin(xa, axis=axis, keepdims=keepdim)
-    return _make(
-        _OP["amin"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
-    )
+    out = fn(xa, axis=axis, keepdims=keepdim)
+    params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape, "evenly": evenly}
+    return _make(_OP[name], out, (input,), params)
 
 
 class _MinMax(NamedTuple):
@@ -570,7 +609,9 @@ class _MinMax(NamedTuple):
 
 def _extreme(input: Tensor, dim: Any, keepdim: bool, name: str, argf: Any) -> Any:
     if dim is None:
-        return amax(input) if name == "max" else amin(input)
+        if name == "max":
+            return _amax_amin("amax", np.amax, input, None, False, True)
+        return _amax_amin("amin", np.amin, input, None, False, True)
     if isinstance(dim, Tensor):  # max(a, b) spelled as max(input, other)
         return maximum(input, dim) if name == "max" else minimum(input, dim)
     xa = input._array
@@ -611,6 +652,7 @@ def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tens
     return _wrap_out(np.argmin(xa, axis=dim, keepdims=keepdim).astype(int64))
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     xa = input._array
     axis = _dims(dim, xa.ndim)
@@ -627,6 +669,7 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
 # =====================================================================================
 # Linear algebra
 # =====================================================================================
+@silent_fp  # See NOTE [Silent floating point]
 def matmul(input: Tensor, other: Tensor) -> Tensor:
     xa, ya = _arr(input), _arr(other)
     if getattr(xa, "ndim", 0) == 0 or getattr(ya, "ndim", 0) == 0:
@@ -660,6 +703,7 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     return matmul(input, mat2)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` as one node (the hot op of an MLP)."""
     xa, wa = input._array, weight._array
@@ -923,7 +967,7 @@ def _is_basic(index: tuple[Any, ...]) -> bool:
 def _zero_at(g: Any, index: tuple[Any, ...]) -> Any:
     mask = np.ones(g.shape, dtype=bool)
     mask[index] = False
-    return g * mask
+    return np.where(mask, g, 0)  # not g * mask: inf * 0 is NaN
 
 
 def setitem(input: Tensor, index: Any, value: Any) -> None:
@@ -1166,6 +1210,7 @@ def _inplace(self: Tensor, name: str, compute: Any) -> Tensor:
     return self
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def _inplace_arith(self: Tensor, name: str, ufunc: Any, other: Any) -> Tensor:
     oa = _arr(other)
     if not _grad_enabled.get() or not (
@@ -1234,6 +1279,7 @@ def fill_(self: Tensor, value: Any) -> Tensor:
     return _inplace(self, "fill", compute)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def copy_(self: Tensor, src: Any) -> Tensor:
     sa = _arr(src)
     if not hasattr(sa, "shape"):
@@ -1272,6 +1318,7 @@ def contiguous(input: Tensor) -> Tensor:
     return _make(_OP["clone"], np.ascontiguousarray(input._array), (input,))
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     dev: Device | None = None
     dt = kwargs.pop("dtype", None)
@@ -1302,6 +1349,7 @@ def _to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
 # =====================================================================================
 # Neural-network functions
 # =====================================================================================
+@silent_fp  # See NOTE [Silent floating point]
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(_dtype(dtype))
     d = dim % builtins.max(xa.ndim, 1)
@@ -1310,6 +1358,7 @@ def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     return _make(_OP["softmax"], z, (input,), {"dim": d})
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(_dtype(dtype))
     d = dim % builtins.max(xa.ndim, 1)
@@ -1318,6 +1367,7 @@ def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     return _make(_OP["log_softmax"], s, (input,), {"dim": d})
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def nll_loss(
     input: Tensor,
     target: Any,
@@ -1373,7 +1423,7 @@ def nll_loss(
     coef = valid.astype(la.dtype)
     if wa is not None:
         coef = coef * wa[safe]
-    losses = -picked * coef
+    losses = np.where(valid, -picked * coef, 0.0)  # an ignored target's NaN logp too
     denom = 1.0
     if reduction == "none":
         out = losses

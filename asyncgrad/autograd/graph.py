@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
-from ..backend import CPU
+from ..backend import CPU, quiet_fp, restore_fp
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -363,11 +363,16 @@ class AccumulateGrad(Node):
                     g = g.copy()
                 if old is None:
                     var._grad = Tensor._wrap(g)
-                elif old.requires_grad:
-                    var._grad = Tensor._wrap(np.asarray(old._array + g))
-                else:
-                    np.add(old._array, g, out=old._array)
-                    old._vc[0] += 1
+                    return ()
+                token = quiet_fp()  # See NOTE [Silent floating point]: inf + -inf is NaN
+                try:
+                    if old.requires_grad:
+                        var._grad = Tensor._wrap(np.asarray(old._array + g))
+                    else:
+                        np.add(old._array, g, out=old._array)
+                        old._vc[0] += 1
+                finally:
+                    restore_fp(token)
         return ()
 
     def __repr__(self) -> str:

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import quiet_fp, restore_fp
+
 
 class InputBuffer(list):  # type: ignore[type-arg]
     """A list of gradients (one per backward input of a node) that remembers which slots hold
@@ -27,10 +29,15 @@ def accumulate(buf: InputBuffer, nr: int, g: Any, create: bool) -> None:
         buf[nr] = g
     elif create:
         buf[nr] = old + g  # Tensors: records the sum so double backward sees it
-    elif buf.owned >> nr & 1 and old.shape == np.broadcast_shapes(old.shape, g.shape):
-        np.add(old, g, out=old, casting="unsafe")
     else:
-        r = old + g
+        token = quiet_fp()  # See NOTE [Silent floating point]: inf + -inf is NaN, silently
+        try:
+            if buf.owned >> nr & 1 and old.shape == np.broadcast_shapes(old.shape, g.shape):
+                np.add(old, g, out=old, casting="unsafe")
+                return
+            r = old + g
+        finally:
+            restore_fp(token)
         if isinstance(r, np.generic):  # 0-d operands give a NumPy scalar: keep an array
             r = np.asarray(r)
         buf[nr] = r
