@@ -8,6 +8,7 @@ from heapq import heappop, heappush
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
+from ..backend import quiet_fp, restore_fp
 from ..graph.grad_mode import _grad_enabled
 from . import ready_queue
 from .devices import install_waker, route, route_from_task
@@ -65,6 +66,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     """
     heap = queue.heap
     deadline = perf_counter() + budget
+    fp_tok = quiet_fp()  # See NOTE [Silent floating point]
     count = 0
     cur: GraphTask | None = None
     mode_tok = gt_tok = None
@@ -137,6 +139,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
         if mode_tok is not None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(gt_tok)  # type: ignore[arg-type]
+        restore_fp(fp_tok)
 
 
 def on_drained(gt: GraphTask) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._tensor import Tensor
+from ..backend import quiet_fp, restore_fp
 from .grad_mode import _grad_enabled
 from .hooks import Hooks, RemovableHandle
 
@@ -142,7 +143,11 @@ class Node:
             None if g is None else (g if create else g._array) if isinstance(g, Tensor) else g
             for g in grad_outputs
         ]
-        out = self.apply(grads, None, create)
+        token = quiet_fp()  # See NOTE [Silent floating point]
+        try:
+            out = self.apply(grads, None, create)
+        finally:
+            restore_fp(token)
         if inspect.isawaitable(out):
             raise RuntimeError(f"{self.name()} has an async backward; use the engine to run it")
         res = tuple(

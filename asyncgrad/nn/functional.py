@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
+from ..backend import silent_fp
 from ..ops import (
     gelu,
     linear,
@@ -192,6 +193,7 @@ def scaled_dot_product_attention(
 
 
 # ----------------------------------------------------------------------------- losses
+@silent_fp  # See NOTE [Silent floating point]
 def nll_loss(
     input: Tensor,
     target: Any,
@@ -249,7 +251,7 @@ def nll_loss(
     coef = valid.astype(la.dtype)
     if wa is not None:
         coef = coef * wa[safe]
-    losses = -picked * coef
+    losses = xp.where(valid, -picked * coef, 0.0)  # an ignored target's NaN logp too
     denom = 1.0
     if reduction == "none":
         out = losses

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import backend, dtypes
 from .._tensor import Tensor
-from ..backend import CPU, Device
+from ..backend import CPU, Device, silent_fp
 from ._record import OPS, make, wrap
 
 
@@ -21,6 +21,7 @@ def contiguous(input: Tensor) -> Tensor:
     return make(OPS["clone"], backend.namespace(a).ascontiguousarray(a), (input,))
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """``self`` on another device and/or with another dtype (itself when nothing changes)."""
     dev: Device | None = None

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
+from ..backend import silent_fp
 from ..graph.copy_slices import CopySlices
 from ..graph.grad_mode import _grad_enabled
 from ._record import OPS, arr, make
@@ -82,6 +83,7 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     return self
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def _inplace_arith(self: Tensor, name: str, fname: str, other: Any) -> Tensor:
     oa = arr(other)
     if not _grad_enabled.get() or not (
@@ -152,6 +154,7 @@ def fill_(self: Tensor, value: Any) -> Tensor:
     return inplace(self, "fill", compute)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def copy_(self: Tensor, src: Any) -> Tensor:
     sa = arr(src)
     if not hasattr(sa, "shape"):

@@ -6,6 +6,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
+from ..backend import silent_fp
 from ._record import OPS, arr, make
 
 
@@ -13,6 +14,7 @@ def _shape_str(s: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in s)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def matmul(input: Tensor, other: Tensor) -> Tensor:
     xa, ya = arr(input), arr(other)
     if getattr(xa, "ndim", 0) == 0 or getattr(ya, "ndim", 0) == 0:
@@ -42,6 +44,7 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     return matmul(input, mat2)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` as one node."""
     xa, wa = input._array, weight._array

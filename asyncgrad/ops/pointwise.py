@@ -8,7 +8,9 @@ from typing import Any, Final
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..backend import quiet_fp, restore_fp
 from ..graph.grad_mode import _grad_enabled
+from ..rules import pow_scalar
 from ._record import NO_PARAMS, OPS, arr, check_devices, make, record, wrap
 from .creation import as_tensor
 
@@ -32,11 +34,14 @@ def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
         if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
             check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
         xp = namespace(xa if hasattr(xa, "shape") else ya)
+    token = quiet_fp()  # See NOTE [Silent floating point]
     try:
-        out = getattr(xp, fname)(xa, ya)
+        out = getattr(xp, fname)(xa, ya) if fname != "power" else pow_scalar(xa, ya)
     except ValueError:
         _raise_broadcast(xa, ya)
         raise
+    finally:
+        restore_fp(token)
     if type(out) is not ndarray:
         out = backend.ensure_array(out)
     dt = out.dtype
@@ -116,7 +121,11 @@ def remainder(input: Any, other: Any) -> Tensor:
 def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
     xa, ya = arr(x), arr(y)
     xp = namespace(xa if hasattr(xa, "shape") else ya)
-    return wrap(getattr(xp, fname)(xa, ya))
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        return wrap(getattr(xp, fname)(xa, ya))
+    finally:
+        restore_fp(token)
 
 
 def floor_divide(input: Any, other: Any) -> Tensor:
@@ -195,7 +204,11 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     xa = x._array
     if xa.dtype.kind not in "fc" and op.name not in _KEEP_INT:
         xa = xa.astype(_float32)
-    out = fn(namespace(xa), xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        out = fn(namespace(xa), xa)
+    finally:
+        restore_fp(token)
     t = wrap(out)
     if _grad_enabled.get():
         record(op, (t,), (x,), params)
@@ -268,8 +281,14 @@ def abs(input: Tensor) -> Tensor:
     return _unary(OPS["abs"], lambda xp, a: xp.abs(a), input)
 
 
+def _sign_array(xp: Any, a: Any) -> Any:
+    if a.dtype.kind == "f":
+        return xp.where(a != a, 0, xp.sign(a))  # torch's sign is 0 at NaN, NumPy's NaN
+    return xp.sign(a)
+
+
 def sign(input: Tensor) -> Tensor:
-    return _unary(OPS["sign"], lambda xp, a: xp.sign(a), input)
+    return _unary(OPS["sign"], _sign_array, input)
 
 
 def erf(input: Tensor) -> Tensor:

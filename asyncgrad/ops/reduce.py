@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..backend import silent_fp
 from ._record import OPS, make, wrap
 from .pointwise import maximum, minimum
 
@@ -31,6 +32,7 @@ def dims(dim: Any, ndim: int) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     xa = input._array
     axis = None if xa.ndim == 0 else dims(dim, xa.ndim)
@@ -42,6 +44,7 @@ def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = N
     return make(OPS["sum"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     xa = input._array
     if xa.dtype.kind not in "fc" and dtype is None:
@@ -57,17 +60,25 @@ def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
 
 
 def amax(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
-    xa = input._array
-    axis = None if dim == () or dim is None else dims(dim, xa.ndim)
-    out = xa.max(axis=axis, keepdims=keepdim)
-    return make(OPS["amax"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
+    return _amax_amin("amax", input, dim, keepdim, False)
 
 
 def amin(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return _amax_amin("amin", input, dim, keepdim, False)
+
+
+def _amax_amin(name: str, input: Tensor, dim: Any, keepdim: bool, evenly: bool) -> Tensor:
+    # evenly: max() and min() without a dim, whose gradient at a NaN result goes to the NaNs
+    # (torch's evenly_distribute_backward); amax and amin make it NaN.
     xa = input._array
     axis = None if dim == () or dim is None else dims(dim, xa.ndim)
-    out = xa.min(axis=axis, keepdims=keepdim)
-    return make(OPS["amin"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
+    out = (
+        xa.max(axis=axis, keepdims=keepdim)
+        if name == "amax"
+        else xa.min(axis=axis, keepdims=keepdim)
+    )
+    params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape, "evenly": evenly}
+    return make(OPS[name], out, (input,), params)
 
 
 class MinMax(NamedTuple):
@@ -79,7 +90,7 @@ class MinMax(NamedTuple):
 
 def _extreme(input: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
     if dim is None:
-        return amax(input) if name == "max" else amin(input)
+        return _amax_amin("amax" if name == "max" else "amin", input, None, False, True)
     if isinstance(dim, Tensor):  # max(a, b) spelled as max(input, other)
         return maximum(input, dim) if name == "max" else minimum(input, dim)
     xa = input._array
@@ -121,6 +132,7 @@ def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tens
     return _arg(input._array, dim, keepdim, "min")
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     xa = input._array
     xp = namespace(xa)
@@ -135,6 +147,7 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     )
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(dtypes.to_dtype(dtype))
     d = dim % builtins.max(xa.ndim, 1)
@@ -143,6 +156,7 @@ def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     return make(OPS["softmax"], z, (input,), {"dim": d})
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(dtypes.to_dtype(dtype))
     d = dim % builtins.max(xa.ndim, 1)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .derivatives import OPS, FunctionNode, OpDef, defvjp, sum_to
+from .derivatives import OPS, FunctionNode, OpDef, defvjp, pow_scalar, sum_to
 
-__all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "sum_to"]
+__all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "pow_scalar", "sum_to"]

@@ -1,0 +1,392 @@
+"""Forward values and gradients at NaN, +-inf, +-0 and ties, compared with torch.
+
+``CASES`` maps every op of the rule table (``OPS``) to cases whose inputs hold the special
+values; ``test_every_op_has_a_case`` fails when an op is added to the table without one. Each
+case runs forward and backward in asyncgrad and in torch (float64 on both sides) and compares
+the outputs and the gradients of every leaf, NaNs in the same places. The gradient arriving at
+the outputs is ones, or special itself (all inf, or a mix of NaN, +-inf, 0 and 1e300, which a
+0-d output gets as NaN): a rule that masks a gradient by multiplying it with 0 turns an infinite
+or NaN gradient into NaN where torch, which selects with ``where``, gives 0. The cases run again
+under ``create_graph=True``, where the same rules run on Tensors.
+
+Warnings are errors (``warnings.simplefilter("error")`` here, and ``filterwarnings`` in
+pyproject.toml), so a NumPy RuntimeWarning ("divide by zero", "invalid value", "overflow") from
+a forward op or from backward fails the case: torch computes with infinities silently.
+
+Views, joins, casts and the internal ops (``index_add_zeros``, getitem's backward, called
+directly; ``index_put``, ``copy`` and ``fill``, reached through setitem, ``copy_`` and ``fill_``)
+have no formula of their own to get wrong at these values; their simple cases check that the
+values pass through, and that the gradients they zero stay 0 for inf and NaN output gradients.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad import ops
+from asyncgrad.rules import OPS
+
+torch = pytest.importorskip("torch", reason="torch is the reference for special-value gradients")
+
+NAN: Final = float("nan")
+INF: Final = float("inf")
+
+# The values each elementwise case runs through: NaN, both infinities, both zeros, +-1 (special
+# bases of pow), 800 (exp overflows), 40 (tanh and sigmoid saturate) and ordinary values.
+VALUES: Final = np.array(
+    [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1.5, 3.0, 40.0, 800.0, -800.0]
+)
+_N: Final = VALUES.size
+# Every ordered pair of VALUES (ties included: equal values, NaN with NaN, 0 with -0).
+PAIR_X: Final = np.repeat(VALUES, _N).reshape(_N, _N)
+PAIR_Y: Final = np.tile(VALUES, _N).reshape(_N, _N)
+# Rows for reductions and softmax: NaN, ties, infinities of both signs, masked (-inf) entries.
+ROWS: Final = np.array(
+    [
+        [NAN, 1.0, 3.0],
+        [1.0, 3.0, 3.0],
+        [INF, INF, 1.0],
+        [-INF, -INF, -INF],
+        [NAN, NAN, 1.0],
+        [INF, -INF, 0.0],
+        [0.0, -0.0, -1.0],
+        [-INF, 1.0, 2.0],
+        [NAN, INF, -INF],
+        [2.0, -1.0, 0.5],
+        [800.0, 799.0, -800.0],
+    ]
+)
+# A 4 x 3 matrix and a 3 x 2 one with special entries, for matmul and linear.
+MAT_A: Final = np.array([[NAN, 1.0, 2.0], [INF, 0.0, -1.0], [-INF, INF, 0.5], [0.0, -0.0, 3.0]])
+MAT_B: Final = np.array([[1.0, 0.0], [-INF, 2.0], [0.0, NAN]])
+# The special mix of output gradients (1e300 overflows a float32 cast).
+G_MIX: Final = np.array([NAN, INF, -INF, 0.0, 2.5, -1.0, 1e300])
+GRADS: Final = ("ones", "inf", "mixed")
+
+
+@dataclass(frozen=True)
+class Const:
+    """An argument that becomes a float64 tensor that does not require grad."""
+
+    values: Any
+
+
+@dataclass(frozen=True)
+class Case:
+    """``fn(m, *args)`` with ``m`` the module (asyncgrad or torch). In ``args`` a float ndarray
+    becomes a float64 leaf that requires grad, a ``Const`` a float64 constant; anything else is
+    passed as it is."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+CASES: Final[dict[str, dict[str, Case]]] = {}
+
+
+def case(op: str, case_id: str, fn: Callable[..., Any], *args: Any) -> None:
+    cases = CASES.setdefault(op, {})
+    assert case_id not in cases, f"duplicate case {op}-{case_id}"
+    cases[case_id] = Case(fn, args)
+
+
+def F(m: Any) -> Any:
+    return m.nn.functional
+
+
+# =====================================================================================
+# Binary arithmetic: every pair of special values, and Python scalars on either side
+# =====================================================================================
+for _op, _fn in [
+    ("add", lambda m, x, y: x + y),
+    ("sub", lambda m, x, y: x - y),
+    ("mul", lambda m, x, y: x * y),
+    ("div", lambda m, x, y: x / y),
+    ("pow", lambda m, x, y: x**y),
+    ("maximum", lambda m, x, y: m.maximum(x, y)),
+    ("minimum", lambda m, x, y: m.minimum(x, y)),
+]:
+    case(_op, "pairs", _fn, PAIR_X, PAIR_Y)
+    case(_op, "broadcast", _fn, VALUES[:, None], VALUES)
+    case(_op, "const_other", _fn, VALUES[:, None], Const(VALUES))
+case("remainder", "pairs", lambda m, x, y: x % y, PAIR_X, PAIR_Y)
+case("remainder", "by_scalar", lambda m, x: x % 1.5, VALUES)
+case("add", "alpha", lambda m, x, y: m.add(x, y, alpha=-2.0), PAIR_X, PAIR_Y)
+case("sub", "reflected_scalar", lambda m, x: 2.0 - x, VALUES)
+for _c in [0.0, -0.0, INF, -INF, NAN, 2.0]:
+    case("mul", f"by_{_c}", lambda m, x, c=_c: x * c, VALUES)
+    case("div", f"by_{_c}", lambda m, x, c=_c: x / c, VALUES)
+    case("div", f"{_c}_by", lambda m, x, c=_c: c / x, VALUES)
+# Scalar exponents: torch evaluates 0.5, -0.5, -1, 2, 3, -2 as sqrt, rsqrt, reciprocal and
+# products, which differ from pow at -0 and -inf.
+for _c in [0, 1, 2, 3, -1, -2, 0.5, -0.5, 1.5, -1.5, 2.5, 0.0, 2.0, INF, -INF, NAN]:
+    case("pow", f"exponent_{_c!r}", lambda m, x, c=_c: x**c, VALUES)
+for _c in [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, INF, -INF, NAN]:
+    case("pow", f"base_{_c!r}", lambda m, y, c=_c: c**y, VALUES)
+case("pow", "method_0d", lambda m, x, y: x.pow(y), np.array(0.0), np.array(-1.0))
+case("where", "pairs", lambda m, x, y: m.where(x > y, x, y), PAIR_X, PAIR_Y)
+case("where", "scalar_other", lambda m, x: m.where(x > 0, x, NAN), VALUES)
+case(
+    "where",
+    "masked_fill_nan",
+    lambda m, x, v: x.masked_fill(m.tensor(VALUES > 0), v),
+    VALUES,
+    np.array(NAN),
+)
+case("where", "masked_fill_inf", lambda m, x: x.masked_fill(m.tensor(VALUES < 1), INF), VALUES)
+case("matmul", "2d_2d", lambda m, a, b: a @ b, MAT_A, MAT_B)
+case("matmul", "1d_2d", lambda m, a, b: a @ b, MAT_A[1], MAT_B)
+case("matmul", "2d_1d", lambda m, a, b: a @ b, MAT_A, MAT_B[:, 1])
+case("matmul", "1d_1d", lambda m, a, b: a @ b, MAT_A[2], MAT_B[:, 0])
+case("matmul", "batched", lambda m, a, b: a @ b, MAT_A.reshape(2, 2, 3), MAT_B)
+
+# =====================================================================================
+# Unary math: every special value
+# =====================================================================================
+for _op, _fn in [
+    ("neg", lambda m, x: -x),
+    ("exp", lambda m, x: x.exp()),
+    ("log", lambda m, x: x.log()),
+    ("log1p", lambda m, x: x.log1p()),
+    ("expm1", lambda m, x: x.expm1()),
+    ("sqrt", lambda m, x: x.sqrt()),
+    ("rsqrt", lambda m, x: x.rsqrt()),
+    ("reciprocal", lambda m, x: x.reciprocal()),
+    ("sin", lambda m, x: x.sin()),
+    ("cos", lambda m, x: x.cos()),
+    ("tan", lambda m, x: x.tan()),
+    ("tanh", lambda m, x: x.tanh()),
+    ("sigmoid", lambda m, x: x.sigmoid()),
+    ("relu", lambda m, x: x.relu()),
+    ("abs", lambda m, x: x.abs()),
+    ("sign", lambda m, x: x.sign()),
+    ("erf", lambda m, x: x.erf()),
+    ("silu", lambda m, x: F(m).silu(x)),
+]:
+    case(_op, "values", _fn, VALUES)
+case("log1p", "near_minus_one", lambda m, x: x.log1p(), np.array([-1.0, -1.5, -INF, -0.5]))
+case("relu", "inplace", lambda m, x: (x * 1).relu_(), VALUES)
+case("gelu", "exact", lambda m, x: F(m).gelu(x), VALUES)
+case("gelu", "tanh", lambda m, x: F(m).gelu(x, approximate="tanh"), VALUES)
+case("clamp", "min_max", lambda m, x: x.clamp(-1.0, 1.0), VALUES)
+case("clamp", "min", lambda m, x: x.clamp(min=0.0), VALUES)
+case("clamp", "max", lambda m, x: x.clamp(max=0.0), VALUES)
+case("clamp", "infinite_bounds", lambda m, x: x.clamp(-INF, INF), VALUES)
+case("clamp", "inplace", lambda m, x: (x * 1).clamp_(0.5, 2.0), VALUES)
+
+# =====================================================================================
+# Reductions: rows of special values, reduced along a dim and whole
+# =====================================================================================
+for _op in ["sum", "mean"]:
+    case(_op, "dim1", lambda m, x, o=_op: getattr(x, o)(1), ROWS)
+    case(_op, "dim0_keepdim", lambda m, x, o=_op: getattr(x, o)(0, keepdim=True), ROWS)
+    case(_op, "all", lambda m, x, o=_op: getattr(x, o)(), ROWS[:3])
+for _op in ["amax", "amin"]:
+    case(_op, "dim1", lambda m, x, o=_op: getattr(m, o)(x, 1), ROWS)
+    case(_op, "dim0_keepdim", lambda m, x, o=_op: getattr(m, o)(x, 0, keepdim=True), ROWS.T)
+    # max() and min() without a dim: torch splits the gradient among the NaNs (amax: all NaN)
+    _short = _op[1:]
+    for _i, _row in enumerate(ROWS):
+        case(_op, f"all_row{_i}", lambda m, x, o=_op: getattr(m, o)(x), _row)
+        case(_op, f"{_short}_row{_i}", lambda m, x, o=_short: getattr(x, o)(), _row)
+    case(_op, f"{_short}_2d", lambda m, x, o=_short: getattr(m, o)(x), ROWS[:3])
+case("max_dim", "max_dim1", lambda m, x: x.max(1).values, ROWS)
+case("max_dim", "min_dim1", lambda m, x: m.min(x, 1).values, ROWS)
+case("max_dim", "max_dim0_keepdim", lambda m, x: x.max(0, keepdim=True).values, ROWS.T)
+case("logsumexp", "dim1", lambda m, x: x.logsumexp(1), ROWS)
+case("logsumexp", "dim0_keepdim", lambda m, x: m.logsumexp(x, 0, keepdim=True), ROWS.T)
+case("logsumexp", "dims_all", lambda m, x: m.logsumexp(x, (0, 1)), ROWS[6:8])
+
+# =====================================================================================
+# Shapes, views, indexing, joins: special values pass through
+# =====================================================================================
+_V12: Final = np.resize(VALUES, 12).reshape(3, 4)
+case("reshape", "reshape", lambda m, x: x.reshape(4, 3), _V12)
+case("transpose", "t", lambda m, x: x.t(), _V12)
+case("permute", "permute", lambda m, x: x.reshape(3, 2, 2).permute(2, 0, 1), _V12)
+case("expand", "expand", lambda m, x: x.expand(2, 3, 4), _V12[:, :1])
+case("getitem", "slice", lambda m, x: x[1:, ::2], _V12)
+case("getitem", "repeated_index", lambda m, x: x[m.tensor([0, 0, 2])], _V12)
+case("getitem", "mask", lambda m, x: x[x > 0], _V12)
+case(
+    "index_add_zeros",
+    "repeated_rows",  # getitem's backward, called directly: zeros with g added at the index
+    lambda m, g: (
+        ops.index_add_zeros(g, (np.array([1, 1, 0]), Ellipsis), (3, 4))
+        if m is ag
+        else torch.zeros(3, 4, dtype=torch.float64).index_put(
+            (torch.tensor([1, 1, 0]),), g, accumulate=True
+        )
+    ),
+    _V12,
+)
+
+
+def _setitem(m: Any, w: Any, v: Any) -> Any:
+    x = w * 1
+    x[m.tensor([2, 0])] = v
+    return x
+
+
+case("index_put", "index_tensor", _setitem, _V12, _V12[:2] + 1.0)
+case("cat", "dim1", lambda m, a, b: m.cat([a, b], 1), _V12, _V12[:, :2])
+case("stack", "dim0", lambda m, a, b: m.stack([a, b]), _V12, _V12[::-1])
+case("split", "dim1", lambda m, x: x.split(3, 1), _V12)
+case("unbind", "dim0", lambda m, x: x.unbind(0), _V12)
+case("clone", "clone", lambda m, x: x.clone(), _V12)
+case(
+    "cast", "float32_and_back", lambda m, x: x.to(m.float32).to(m.float64), np.append(VALUES, 1e300)
+)
+case("copy", "broadcast_src", lambda m, w, s: (w * 1).copy_(s), _V12, _V12[1])
+case("fill", "fill", lambda m, w: (w * 1).fill_(NAN), _V12)
+
+# =====================================================================================
+# Neural-network functions
+# =====================================================================================
+case("linear", "bias", lambda m, x, w, b: F(m).linear(x, w, b), MAT_A, MAT_B.T, MAT_B[0])
+case("linear", "no_bias", lambda m, x, w: F(m).linear(x, w), MAT_A.reshape(2, 2, 3), MAT_B.T)
+for _op in ["softmax", "log_softmax"]:
+    case(_op, "dim1", lambda m, x, o=_op: getattr(F(m), o)(x, 1), ROWS)
+    case(_op, "dim0", lambda m, x, o=_op: getattr(F(m), o)(x, 0), ROWS.T)
+_LOGP: Final = np.array([[NAN, 0.0, -1.0], [-INF, -0.5, 1.0], [0.5, INF, -2.0], [-1.0, -INF, -INF]])
+_TARGET: Final = np.array([1, 0, 1, 2])
+for _red in ["mean", "sum", "none"]:
+    case(
+        "nll_loss",
+        _red,
+        lambda m, x, red=_red: F(m).nll_loss(x, m.tensor(_TARGET), reduction=red),
+        _LOGP,
+    )
+    case(
+        "nll_loss",
+        f"{_red}_weight_ignore_index",
+        lambda m, x, red=_red: F(m).nll_loss(
+            x,
+            m.tensor([1, -100, 1, 2]),
+            weight=m.tensor([0.5, 2.0, 1.5], dtype=m.float64),
+            reduction=red,
+        ),
+        _LOGP,
+    )
+    case(
+        "nll_loss",
+        f"{_red}_all_ignored",
+        lambda m, x, red=_red: F(m).nll_loss(x, m.tensor([-100] * 4), reduction=red),
+        _LOGP,
+    )
+case(
+    "nll_loss",
+    "of_log_softmax",
+    lambda m, x: F(m).cross_entropy(x, m.tensor(_TARGET)),
+    _LOGP,
+)
+
+
+# =====================================================================================
+# The tests
+# =====================================================================================
+def _build(m: Any, args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    """The arguments for ``m`` (asyncgrad or torch), and the leaves among them."""
+    built, leaves = [], []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            t = m.tensor(np.array(a, order="C"), dtype=m.float64, requires_grad=True)
+            leaves.append(t)
+        elif isinstance(a, Const):
+            t = m.tensor(a.values, dtype=m.float64)
+        else:
+            t = a
+        built.append(t)
+    return built, leaves
+
+
+def _upstream(kind: str, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    if kind == "mixed":
+        return np.resize(G_MIX, shape)
+    value = {"ones": 1.0, "inf": INF}[kind]
+    return np.full(shape, value)
+
+
+def _run(m: Any, c: Case, grads: str, create: bool) -> tuple[list[Any], list[Any]]:
+    """Forward values and the gradient of every leaf, as float64 arrays (None: no gradient)."""
+    args, leaves = _build(m, c.args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a NumPy RuntimeWarning fails the case
+        out = c.fn(m, *args)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        gos = [m.tensor(_upstream(grads, tuple(o.shape)), dtype=m.float64) for o in outs]
+        if m is torch:
+            got = torch.autograd.grad(outs, leaves, gos, allow_unused=True)
+        else:
+            got = ag.grad_sync(outs, leaves, gos, allow_unused=True, create_graph=create)
+    values = [np.array(o.detach().numpy(), dtype=np.float64) for o in outs]
+    return values, [None if g is None else np.asarray(g.detach().numpy()) for g in got]
+
+
+def _compare(c: Case, grads: str, create: bool, want: tuple[list[Any], list[Any]]) -> None:
+    where = f"output gradients {grads!r}, create_graph={create}"
+    want_out, want_grads = want
+    got_out, got_grads = _run(ag, c, grads, create)
+    for i, (got, want) in enumerate(zip(got_out, want_out, strict=True)):
+        np.testing.assert_allclose(
+            got, want, rtol=1e-7, atol=1e-12, equal_nan=True, err_msg=f"output {i} ({where})"
+        )
+    for i, (got, want) in enumerate(zip(got_grads, want_grads, strict=True)):
+        if got is None or want is None:
+            assert got is None, f"grad {i} ({where}): torch has none, asyncgrad {got}"
+            assert want is None, f"grad {i} ({where}): asyncgrad has none, torch {want}"
+            continue
+        assert got.dtype == want.dtype, f"grad {i} ({where}): {got.dtype} vs {want.dtype}"
+        np.testing.assert_allclose(
+            got, want, rtol=1e-7, atol=1e-12, equal_nan=True, err_msg=f"grad {i} ({where})"
+        )
+
+
+PARAMS: Final = [
+    pytest.param(op, cid, id=f"{op}-{cid}") for op, cases in CASES.items() for cid in cases
+]
+
+
+def test_every_op_has_a_case() -> None:
+    missing = sorted(set(OPS) - set(CASES))
+    assert not missing, f"ops of the rule table without a special-value case: {missing}"
+    unknown = sorted(set(CASES) - set(OPS))
+    assert not unknown, f"CASES keys that are not ops of the rule table: {unknown}"
+
+
+@pytest.mark.parametrize(("op", "cid"), PARAMS)
+def test_matches_torch(op: str, cid: str) -> None:
+    """Every kind of output gradient; ones and the mix also under create_graph=True, where the
+    same rules run on Tensors."""
+    c = CASES[op][cid]
+    for grads in GRADS:
+        want = _run(torch, c, grads, False)
+        _compare(c, grads, False, want)
+        if grads != "inf":
+            _compare(c, grads, True, want)
+
+
+def _summed_grads(m: Any) -> list[np.ndarray[Any, Any]]:
+    x = m.tensor(VALUES, dtype=m.float64, requires_grad=True)
+    (x.exp() - x.exp() * 2.0).sum().backward()  # the engine sums the two paths' gradients
+    fan_in = x.grad.detach().numpy().copy()
+    x.grad = None
+    (x * INF).sum().backward()
+    (x * -INF).sum().backward()  # summed into .grad
+    return [fan_in, x.grad.detach().numpy()]
+
+
+def test_gradient_sums_match_torch() -> None:
+    """Gradients that the engine sums, and sums into ``.grad``, meet inf + -inf: NaN, silently."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _summed_grads(ag)
+    for g, want in zip(got, _summed_grads(torch), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-7, atol=1e-12, equal_nan=True)
