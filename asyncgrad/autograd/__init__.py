@@ -6,9 +6,11 @@ run the same graph task on the calling thread.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from asyncio import _get_running_loop
+from collections.abc import Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -287,7 +289,84 @@ def _finish_grad(
     return tuple(res)
 
 
-async def grad(
+def _done(value: Any) -> Generator[Any, None, Any]:
+    """An iterator for ``__await__`` that finishes at once with ``value``."""
+    return value
+    yield  # unreachable: makes this a generator
+
+
+class _PendingGrad(Coroutine[Any, Any, tuple[Tensor | None, ...]]):
+    """What ``ag.grad(...)`` returns when no event loop runs in the calling thread.
+
+    It is a coroutine like the one returned inside a loop (``await`` it, ``asyncio.run`` it, pass
+    it to ``asyncio.run_coroutine_threadsafe``), and it is also the tuple of gradients, as in
+    torch: unpacking, indexing or ``len`` runs the backward pass right there (once) with
+    :func:`grad_sync`. Used that way inside a running loop, it raises a TypeError asking for
+    ``await``.
+    """
+
+    __slots__ = ("_args", "_coro", "_result")
+
+    def __init__(self, coro: Coroutine[Any, Any, tuple[Tensor | None, ...]], args: tuple[Any, ...]):
+        self._coro = coro
+        self._args: tuple[Any, ...] | None = args
+        self._result: tuple[Tensor | None, ...] | None = None
+
+    def __await__(self) -> Generator[Any, None, tuple[Tensor | None, ...]]:
+        if self._result is not None:
+            return _done(self._result)
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        if self._result is not None:
+            raise StopIteration(self._result)
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def _value(self) -> tuple[Tensor | None, ...]:
+        res = self._result
+        if res is not None:
+            return res
+        if _get_running_loop() is not None:
+            raise TypeError(
+                "ag.grad(...) is a coroutine: inside a running event loop write "
+                "`await ag.grad(...)`, or call ag.grad_sync(...) to block until it is done"
+            )
+        if self._args is None or inspect.getcoroutinestate(self._coro) != inspect.CORO_CREATED:
+            raise RuntimeError(
+                "this ag.grad(...) call was already awaited: use the value the await returned"
+            )
+        args, self._args = self._args, None
+        self._coro.close()  # never started: closing it also keeps it from warning
+        res = self._result = grad_sync(*args)
+        return res
+
+    def __iter__(self) -> Iterator[Tensor | None]:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
+
+    def __getitem__(self, index: int) -> Tensor | None:
+        return self._value()[index]
+
+    def __repr__(self) -> str:
+        if self._result is not None:
+            return f"<ag.grad result {self._result!r}>"
+        return (
+            "<ag.grad(...) call, not run yet: await it, or unpack or index it where no event "
+            "loop is running>"
+        )
+
+
+def grad(
     outputs: Any,
     inputs: Any,
     grad_outputs: Any = None,
@@ -297,8 +376,12 @@ async def grad(
     is_grads_batched: bool = False,
     materialize_grads: bool = False,
     priority: int = 0,
-) -> tuple[Tensor | None, ...]:
+) -> Coroutine[Any, Any, tuple[Tensor | None, ...]]:
     """Gradients of ``outputs`` with respect to ``inputs``, without touching ``.grad``.
+
+    A coroutine: ``grads = await ag.grad(...)``. Where no event loop is running in the calling
+    thread (a plain script), the result may also be unpacked or indexed directly, as in torch:
+    ``(gx,) = ag.grad(y, [x])`` runs the backward pass then and there.
 
     Args:
         outputs: tensor(s) to differentiate.
@@ -326,6 +409,46 @@ async def grad(
         >>> asyncio.run(ag.grad((x * x).sum(), x))
         (tensor([2., 4.]),)
     """
+    coro = _grad(
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        is_grads_batched,
+        materialize_grads,
+        priority,
+    )
+    if _get_running_loop() is not None:
+        return coro
+    return _PendingGrad(
+        coro,
+        (
+            outputs,
+            inputs,
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            allow_unused,
+            is_grads_batched,
+            materialize_grads,
+            priority,
+        ),
+    )
+
+
+async def _grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    allow_unused: bool | None,
+    is_grads_batched: bool,
+    materialize_grads: bool,
+    priority: int,
+) -> tuple[Tensor | None, ...]:
     ins, roots, values, edges, keep, allow, priority = _prepare_grad(
         outputs,
         inputs,
@@ -347,6 +470,10 @@ async def grad(
         priority=priority,
     )
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
+
+
+# A never-awaited call warns "coroutine 'grad' was never awaited", naming the public function.
+_grad.__name__ = _grad.__qualname__ = "grad"
 
 
 def grad_sync(
