@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+# The type of every dtype (``isinstance(t.dtype, ag.dtype)``, as ``torch.dtype``): asyncgrad's
+# dtypes are NumPy's.
+from numpy import dtype
+
 from . import (
     _methods,  # noqa: F401  (installs Tensor methods and operators)
     autograd,
@@ -148,6 +152,7 @@ __all__ = [
     "device",
     "div",
     "double",
+    "dtype",
     "empty",
     "enable_grad",
     "eq",
