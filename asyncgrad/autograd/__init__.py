@@ -6,7 +6,11 @@ run the same graph task on the calling thread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+import numbers
+import operator
+from asyncio import _get_running_loop
+from collections.abc import Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import backend, engine
@@ -44,34 +48,119 @@ __all__ = [
 ]
 
 
+_ARRAY_HINT = "; wrap arrays in a Tensor first: ag.tensor(a) (or ag.from_numpy(a))"
+
+
+def _kind(x: Any) -> str:
+    """Name what a caller passed, for error messages: ``float 2.0``, ``numpy.ndarray``."""
+    if x is None:
+        return "None"
+    t = type(x)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    if isinstance(x, (bool, int, float, complex, backend.generic)):
+        return f"{name} {x!r}"
+    shape = getattr(x, "shape", None)
+    if isinstance(shape, tuple):
+        return f"{name} of shape {shape}"
+    return name
+
+
+def _not_a_sequence(x: Any) -> bool:
+    """Arrays, numbers, strings and mappings are not taken for a sequence of Tensors (iterating
+    them would give numbers, characters or keys)."""
+    if isinstance(x, (str, bytes, Mapping, numbers.Number)):
+        return True
+    t = type(x)
+    return (
+        hasattr(t, "__array__")
+        or hasattr(t, "__array_interface__")
+        or hasattr(t, "__cuda_array_interface__")
+        or hasattr(t, "__dlpack__")
+        or not isinstance(x, Iterable)
+    )
+
+
+def _hint(x: Any) -> str:
+    if isinstance(x, numbers.Number):
+        return "; pass a Tensor of the output's shape, e.g. ag.full_like(output, value)"
+    return "" if isinstance(x, (str, bytes, Mapping)) else _ARRAY_HINT
+
+
 def _tensors(x: Any, what: str) -> list[Tensor]:
+    """``x`` as a list of Tensors: a Tensor, or a list, tuple or other iterable of Tensors."""
     if isinstance(x, Tensor):
         return [x]
-    if isinstance(x, (list, tuple)):
+    if type(x) is list or type(x) is tuple:
         out = list(x)
-        for i, t in enumerate(out):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{what}[{i}] must be a Tensor, got {type(t).__name__}")
-        return out
-    raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, got {type(x).__name__}")
+    elif _not_a_sequence(x):
+        raise TypeError(
+            f"{what} must be a Tensor or a sequence of Tensors, got {_kind(x)}{_hint(x)}"
+        )
+    else:
+        out = list(x)
+    for i, t in enumerate(out):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}[{i}] must be a Tensor, got {_kind(t)}{_hint(t)}")
+    return out
+
+
+def _grad_list(grads: Any, n: int, what: str) -> list[Tensor | None]:
+    """The gradients given for ``n`` outputs, one Tensor or None each."""
+    if grads is None:
+        return [None] * n
+    if isinstance(grads, Tensor):
+        out: list[Any] = [grads]
+    elif type(grads) is list or type(grads) is tuple:
+        out = list(grads)
+    elif _not_a_sequence(grads):
+        raise TypeError(
+            f"{what} must be a Tensor, None, or a sequence with a Tensor or None per output, "
+            f"got {_kind(grads)}{_hint(grads)}"
+        )
+    else:
+        out = list(grads)
+    for i, g in enumerate(out):
+        if g is not None and not isinstance(g, Tensor):
+            raise TypeError(f"{what}[{i}] must be a Tensor or None, got {_kind(g)}{_hint(g)}")
+    if len(out) != n:
+        raise RuntimeError(f"got {len(out)} {what} for {n} outputs: they must match in number")
+    return out
+
+
+_MAY_BE_NONE = frozenset({"retain_graph", "allow_unused"})
+
+
+def _check_args(priority: Any, **flags: Any) -> int:
+    """Slow path of the argument checks, taken only when a flag is not a bool (or None where
+    allowed) or ``priority`` is not an int: raise naming the argument, or return ``priority``
+    as an int (a NumPy integer, say)."""
+    for name, value in flags.items():
+        if value is None and name in _MAY_BE_NONE:
+            continue
+        if value is not True and value is not False:
+            allowed = "True, False or None" if name in _MAY_BE_NONE else "True or False"
+            raise TypeError(f"{name} must be {allowed}, got {_kind(value)}")
+    if type(priority) is int:
+        return priority
+    if not isinstance(priority, (bool, backend.bool_scalar)):
+        try:
+            return operator.index(priority)
+        except TypeError:
+            pass
+    raise TypeError(f"priority must be an int, got {_kind(priority)}")
 
 
 def _make_grads(
     outputs: list[Tensor], grads: Any, create_graph: bool, what: str
 ) -> tuple[list[Edge], list[Any]]:
-    if grads is None:
-        grads = [None] * len(outputs)
-    elif isinstance(grads, Tensor):
-        grads = [grads]
-    else:
-        grads = list(grads)
-    if len(grads) != len(outputs):
-        raise RuntimeError(
-            f"got {len(grads)} {what} for {len(outputs)} outputs: they must match in number"
-        )
+    """Check the gradients given for ``outputs``; return the root edges and their gradients.
+
+    Changes nothing: the caller may still reject the call after this.
+    """
+    glist = [None] * len(outputs) if grads is None else _grad_list(grads, len(outputs), what)
     roots: list[Edge] = []
     values: list[Any] = []
-    for i, (out, g) in enumerate(zip(outputs, grads, strict=False)):
+    for i, (out, g) in enumerate(zip(outputs, glist, strict=True)):
         e = out._edge()
         if e is None:
             raise RuntimeError(
@@ -91,11 +180,6 @@ def _make_grads(
             arr = backend.namespace(out._array).ones_like(out._array)
             values.append(Tensor._wrap(arr) if create_graph else arr)
         else:
-            if not isinstance(g, Tensor):
-                if isinstance(g, (int, float)):
-                    g = Tensor._wrap(backend.namespace(out._array).full_like(out._array, g))
-                else:
-                    raise TypeError(f"{what}[{i}] must be a Tensor or None, got {type(g).__name__}")
             if g.shape != out.shape:
                 raise RuntimeError(
                     f"Mismatch in shape: {what}[{i}] has a shape of {tuple(g.shape)} and "
@@ -119,18 +203,21 @@ def _make_grads(
 
 
 def _input_edges(inputs: list[Tensor], for_backward: bool) -> list[Edge]:
+    """The edges of ``inputs``. For backward, non-leaf inputs then retain their grad: that is
+    done only once every input has passed its checks, so a rejected call changes nothing."""
     edges = []
     for i, t in enumerate(inputs):
-        if not t.requires_grad:
+        e = t._edge() if t.requires_grad else None
+        if e is None:
             raise RuntimeError(
                 f"One of the differentiated Tensors (inputs[{i}], shape {tuple(t.shape)}) does not "
                 "require grad"
             )
-        if for_backward and not t.is_leaf:
-            t.retain_grad()
-        e = t._edge()
-        assert e is not None
         edges.append(e)
+    if for_backward:
+        for t in inputs:
+            if not t.is_leaf:
+                t.retain_grad()
     return edges
 
 
@@ -143,7 +230,24 @@ def _prepare_grad(
     allow_unused: bool | None,
     materialize_grads: bool,
     is_grads_batched: bool,
+    priority: int = 0,
 ) -> tuple[Any, ...]:
+    if (
+        (retain_graph is not None and retain_graph is not True and retain_graph is not False)
+        or (create_graph is not True and create_graph is not False)
+        or (allow_unused is not None and allow_unused is not True and allow_unused is not False)
+        or (is_grads_batched is not True and is_grads_batched is not False)
+        or (materialize_grads is not True and materialize_grads is not False)
+        or priority.__class__ is not int
+    ):
+        priority = _check_args(
+            priority,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            allow_unused=allow_unused,
+            is_grads_batched=is_grads_batched,
+            materialize_grads=materialize_grads,
+        )
     if is_grads_batched:
         raise NotImplementedError("is_grads_batched=True is not supported")
     if materialize_grads and allow_unused is False:
@@ -156,11 +260,11 @@ def _prepare_grad(
     outs = _tensors(outputs, "outputs")
     ins = _tensors(inputs, "inputs")
     if not ins:
-        raise RuntimeError("grad requires non-empty inputs.")
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     roots, values = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
     edges = _input_edges(ins, False)
     keep = create_graph if retain_graph is None else retain_graph
-    return ins, roots, values, edges, keep, allow_unused
+    return ins, roots, values, edges, keep, allow_unused, priority
 
 
 def _finish_grad(
@@ -184,7 +288,84 @@ def _finish_grad(
     return tuple(res)
 
 
-async def grad(
+def _done(value: Any) -> Generator[Any, None, Any]:
+    """An iterator for ``__await__`` that finishes at once with ``value``."""
+    return value
+    yield  # unreachable: makes this a generator
+
+
+class _PendingGrad(Coroutine[Any, Any, tuple[Tensor | None, ...]]):
+    """What ``ag.grad(...)`` returns when no event loop runs in the calling thread.
+
+    It is a coroutine like the one returned inside a loop (``await`` it, ``asyncio.run`` it, pass
+    it to ``asyncio.run_coroutine_threadsafe``), and it is also the tuple of gradients, as in
+    torch: unpacking, indexing or ``len`` runs the backward pass right there (once) with
+    :func:`grad_sync`. Used that way inside a running loop, it raises a TypeError asking for
+    ``await``.
+    """
+
+    __slots__ = ("_args", "_coro", "_result")
+
+    def __init__(self, coro: Coroutine[Any, Any, tuple[Tensor | None, ...]], args: tuple[Any, ...]):
+        self._coro = coro
+        self._args: tuple[Any, ...] | None = args
+        self._result: tuple[Tensor | None, ...] | None = None
+
+    def __await__(self) -> Generator[Any, None, tuple[Tensor | None, ...]]:
+        if self._result is not None:
+            return _done(self._result)
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        if self._result is not None:
+            raise StopIteration(self._result)
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def _value(self) -> tuple[Tensor | None, ...]:
+        res = self._result
+        if res is not None:
+            return res
+        if _get_running_loop() is not None:
+            raise TypeError(
+                "ag.grad(...) is a coroutine: inside a running event loop write "
+                "`await ag.grad(...)`, or call ag.grad_sync(...) to block until it is done"
+            )
+        if self._args is None or inspect.getcoroutinestate(self._coro) != inspect.CORO_CREATED:
+            raise RuntimeError(
+                "this ag.grad(...) call was already awaited: use the value the await returned"
+            )
+        args, self._args = self._args, None
+        self._coro.close()  # never started: closing it also keeps it from warning
+        res = self._result = grad_sync(*args)
+        return res
+
+    def __iter__(self) -> Iterator[Tensor | None]:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
+
+    def __getitem__(self, index: int) -> Tensor | None:
+        return self._value()[index]
+
+    def __repr__(self) -> str:
+        if self._result is not None:
+            return f"<ag.grad result {self._result!r}>"
+        return (
+            "<ag.grad(...) call, not run yet: await it, or unpack or index it where no event "
+            "loop is running>"
+        )
+
+
+def grad(
     outputs: Any,
     inputs: Any,
     grad_outputs: Any = None,
@@ -194,8 +375,12 @@ async def grad(
     is_grads_batched: bool = False,
     materialize_grads: bool = False,
     priority: int = 0,
-) -> tuple[Tensor | None, ...]:
+) -> Coroutine[Any, Any, tuple[Tensor | None, ...]]:
     """Gradients of ``outputs`` with respect to ``inputs``, without touching ``.grad``.
+
+    A coroutine: ``grads = await ag.grad(...)``. Where no event loop is running in the calling
+    thread (a plain script), the result may also be unpacked or indexed directly, as in torch:
+    ``(gx,) = ag.grad(y, [x])`` runs the backward pass then and there.
 
     Args:
         outputs: tensor(s) to differentiate.
@@ -212,6 +397,7 @@ async def grad(
         A tuple with one gradient (or ``None``) per input.
 
     Raises:
+        TypeError: an argument of the wrong type (an array instead of a Tensor, say).
         RuntimeError: an output that does not require grad, a non-scalar output without
             ``grad_outputs``, an input not reached (without ``allow_unused``), or an error
             raised by a node (re-raised with the node named).
@@ -222,7 +408,47 @@ async def grad(
         >>> asyncio.run(ag.grad((x * x).sum(), x))
         (tensor([2., 4.]),)
     """
-    ins, roots, values, edges, keep, allow = _prepare_grad(
+    coro = _grad(
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        is_grads_batched,
+        materialize_grads,
+        priority,
+    )
+    if _get_running_loop() is not None:
+        return coro
+    return _PendingGrad(
+        coro,
+        (
+            outputs,
+            inputs,
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            allow_unused,
+            is_grads_batched,
+            materialize_grads,
+            priority,
+        ),
+    )
+
+
+async def _grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    allow_unused: bool | None,
+    is_grads_batched: bool,
+    materialize_grads: bool,
+    priority: int,
+) -> tuple[Tensor | None, ...]:
+    ins, roots, values, edges, keep, allow, priority = _prepare_grad(
         outputs,
         inputs,
         grad_outputs,
@@ -231,6 +457,7 @@ async def grad(
         allow_unused,
         materialize_grads,
         is_grads_batched,
+        priority,
     )
     captured = await engine.execute(
         roots,
@@ -242,6 +469,10 @@ async def grad(
         priority=priority,
     )
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
+
+
+# A never-awaited call warns "coroutine 'grad' was never awaited", naming the public function.
+_grad.__name__ = _grad.__qualname__ = "grad"
 
 
 def grad_sync(
@@ -256,7 +487,7 @@ def grad_sync(
     priority: int = 0,
 ) -> tuple[Tensor | None, ...]:
     """Blocking twin of :func:`grad`: runs on the calling thread (inside a running loop too)."""
-    ins, roots, values, edges, keep, allow = _prepare_grad(
+    ins, roots, values, edges, keep, allow, priority = _prepare_grad(
         outputs,
         inputs,
         grad_outputs,
@@ -265,6 +496,7 @@ def grad_sync(
         allow_unused,
         materialize_grads,
         is_grads_batched,
+        priority,
     )
     captured = engine.execute_sync(
         roots,
@@ -279,18 +511,32 @@ def grad_sync(
 
 
 def _prepare_backward(
-    tensors: Any, grad_tensors: Any, retain_graph: bool | None, create_graph: bool, inputs: Any
+    tensors: Any,
+    grad_tensors: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    inputs: Any,
+    priority: int = 0,
 ) -> tuple[Any, ...]:
+    if (
+        (retain_graph is not None and retain_graph is not True and retain_graph is not False)
+        or (create_graph is not True and create_graph is not False)
+        or priority.__class__ is not int
+    ):
+        priority = _check_args(priority, retain_graph=retain_graph, create_graph=create_graph)
+    # A single tensor is what Tensor.backward passes: its argument is called `gradient`.
+    what = "gradient" if isinstance(tensors, Tensor) else "grad_tensors"
     outs = _tensors(tensors, "tensors")
-    roots, values = _make_grads(outs, grad_tensors, create_graph, "grad_tensors")
-    edges = None
+    ins = None
     if inputs is not None:
         ins = _tensors(inputs, "inputs")
         if not ins:
-            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-        edges = _input_edges(ins, True)
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    roots, values = _make_grads(outs, grad_tensors, create_graph, what)
+    # Last: the only step that changes anything (non-leaf inputs retain their grad).
+    edges = None if ins is None else _input_edges(ins, True)
     keep = create_graph if retain_graph is None else retain_graph
-    return roots, values, edges, keep
+    return roots, values, edges, keep, priority
 
 
 async def backward(
@@ -318,8 +564,8 @@ async def backward(
         >>> w.grad
         tensor([6.])
     """
-    roots, values, edges, keep = _prepare_backward(
-        tensors, grad_tensors, retain_graph, create_graph, inputs
+    roots, values, edges, keep, priority = _prepare_backward(
+        tensors, grad_tensors, retain_graph, create_graph, inputs, priority
     )
     await engine.execute(
         roots,
@@ -341,8 +587,8 @@ def backward_sync(
     priority: int = 0,
 ) -> None:
     """Blocking twin of :func:`backward`: runs on the calling thread (inside a running loop too)."""
-    roots, values, edges, keep = _prepare_backward(
-        tensors, grad_tensors, retain_graph, create_graph, inputs
+    roots, values, edges, keep, priority = _prepare_backward(
+        tensors, grad_tensors, retain_graph, create_graph, inputs, priority
     )
     engine.execute_sync(
         roots,
