@@ -341,6 +341,10 @@ def is_basic_index(index: tuple[Any, ...]) -> bool:
 
 # The CPU namespace, for code that has already checked ``type(a) is ndarray``.
 np_namespace: Final = np
+# NumPy's functions as the derivative rules call them: they run on NumPy arrays and hand CuPy
+# arrays and Tensors on through NumPy's dispatch protocols (See NOTE [Rules are NumPy]).
+xp: Final = np
+number: Final = np.number
 
 
 # NOTE [Silent floating point]

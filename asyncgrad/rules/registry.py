@@ -1,0 +1,263 @@
+"""The registry of the rule table: ``defvjp``, ``OpDef`` and ``FunctionNode``, the node that runs
+a table op's rules.
+
+# NOTE [Rules are NumPy]
+# Every rule is written with array operators and NumPy's functions, reached as ``backend.xp``.
+# During an ordinary backward the engine passes arrays of the gradient's device, so a rule costs
+# exactly its array calls: NumPy's functions run on ``numpy.ndarray`` and hand a ``cupy.ndarray``
+# to CuPy through NumPy's dispatch protocols. Under ``create_graph=True`` the engine passes Tensors
+# instead; Tensor implements ``__array_ufunc__`` and ``__array_function__``, so the same rule runs
+# asyncgrad ops and records a differentiable graph. A rule that allocates does so through the
+# array module of its inputs (``xp.zeros_like(g)``, ``backend.namespace(g)``), never from a bare
+# shape. Broadcasting is undone once, after the rule (``FunctionNode.apply``), never inside one.
+
+# NOTE [Special values]
+# Rules give torch's gradients at NaN, +-inf, -0 and ties (tests/autograd/test_special_values.py
+# compares every op with torch). Where torch selects (``where``, ``masked_fill``, scatter), a
+# rule selects too, with np.where or _masked: multiplying by a 0/1 mask turns an inf or NaN
+# gradient into NaN where torch gives 0. Rules run with NumPy's floating-point warnings off
+# (NOTE [Silent floating point] in backend.py).
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from .. import backend
+from ..backend import xp
+from ..graph.node import Node
+from ..graph.saved_tensor import FREED as _FREED
+from ..graph.saved_tensor import raise_freed, unpack_saved
+
+__all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "sum_to"]
+
+Rule = Callable[..., Any]
+
+
+class OpDef:
+    """One op of the table: its rules, what they read, and its backward node class."""
+
+    __slots__ = (
+        "_save_cache",
+        "multi_input",
+        "name",
+        "node_cls",
+        "num_outputs",
+        "save",
+        "uses",
+        "vjps",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        vjps: tuple[Rule | None, ...],
+        save: tuple[int, ...],
+        uses: tuple[tuple[int, ...], ...],
+        num_outputs: int,
+        multi_input: Rule | None,
+    ) -> None:
+        self.name = name
+        self.vjps = vjps
+        self.save = save  # positions in (ans, input0, input1, ...) that some rule reads
+        self.uses = uses  # per input: the positions its rule reads
+        self.num_outputs = num_outputs
+        self.multi_input = multi_input
+        self._save_cache: dict[int, tuple[int, ...]] = {}
+        cls_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
+        self.node_cls = type(cls_name, (FunctionNode,), {"__slots__": ()})
+
+    def saves_for(self, mask: int) -> tuple[int, ...]:
+        """The positions to save when the inputs in bitmask ``mask`` need gradients: only what
+        their rules read (``x * y`` keeps ``x`` only if ``y`` requires grad, as torch does)."""
+        got = self._save_cache.get(mask)
+        if got is None:
+            if self.multi_input is not None:
+                got = self.save
+            else:
+                pos: set[int] = set()
+                for i, u in enumerate(self.uses):
+                    if mask >> i & 1:
+                        pos.update(u)
+                got = tuple(sorted(pos))
+            self._save_cache[mask] = got
+        return got
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name!r})"
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _reads(rule: Rule, names: list[str]) -> set[str]:
+    """The parameters of ``rule`` that its body reads (local loads, or captured by a closure)."""
+    code = rule.__code__
+    used = set(code.co_cellvars)
+    for ins in dis.get_instructions(code):
+        if ins.opname.startswith(("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")):
+            v = ins.argval
+            used.update(v if isinstance(v, tuple) else (v,))
+    return used & set(names)
+
+
+def defvjp(
+    name: str,
+    *vjps: Rule | None,
+    save: str = "",
+    outputs: int = 1,
+    all_inputs: Rule | None = None,
+) -> OpDef:
+    """Register the rules of op ``name``.
+
+    Each rule is ``rule(g, ans, *inputs, **params) -> grad`` for one input (``None``: no gradient).
+    ``save`` names the values the rules read ("ans" and the input names of the rule signature);
+    the others reach the rules as ``None``, and registration fails if a rule reads a value that
+    ``save`` does not name. ``all_inputs`` is one rule for ops with any number of inputs (``cat``,
+    ``stack``): it returns the list of all input gradients.
+    """
+    first = next((v for v in (*vjps, all_inputs) if v is not None), None)
+    if first is None:
+        raise ValueError(f"{name}: at least one rule is needed")
+    params = [
+        p.name
+        for p in inspect.signature(first).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if all_inputs is not None:
+        positions = {"ans": 0, "inputs": 1}
+    else:
+        if params[:2] != ["g", "ans"]:
+            raise ValueError(f"{name}: rules take (g, ans, *inputs, **params), got {params}")
+        positions = {n: i for i, n in enumerate(params[1:])}
+    save_names = save.split()
+    for n in save_names:
+        if n not in positions:
+            raise ValueError(f"{name}: cannot save {n!r}; rule arguments are {params}")
+    uses = []
+    for i, v in enumerate(vjps):
+        if v is None:
+            uses.append(())
+            continue
+        read = _reads(v, list(positions))
+        missing = read - set(save_names)
+        if missing:
+            raise ValueError(f"{name}: the rule for input {i} reads {sorted(missing)} not in save=")
+        uses.append(tuple(sorted(positions[n] for n in read)))
+    save_pos = tuple(sorted(positions[n] for n in save_names))
+    op = OpDef(name, tuple(vjps), save_pos, tuple(uses), outputs, all_inputs)
+    OPS[name] = op
+    return op
+
+
+def sum_to(g: Any, shape: tuple[int, ...]) -> Any:
+    """Sum ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead:
+        g = xp.sum(g, axis=tuple(range(lead)))  # a fresh array, not a view
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
+    if axes:
+        g = xp.sum(g, axis=axes, keepdims=True)
+    return g
+
+
+def _fit(g: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    if g.shape != shape:
+        try:
+            g = sum_to(g, shape)
+        except ValueError:
+            raise RuntimeError(
+                f"gradient of shape {tuple(g.shape)} cannot be reduced to shape {shape}"
+            ) from None
+    if g.dtype != dtype and dtype is not None:
+        g = g.astype(dtype) if hasattr(g, "astype") else g.to(dtype)  # Tensor: create_graph
+    return g
+
+
+class FunctionNode(Node):
+    """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name.
+
+    ``_saved[p]`` for p in (ans, input0, input1, ...): a SavedTensor at the positions in
+    ``_spos``, the value itself for non-tensor inputs (constants), else None.
+    """
+
+    __slots__ = ("_op", "_params", "_saved", "_spos")
+
+    _op: OpDef
+    _saved: Any
+    _spos: tuple[int, ...]
+    _params: dict[str, Any]
+
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> list[Any]:
+        saved = self._saved
+        if saved is _FREED:
+            raise_freed(self)
+        op = self._op
+        edges = self._next_edges
+        if op.num_outputs == 1:
+            g = grads[0]
+            if g is None:
+                return [None] * len(edges)
+        else:  # multi-output: the rule gets the list, None where no gradient arrived
+            if all(x is None for x in grads):
+                return [None] * len(edges)
+            g = grads
+        spos = self._spos
+        if spos:
+            vals = saved.copy()
+            for p in spos:
+                sv = vals[p]
+                if create or type(sv) is tuple:
+                    vals[p] = unpack_saved(sv, self, create)
+                else:
+                    if sv.vc[0] != sv.version:
+                        sv.check(self)
+                    vals[p] = sv.array
+        else:
+            vals = saved
+        params = self._params
+        out: list[Any] = [None] * len(edges)
+        if op.multi_input is not None:
+            res = op.multi_input(g, vals[0], vals[1:], **params)
+            i = 0
+            for e in edges:
+                r = res[i]
+                if e is not None and r is not None and (needed is None or needed[i]):
+                    shape, dtype = e[0]._input_meta[e[1]]
+                    if r.shape != shape or r.dtype != dtype:
+                        r = _fit(r, shape, dtype)
+                    if not shape and not create:
+                        # NOTE [0-d gradients]: NumPy arithmetic on 0-d arrays returns scalars;
+                        # gradients (and .grad) must stay arrays.
+                        r = backend.ensure_array(r)
+                    out[i] = r
+                i += 1
+            return out
+        vjps = op.vjps
+        i = 0
+        for e in edges:
+            if e is not None and (needed is None or needed[i]):
+                r = vjps[i](g, *vals, **params) if params else vjps[i](g, *vals)  # type: ignore[misc]
+                if r is not None:
+                    shape, dtype = e[0]._input_meta[e[1]]
+                    if r.shape != shape or (r.dtype is not dtype and r.dtype != dtype):
+                        r = _fit(r, shape, dtype)
+                    if not shape and not create:
+                        r = backend.ensure_array(r)  # See NOTE [0-d gradients]
+                out[i] = r
+            i += 1
+        return out
+
+    def release_variables(self) -> None:
+        if self._spos:
+            self._saved = _FREED
+
+    def _saved_values(self) -> tuple[Any, ...]:
+        if self._saved is _FREED:
+            raise_freed(self)
+        return tuple(unpack_saved(s, self, True) for s in self._saved)

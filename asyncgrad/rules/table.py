@@ -1,0 +1,211 @@
+"""THE rule table: for each differentiable op, one vector-Jacobian product per input.
+
+Each ``defvjp`` line names an op and gives one rule per input: ``rule(g, ans, *inputs, **params)``
+where ``g`` is the gradient of the output, ``ans`` the output, then the op's inputs and its
+parameters by name; ``None`` for an input that has no gradient. ``save=`` names what the rules
+read. Longer formulas are the named helpers of ``formulas.py``. See NOTE [Rules are NumPy] in
+``registry.py``.
+
+# NOTE [Special values]
+# Rules give torch's gradients at NaN, +-inf, -0 and ties (tests/autograd/test_special_values.py
+# compares every op with torch). Where torch selects (``where``, ``masked_fill``, scatter), a
+# rule selects too, with xp.where or masked: multiplying by a 0/1 mask turns an inf or NaN
+# gradient into NaN where torch gives 0. Rules run with NumPy's floating-point warnings off
+# (NOTE [Silent floating point] in backend.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..backend import xp
+from .formulas import (
+    cat_grads,
+    count,
+    expand,
+    extreme_grad,
+    gelu_grad,
+    getitem_grad,
+    in_range,
+    index_grad,
+    index_put_self_grad,
+    keep,
+    linear_grad_w,
+    masked,
+    matmul_grad_x,
+    matmul_grad_y,
+    minmax_grad,
+    nll_grad,
+    pow_grad_base,
+    pow_grad_exp,
+    sign,
+    silu_grad,
+    split_grad,
+    stack_grads,
+    unstack_grad,
+)
+from .registry import defvjp
+
+# ----- Binary arithmetic -----
+defvjp("add", lambda g, ans, x, y: g, lambda g, ans, x, y: g)
+defvjp("sub", lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
+defvjp("mul", lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x, save="x y")
+defvjp(
+    "div",
+    lambda g, ans, x, y: g / y,
+    lambda g, ans, x, y: -g * (x / y / y),  # d(x/y)/dy = -x/y^2, as torch groups it
+    save="x y",
+)
+defvjp(
+    "pow",
+    lambda g, ans, x, y: pow_grad_base(g, x, y),
+    lambda g, ans, x, y: pow_grad_exp(g, ans, x, y),
+    save="ans x y",
+)
+defvjp(
+    "remainder",  # x - floor(x / y) * y
+    lambda g, ans, x, y: g,
+    lambda g, ans, x, y: -g * xp.floor_divide(x, y),
+    save="x y",
+)
+defvjp(
+    "maximum",
+    lambda g, ans, x, y: minmax_grad(g, x, y, x < y),
+    lambda g, ans, x, y: minmax_grad(g, x, y, y < x),
+    save="x y",
+)
+defvjp(
+    "minimum",
+    lambda g, ans, x, y: minmax_grad(g, x, y, x > y),
+    lambda g, ans, x, y: minmax_grad(g, x, y, y > x),
+    save="x y",
+)
+defvjp(
+    "where",
+    None,
+    lambda g, ans, c, x, y: xp.where(c, g, 0.0),
+    lambda g, ans, c, x, y: xp.where(c, 0.0, g),
+    save="c",
+)
+defvjp(
+    "matmul",
+    lambda g, ans, x, y: matmul_grad_x(g, x, y),
+    lambda g, ans, x, y: matmul_grad_y(g, x, y),
+    save="x y",
+)
+
+# ----- Unary math -----
+defvjp("neg", lambda g, ans, x: -g)
+defvjp("exp", lambda g, ans, x: g * ans, save="ans")
+defvjp("log", lambda g, ans, x: g / x, save="x")
+defvjp("log1p", lambda g, ans, x: g / (x + 1.0), save="x")
+defvjp("expm1", lambda g, ans, x: g * (ans + 1.0), save="ans")
+defvjp("sqrt", lambda g, ans, x: g / (2.0 * ans), save="ans")
+defvjp("rsqrt", lambda g, ans, x: -0.5 * g * (ans * ans * ans), save="ans")
+defvjp("reciprocal", lambda g, ans, x: -g * (ans * ans), save="ans")
+defvjp("sin", lambda g, ans, x: g * xp.cos(x), save="x")
+defvjp("cos", lambda g, ans, x: -g * xp.sin(x), save="x")
+defvjp("tan", lambda g, ans, x: g * (1.0 + ans * ans), save="ans")
+defvjp("tanh", lambda g, ans, x: g * (1.0 - ans * ans), save="ans")
+defvjp("sigmoid", lambda g, ans, x: g * (1.0 - ans) * ans, save="ans")
+defvjp("relu", lambda g, ans, x: masked(g, ans != 0), save="ans")  # ans is >= 0 or NaN
+defvjp("abs", lambda g, ans, x: g * sign(x), save="x")
+defvjp("sign", lambda g, ans, x: xp.zeros_like(g))
+defvjp("erf", lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * xp.exp(-x * x), save="x")
+defvjp("gelu", lambda g, ans, x, *, approximate: gelu_grad(g, x, approximate), save="x")
+defvjp("silu", lambda g, ans, x: silu_grad(g, x), save="x")
+defvjp(
+    "clamp",
+    lambda g, ans, x, *, min, max: masked(g, in_range(x, min, max)),
+    save="x",
+)
+
+# ----- Reductions -----
+defvjp("sum", lambda g, ans, x, *, dim, keepdim, in_shape: expand(g, in_shape, dim, keepdim))
+defvjp(
+    "mean",
+    lambda g, ans, x, *, dim, keepdim, in_shape: (
+        expand(g, in_shape, dim, keepdim) / count(in_shape, dim)
+    ),
+)
+defvjp(
+    "amax",
+    lambda g, ans, x, *, dim, keepdim, in_shape, evenly: extreme_grad(
+        g, ans, x, dim, keepdim, evenly
+    ),
+    save="ans x",
+)
+defvjp(
+    "amin",
+    lambda g, ans, x, *, dim, keepdim, in_shape, evenly: extreme_grad(
+        g, ans, x, dim, keepdim, evenly
+    ),
+    save="ans x",
+)
+defvjp(
+    "max_dim",
+    lambda g, ans, x, *, dim, keepdim, indices, in_shape: index_grad(
+        g, indices, in_shape, dim, keepdim
+    ),
+)
+defvjp(
+    "logsumexp",
+    lambda g, ans, x, *, dim, keepdim, in_shape: (
+        expand(g, in_shape, dim, keepdim) * xp.exp(x - keep(ans, dim, keepdim))
+    ),
+    save="ans x",
+)
+
+# ----- Shapes and views -----
+defvjp("reshape", lambda g, ans, x, *, shape, in_shape: xp.reshape(g, in_shape))
+defvjp("transpose", lambda g, ans, x, *, dim0, dim1: xp.swapaxes(g, dim0, dim1))
+defvjp("permute", lambda g, ans, x, *, dims: xp.transpose(g, tuple(xp.argsort(dims))))
+defvjp("expand", lambda g, ans, x, *, shape: g)  # sum_to after the rule undoes the expansion
+defvjp("getitem", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+defvjp(
+    "index_put",
+    lambda g, ans, x, v, *, index: index_put_self_grad(g, index),
+    lambda g, ans, x, v, *, index: g[index],
+)
+defvjp(
+    "index_add_zeros",  # the backward of getitem, itself differentiable (for double backward)
+    lambda g, ans, x, *, index, shape: g[index],
+)
+defvjp("cat", all_inputs=lambda g, ans, inputs, *, dim, sizes: split_grad(g, dim, sizes))
+defvjp("stack", all_inputs=lambda g, ans, inputs, *, dim, n: unstack_grad(g, dim, n))
+defvjp(
+    "split",
+    lambda g, ans, x, *, dim, sizes, in_shape: cat_grads(g, dim, sizes, in_shape),
+    outputs=-1,
+)
+defvjp("unbind", lambda g, ans, x, *, dim, in_shape: stack_grads(g, dim, in_shape), outputs=-1)
+defvjp("clone", lambda g, ans, x: g)
+defvjp("cast", lambda g, ans, x: g)  # the rule's result is cast back to x's dtype by _fit
+defvjp("copy", lambda g, ans, x, src: xp.zeros_like(g), lambda g, ans, x, src: g)
+defvjp("fill", lambda g, ans, x, *, value: xp.zeros_like(g))
+
+# ----- Neural-network functions -----
+defvjp(
+    "linear",  # y = x @ w.T + b
+    lambda g, ans, x, w, b: xp.matmul(g, w),
+    lambda g, ans, x, w, b: linear_grad_w(g, x),
+    lambda g, ans, x, w, b: g,
+    save="x w",
+)
+defvjp(
+    "softmax",
+    lambda g, ans, x, *, dim: ans * (g - xp.sum(g * ans, axis=dim, keepdims=True)),
+    save="ans",
+)
+defvjp(
+    "log_softmax",
+    lambda g, ans, x, *, dim: g - xp.exp(ans) * xp.sum(g, axis=dim, keepdims=True),
+    save="ans",
+)
+defvjp(
+    "nll_loss",
+    lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom, all_valid: nll_grad(
+        g, logp, target, weight, reduction, ignore_index, denom, all_valid
+    ),
+    save="logp",
+)
