@@ -376,7 +376,7 @@ class Tensor:
 
         Works with no event loop and inside a running one (see ``ag.backward_sync``).
         """
-        from .autograd import backward_sync
+        from .autograd.api import backward_sync
 
         backward_sync(self, gradient, retain_graph, create_graph, inputs)
 
@@ -388,7 +388,7 @@ class Tensor:
         inputs: Any = None,
     ) -> None:
         """``await t.abackward()``: the coroutine form of ``t.backward()``."""
-        from .autograd import backward
+        from .autograd.api import backward
 
         await backward(self, gradient, retain_graph, create_graph, inputs)
 

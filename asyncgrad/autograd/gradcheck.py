@@ -8,6 +8,7 @@ from typing import Any
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
+from .api import grad_sync
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 
@@ -62,8 +63,6 @@ def numerical_jacobian(
 
 
 def analytical_jacobian(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[list[Any]]:
-    from . import grad_sync
-
     outs = _diff_outputs(func, inputs)
     diff_in = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
     jac: list[list[Any]] = []
@@ -143,8 +142,6 @@ def gradgradcheck(
 ) -> bool:
     """Check second derivatives: gradcheck of ``grad(func(inputs), inputs, v, create_graph=True)``
     with respect to both ``inputs`` and the vector ``v`` (random when not given)."""
-    from . import grad_sync
-
     inputs = _as_tuple(inputs)
     with no_grad():
         outs0 = _diff_outputs(func, inputs)

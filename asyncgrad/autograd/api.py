@@ -1,0 +1,574 @@
+"""backward() and grad() and their _sync twins: check and normalise arguments, then call the
+engine.
+
+Coroutines are the primary API (``await ag.grad(...)``); ``*_sync`` twins and ``Tensor.backward``
+run the same graph task on the calling thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import operator
+from asyncio import _get_running_loop
+from collections.abc import Coroutine, Generator, Iterable, Iterator, Mapping
+from typing import Any
+
+from .. import backend, engine
+from .._tensor import Tensor
+from ..graph.node import Edge
+
+__all__ = ["backward", "backward_sync", "grad", "grad_sync"]
+
+
+_ARRAY_HINT = "; wrap arrays in a Tensor first: ag.tensor(a) (or ag.from_numpy(a))"
+
+
+def _kind(x: Any) -> str:
+    """Name what a caller passed, for error messages: ``float 2.0``, ``numpy.ndarray``."""
+    if x is None:
+        return "None"
+    t = type(x)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    if isinstance(x, (bool, int, float, complex, backend.generic)):
+        return f"{name} {x!r}"
+    shape = getattr(x, "shape", None)
+    if isinstance(shape, tuple):
+        return f"{name} of shape {shape}"
+    return name
+
+
+def _not_a_sequence(x: Any) -> bool:
+    """Arrays, numbers, strings and mappings are not taken for a sequence of Tensors (iterating
+    them would give numbers, characters or keys)."""
+    if isinstance(x, (str, bytes, Mapping, numbers.Number)):
+        return True
+    t = type(x)
+    return (
+        hasattr(t, "__array__")
+        or hasattr(t, "__array_interface__")
+        or hasattr(t, "__cuda_array_interface__")
+        or hasattr(t, "__dlpack__")
+        or not isinstance(x, Iterable)
+    )
+
+
+def _hint(x: Any) -> str:
+    if isinstance(x, numbers.Number):
+        return "; pass a Tensor of the output's shape, e.g. ag.full_like(output, value)"
+    return "" if isinstance(x, (str, bytes, Mapping)) else _ARRAY_HINT
+
+
+def _tensors(x: Any, what: str) -> list[Tensor]:
+    """``x`` as a list of Tensors: a Tensor, or a list, tuple or other iterable of Tensors."""
+    if isinstance(x, Tensor):
+        return [x]
+    if type(x) is list or type(x) is tuple:
+        out = list(x)
+    elif _not_a_sequence(x):
+        raise TypeError(
+            f"{what} must be a Tensor or a sequence of Tensors, got {_kind(x)}{_hint(x)}"
+        )
+    else:
+        out = list(x)
+    for i, t in enumerate(out):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}[{i}] must be a Tensor, got {_kind(t)}{_hint(t)}")
+    return out
+
+
+def _grad_list(grads: Any, n: int, what: str) -> list[Tensor | None]:
+    """The gradients given for ``n`` outputs, one Tensor or None each."""
+    if grads is None:
+        return [None] * n
+    if isinstance(grads, Tensor):
+        out: list[Any] = [grads]
+    elif type(grads) is list or type(grads) is tuple:
+        out = list(grads)
+    elif _not_a_sequence(grads):
+        raise TypeError(
+            f"{what} must be a Tensor, None, or a sequence with a Tensor or None per output, "
+            f"got {_kind(grads)}{_hint(grads)}"
+        )
+    else:
+        out = list(grads)
+    for i, g in enumerate(out):
+        if g is not None and not isinstance(g, Tensor):
+            raise TypeError(f"{what}[{i}] must be a Tensor or None, got {_kind(g)}{_hint(g)}")
+    if len(out) != n:
+        raise RuntimeError(f"got {len(out)} {what} for {n} outputs: they must match in number")
+    return out
+
+
+_MAY_BE_NONE = frozenset({"retain_graph", "allow_unused"})
+
+
+def _check_args(priority: Any, **flags: Any) -> int:
+    """Slow path of the argument checks, taken only when a flag is not a bool (or None where
+    allowed) or ``priority`` is not an int: raise naming the argument, or return ``priority``
+    as an int (a NumPy integer, say)."""
+    for name, value in flags.items():
+        if value is None and name in _MAY_BE_NONE:
+            continue
+        if value is not True and value is not False:
+            allowed = "True, False or None" if name in _MAY_BE_NONE else "True or False"
+            raise TypeError(f"{name} must be {allowed}, got {_kind(value)}")
+    if type(priority) is int:
+        return priority
+    if not isinstance(priority, (bool, backend.bool_scalar)):
+        try:
+            return operator.index(priority)
+        except TypeError:
+            pass
+    raise TypeError(f"priority must be an int, got {_kind(priority)}")
+
+
+def _make_grads(
+    outputs: list[Tensor], grads: Any, create_graph: bool, what: str
+) -> tuple[list[Edge], list[Any]]:
+    """Check the gradients given for ``outputs``; return the root edges and their gradients.
+
+    Changes nothing: the caller may still reject the call after this.
+    """
+    glist = [None] * len(outputs) if grads is None else _grad_list(grads, len(outputs), what)
+    roots: list[Edge] = []
+    values: list[Any] = []
+    for i, (out, g) in enumerate(zip(outputs, glist, strict=True)):
+        e = out._edge()
+        if e is None:
+            raise RuntimeError(
+                f"element {i} of tensors does not require grad and does not have a grad_fn"
+            )
+        if g is None:
+            if out._array.size != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs (output {i} has shape "
+                    f"{tuple(out.shape)}); pass a gradient of that shape"
+                )
+            if out._array.dtype.kind not in "fc":
+                raise RuntimeError(
+                    f"grad can be implicitly created only for real scalar outputs but got "
+                    f"{out._array.dtype}"
+                )
+            arr = backend.namespace(out._array).ones_like(out._array)
+            values.append(Tensor._wrap(arr) if create_graph else arr)
+        else:
+            if g.shape != out.shape:
+                raise RuntimeError(
+                    f"Mismatch in shape: {what}[{i}] has a shape of {tuple(g.shape)} and "
+                    f"output[{i}] has a shape of {tuple(out.shape)}."
+                )
+            if g.device != out.device:
+                raise RuntimeError(
+                    f"invalid gradient at index {i} - expected device {out.device} but got "
+                    f"{g.device}"
+                )
+            if g.dtype != out.dtype:
+                if g.dtype.kind not in "fc":
+                    raise RuntimeError(
+                        f"invalid gradient at index {i} - expected a floating dtype like "
+                        f"{out.dtype} but got {g.dtype}"
+                    )
+                g = g.to(out.dtype)
+            values.append(g if create_graph else g._array)
+        roots.append(e)
+    return roots, values
+
+
+def _input_edges(inputs: list[Tensor], for_backward: bool) -> list[Edge]:
+    """The edges of ``inputs``. For backward, non-leaf inputs then retain their grad: that is
+    done only once every input has passed its checks, so a rejected call changes nothing."""
+    edges = []
+    for i, t in enumerate(inputs):
+        e = t._edge() if t.requires_grad else None
+        if e is None:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (inputs[{i}], shape {tuple(t.shape)}) does not "
+                "require grad"
+            )
+        edges.append(e)
+    if for_backward:
+        for t in inputs:
+            if not t.is_leaf:
+                t.retain_grad()
+    return edges
+
+
+def _prepare_grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    allow_unused: bool | None,
+    materialize_grads: bool,
+    is_grads_batched: bool,
+    priority: int = 0,
+) -> tuple[Any, ...]:
+    if (
+        (retain_graph is not None and retain_graph is not True and retain_graph is not False)
+        or (create_graph is not True and create_graph is not False)
+        or (allow_unused is not None and allow_unused is not True and allow_unused is not False)
+        or (is_grads_batched is not True and is_grads_batched is not False)
+        or (materialize_grads is not True and materialize_grads is not False)
+        or priority.__class__ is not int
+    ):
+        priority = _check_args(
+            priority,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            allow_unused=allow_unused,
+            is_grads_batched=is_grads_batched,
+            materialize_grads=materialize_grads,
+        )
+    if is_grads_batched:
+        raise NotImplementedError("is_grads_batched=True is not supported")
+    if materialize_grads and allow_unused is False:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, but got: "
+            "allow_unused=False."
+        )
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    outs = _tensors(outputs, "outputs")
+    ins = _tensors(inputs, "inputs")
+    if not ins:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
+    roots, values = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
+    edges = _input_edges(ins, False)
+    keep = create_graph if retain_graph is None else retain_graph
+    return ins, roots, values, edges, keep, allow_unused, priority
+
+
+def _finish_grad(
+    captured: list[Any], ins: list[Tensor], allow_unused: bool, materialize: bool, create: bool
+) -> tuple[Tensor | None, ...]:
+    res: list[Tensor | None] = []
+    for i, (g, t) in enumerate(zip(captured, ins, strict=False)):
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (inputs[{i}], shape {tuple(t.shape)}) "
+                    "appears to not have been used in the graph. Set allow_unused=True if this is "
+                    "the desired behavior."
+                )
+            zeros = backend.namespace(t._array).zeros_like(t._array)
+            res.append(Tensor._wrap(zeros) if materialize else None)
+        elif create:
+            res.append(g)
+        else:
+            res.append(Tensor._wrap(g))
+    return tuple(res)
+
+
+def _done(value: Any) -> Generator[Any, None, Any]:
+    """An iterator for ``__await__`` that finishes at once with ``value``."""
+    return value
+    yield  # unreachable: makes this a generator
+
+
+class _PendingGrad(Coroutine[Any, Any, tuple[Tensor | None, ...]]):
+    """What ``ag.grad(...)`` returns when no event loop runs in the calling thread.
+
+    It is a coroutine like the one returned inside a loop (``await`` it, ``asyncio.run`` it, pass
+    it to ``asyncio.run_coroutine_threadsafe``), and it is also the tuple of gradients, as in
+    torch: unpacking, indexing or ``len`` runs the backward pass right there (once) with
+    :func:`grad_sync`. Used that way inside a running loop, it raises a TypeError asking for
+    ``await``.
+    """
+
+    __slots__ = ("_args", "_coro", "_result")
+
+    def __init__(self, coro: Coroutine[Any, Any, tuple[Tensor | None, ...]], args: tuple[Any, ...]):
+        self._coro = coro
+        self._args: tuple[Any, ...] | None = args
+        self._result: tuple[Tensor | None, ...] | None = None
+
+    def __await__(self) -> Generator[Any, None, tuple[Tensor | None, ...]]:
+        if self._result is not None:
+            return _done(self._result)
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        if self._result is not None:
+            raise StopIteration(self._result)
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def _value(self) -> tuple[Tensor | None, ...]:
+        res = self._result
+        if res is not None:
+            return res
+        if _get_running_loop() is not None:
+            raise TypeError(
+                "ag.grad(...) is a coroutine: inside a running event loop write "
+                "`await ag.grad(...)`, or call ag.grad_sync(...) to block until it is done"
+            )
+        if self._args is None or inspect.getcoroutinestate(self._coro) != inspect.CORO_CREATED:
+            raise RuntimeError(
+                "this ag.grad(...) call was already awaited: use the value the await returned"
+            )
+        args, self._args = self._args, None
+        self._coro.close()  # never started: closing it also keeps it from warning
+        res = self._result = grad_sync(*args)
+        return res
+
+    def __iter__(self) -> Iterator[Tensor | None]:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
+
+    def __getitem__(self, index: int) -> Tensor | None:
+        return self._value()[index]
+
+    def __repr__(self) -> str:
+        if self._result is not None:
+            return f"<ag.grad result {self._result!r}>"
+        return (
+            "<ag.grad(...) call, not run yet: await it, or unpack or index it where no event "
+            "loop is running>"
+        )
+
+
+def grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+    priority: int = 0,
+) -> Coroutine[Any, Any, tuple[Tensor | None, ...]]:
+    """Gradients of ``outputs`` with respect to ``inputs``, without touching ``.grad``.
+
+    A coroutine: ``grads = await ag.grad(...)``. Where no event loop is running in the calling
+    thread (a plain script), the result may also be unpacked or indexed directly, as in torch:
+    ``(gx,) = ag.grad(y, [x])`` runs the backward pass then and there.
+
+    Args:
+        outputs: tensor(s) to differentiate.
+        inputs: tensor(s) to differentiate with respect to.
+        grad_outputs: the vector of the vector-Jacobian product, one per output (``None`` for a
+            scalar output means 1).
+        retain_graph: keep saved tensors for another backward (default: ``create_graph``).
+        create_graph: record the backward itself, for higher-order derivatives.
+        allow_unused: return ``None`` for an input not reached instead of raising.
+        materialize_grads: return zeros for unreached inputs (implies ``allow_unused``).
+        priority: when several backward passes compete for a device, larger runs first.
+
+    Returns:
+        A tuple with one gradient (or ``None``) per input.
+
+    Raises:
+        TypeError: an argument of the wrong type (an array instead of a Tensor, say).
+        RuntimeError: an output that does not require grad, a non-scalar output without
+            ``grad_outputs``, an input not reached (without ``allow_unused``), or an error
+            raised by a node (re-raised with the node named).
+
+    Example:
+        >>> import asyncio, asyncgrad as ag
+        >>> x = ag.tensor([1.0, 2.0], requires_grad=True)
+        >>> asyncio.run(ag.grad((x * x).sum(), x))
+        (tensor([2., 4.]),)
+    """
+    coro = _grad(
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        is_grads_batched,
+        materialize_grads,
+        priority,
+    )
+    if _get_running_loop() is not None:
+        return coro
+    return _PendingGrad(
+        coro,
+        (
+            outputs,
+            inputs,
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            allow_unused,
+            is_grads_batched,
+            materialize_grads,
+            priority,
+        ),
+    )
+
+
+async def _grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    allow_unused: bool | None,
+    is_grads_batched: bool,
+    materialize_grads: bool,
+    priority: int,
+) -> tuple[Tensor | None, ...]:
+    ins, roots, values, edges, keep, allow, priority = _prepare_grad(
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        materialize_grads,
+        is_grads_batched,
+        priority,
+    )
+    captured = await engine.execute(
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=False,
+        priority=priority,
+    )
+    return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
+
+
+# A never-awaited call warns "coroutine 'grad' was never awaited", naming the public function.
+_grad.__name__ = _grad.__qualname__ = "grad"
+
+
+def grad_sync(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+    priority: int = 0,
+) -> tuple[Tensor | None, ...]:
+    """Blocking twin of :func:`grad`: runs on the calling thread (inside a running loop too)."""
+    ins, roots, values, edges, keep, allow, priority = _prepare_grad(
+        outputs,
+        inputs,
+        grad_outputs,
+        retain_graph,
+        create_graph,
+        allow_unused,
+        materialize_grads,
+        is_grads_batched,
+        priority,
+    )
+    captured = engine.execute_sync(
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=False,
+        priority=priority,
+    )
+    return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
+
+
+def _prepare_backward(
+    tensors: Any,
+    grad_tensors: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    inputs: Any,
+    priority: int = 0,
+) -> tuple[Any, ...]:
+    if (
+        (retain_graph is not None and retain_graph is not True and retain_graph is not False)
+        or (create_graph is not True and create_graph is not False)
+        or priority.__class__ is not int
+    ):
+        priority = _check_args(priority, retain_graph=retain_graph, create_graph=create_graph)
+    # A single tensor is what Tensor.backward passes: its argument is called `gradient`.
+    what = "gradient" if isinstance(tensors, Tensor) else "grad_tensors"
+    outs = _tensors(tensors, "tensors")
+    ins = None
+    if inputs is not None:
+        ins = _tensors(inputs, "inputs")
+        if not ins:
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    roots, values = _make_grads(outs, grad_tensors, create_graph, what)
+    # Last: the only step that changes anything (non-leaf inputs retain their grad).
+    edges = None if ins is None else _input_edges(ins, True)
+    keep = create_graph if retain_graph is None else retain_graph
+    return roots, values, edges, keep, priority
+
+
+async def backward(
+    tensors: Any,
+    grad_tensors: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    inputs: Any = None,
+    priority: int = 0,
+) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of graph leaves.
+
+    Args:
+        tensors: tensor(s) to differentiate.
+        grad_tensors: one gradient per tensor (``None`` for a scalar means 1).
+        retain_graph: keep saved tensors for another backward (default: ``create_graph``).
+        create_graph: record the backward itself, for higher-order derivatives.
+        inputs: accumulate only into these tensors (leaves, or non-leaves via ``retain_grad``).
+        priority: when several backward passes compete for a device, larger runs first.
+
+    Example:
+        >>> import asyncio, asyncgrad as ag
+        >>> w = ag.tensor([3.0], requires_grad=True)
+        >>> asyncio.run(ag.backward((w * w).sum()))
+        >>> w.grad
+        tensor([6.])
+    """
+    roots, values, edges, keep, priority = _prepare_backward(
+        tensors, grad_tensors, retain_graph, create_graph, inputs, priority
+    )
+    await engine.execute(
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=True,
+        priority=priority,
+    )
+
+
+def backward_sync(
+    tensors: Any,
+    grad_tensors: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    inputs: Any = None,
+    priority: int = 0,
+) -> None:
+    """Blocking twin of :func:`backward`: runs on the calling thread (inside a running loop too)."""
+    roots, values, edges, keep, priority = _prepare_backward(
+        tensors, grad_tensors, retain_graph, create_graph, inputs, priority
+    )
+    engine.execute_sync(
+        roots,
+        values,
+        keep_graph=keep,
+        create_graph=create_graph,
+        outputs=edges,
+        accumulate=True,
+        priority=priority,
+    )
