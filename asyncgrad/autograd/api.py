@@ -204,7 +204,7 @@ def _prepare_grad(
     materialize_grads: bool,
     is_grads_batched: bool,
     priority: int = 0,
-) -> tuple[Any, ...]:
+) -> tuple[list[Tensor], bool, dict[str, Any]]:
     if (
         (retain_graph is not None and retain_graph is not True and retain_graph is not False)
         or (create_graph is not True and create_graph is not False)
@@ -237,7 +237,28 @@ def _prepare_grad(
     roots, values = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
     edges = _input_edges(ins, False)
     keep = create_graph if retain_graph is None else retain_graph
-    return ins, roots, values, edges, keep, allow_unused, priority
+    return ins, allow_unused, _task(roots, values, edges, False, keep, create_graph, priority)
+
+
+def _task(
+    roots: list[Edge],
+    values: list[Any],
+    outputs: list[Edge] | None,
+    accumulate: bool,
+    keep_graph: bool,
+    create_graph: bool,
+    priority: int,
+) -> dict[str, Any]:
+    """The engine's arguments for one graph task: the same for the coroutine and its twin."""
+    return {
+        "roots": roots,
+        "root_grads": values,
+        "outputs": outputs,
+        "accumulate": accumulate,
+        "keep_graph": keep_graph,
+        "create_graph": create_graph,
+        "priority": priority,
+    }
 
 
 def _finish_grad(
@@ -421,7 +442,7 @@ async def _grad(
     materialize_grads: bool,
     priority: int,
 ) -> tuple[Tensor | None, ...]:
-    ins, roots, values, edges, keep, allow, priority = _prepare_grad(
+    ins, allow, task = _prepare_grad(
         outputs,
         inputs,
         grad_outputs,
@@ -432,15 +453,7 @@ async def _grad(
         is_grads_batched,
         priority,
     )
-    captured = await engine.execute(
-        roots,
-        values,
-        keep_graph=keep,
-        create_graph=create_graph,
-        outputs=edges,
-        accumulate=False,
-        priority=priority,
-    )
+    captured = await engine.execute(**task)
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
 
 
@@ -460,7 +473,7 @@ def grad_sync(
     priority: int = 0,
 ) -> tuple[Tensor | None, ...]:
     """Blocking twin of :func:`grad`: runs on the calling thread (inside a running loop too)."""
-    ins, roots, values, edges, keep, allow, priority = _prepare_grad(
+    ins, allow, task = _prepare_grad(
         outputs,
         inputs,
         grad_outputs,
@@ -471,15 +484,7 @@ def grad_sync(
         is_grads_batched,
         priority,
     )
-    captured = engine.execute_sync(
-        roots,
-        values,
-        keep_graph=keep,
-        create_graph=create_graph,
-        outputs=edges,
-        accumulate=False,
-        priority=priority,
-    )
+    captured = engine.execute_sync(**task)
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
 
 
@@ -490,7 +495,7 @@ def _prepare_backward(
     create_graph: bool,
     inputs: Any,
     priority: int = 0,
-) -> tuple[Any, ...]:
+) -> dict[str, Any]:
     if (
         (retain_graph is not None and retain_graph is not True and retain_graph is not False)
         or (create_graph is not True and create_graph is not False)
@@ -509,7 +514,7 @@ def _prepare_backward(
     # Last: the only step that changes anything (non-leaf inputs retain their grad).
     edges = None if ins is None else _input_edges(ins, True)
     keep = create_graph if retain_graph is None else retain_graph
-    return roots, values, edges, keep, priority
+    return _task(roots, values, edges, True, keep, create_graph, priority)
 
 
 async def backward(
@@ -537,18 +542,8 @@ async def backward(
         >>> w.grad
         tensor([6.])
     """
-    roots, values, edges, keep, priority = _prepare_backward(
-        tensors, grad_tensors, retain_graph, create_graph, inputs, priority
-    )
-    await engine.execute(
-        roots,
-        values,
-        keep_graph=keep,
-        create_graph=create_graph,
-        outputs=edges,
-        accumulate=True,
-        priority=priority,
-    )
+    task = _prepare_backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
+    await engine.execute(**task)
 
 
 def backward_sync(
@@ -560,15 +555,5 @@ def backward_sync(
     priority: int = 0,
 ) -> None:
     """Blocking twin of :func:`backward`: runs on the calling thread (inside a running loop too)."""
-    roots, values, edges, keep, priority = _prepare_backward(
-        tensors, grad_tensors, retain_graph, create_graph, inputs, priority
-    )
-    engine.execute_sync(
-        roots,
-        values,
-        keep_graph=keep,
-        create_graph=create_graph,
-        outputs=edges,
-        accumulate=True,
-        priority=priority,
-    )
+    task = _prepare_backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
+    engine.execute_sync(**task)
