@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 from collections.abc import Generator, Sequence
 from time import perf_counter
 from typing import Any, Final
@@ -13,16 +15,20 @@ from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
-from .graph_task import NEEDED, ExecInfo, GraphTask
+from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
 from .ready_queue import ReadyQueue
-from .reentrant import config, current_graph_task, thread_pool
+from .reentrant import (
+    blocking,
+    config,
+    current_graph_task,
+    jobs_in_flight,
+    loop_pool,
+    thread_pool,
+)
 from .worker import drain
 
-_INF: Final = float("inf")
 
-
-def _depths() -> tuple[int, int]:
-    parent = current_graph_task.get()
+def _depths(parent: GraphTask | None) -> tuple[int, int]:
     if parent is None:
         return 0, 0
     return parent.depth + 1, parent.local_depth + 1
@@ -195,36 +201,90 @@ async def execute(
 ) -> list[Any]:
     """Run a backward pass on the running loop; returns the captured gradients (for outputs)."""
     loop = asyncio.get_running_loop()
-    depth = _depths()
+    parent = current_graph_task.get()
+    depth = _depths(parent)
     if depth[1] > config.max_reentrant_depth:
-        # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
-        cf = thread_pool.submit(
-            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
-            priority, depth[0],
-        )  # fmt: skip
-        try:
-            return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
-        finally:
-            del cf  # it holds any error, whose traceback holds this frame: no cycle
+        # See NOTE [Reentrant depth]: this level moves to a pool loop, if one can take it, and
+        # its depth on a stack starts again from zero either way.
+        depth = (depth[0], 0)
+        target = loop_pool.pick(loop)
+        if target is not None and target.loop is not loop:
+            return await _execute_on(
+                target.loop, parent, roots, root_grads, outputs, accumulate, keep_graph,
+                create_graph, priority, depth,
+            )  # fmt: skip
     gt, prep = build(
         roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
     )
-    gt.future = loop.create_future()
-    t_end = perf_counter() + config.slice_s
+    gt.link(parent)
     try:
-        while True:
-            next(prep)
-            if perf_counter() > t_end:
-                await asyncio.sleep(0)
-                t_end = perf_counter() + config.slice_s
-    except StopIteration as stop:
-        start = stop.value
-    if start is None:
-        return gt.captured
-    _start_queue(gt, start[0])
-    push(gt, start[0], start[1])
-    del start
+        return await _run(gt, prep)
+    finally:
+        gt.unlink()
+
+
+async def _execute_on(
+    loop: asyncio.AbstractEventLoop,
+    parent: GraphTask | None,
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    outputs: Sequence[Edge] | None,
+    accumulate: bool,
+    keep_graph: bool,
+    create_graph: bool,
+    priority: int,
+    depth: tuple[int, int],
+) -> list[Any]:
+    """Run a graph task on another (pool) loop and await it there, blocking no thread; it runs
+    in a copy of this context (grad mode; ``parent`` as current graph task)."""
+    gt, prep = build(
+        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
+    )
+    gt.link(parent)
+
+    async def run() -> list[Any]:
+        try:
+            return await _run(gt, prep)
+        finally:
+            gt.unlink()
+
+    cf = None
     try:
+        cf = loop_pool.spawn(loop, run, contextvars.copy_context())
+        return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
+    except asyncio.CancelledError:
+        # This caller was cancelled (its own graph task stopping cancels gt through the link
+        # anyway, but a caller may be cancelled alone), or gt was (then this does nothing).
+        request_cancel([gt])
+        raise
+    finally:
+        gt.unlink()  # in case gt never started
+        del cf  # it holds any error, whose traceback holds this frame: no cycle
+
+
+async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[Any]:
+    """Prepare and run ``gt`` on its loop, the running one."""
+    assert gt.loop is not None
+    if gt.cancel_requested:
+        raise asyncio.CancelledError("the backward pass was cancelled before it started")
+    gt.future = gt.loop.create_future()
+    try:
+        t_end = perf_counter() + config.slice_s
+        try:
+            while True:
+                next(prep)
+                if perf_counter() > t_end:
+                    await asyncio.sleep(0)
+                    t_end = perf_counter() + config.slice_s
+        except StopIteration as stop:
+            start = stop.value
+        if gt.done:  # cancelled through its link while preparing
+            raise asyncio.CancelledError("the backward pass was cancelled")
+        if start is None:
+            return gt.captured
+        _start_queue(gt, start[0])
+        push(gt, start[0], start[1])
+        del start
         await gt.future
     except asyncio.CancelledError:
         gt.cancel()
@@ -253,19 +313,35 @@ def execute_sync(
 
     Safe inside a running loop too (the loop waits while this runs; nothing here needs it).
     """
-    depth = _depths() if _depth is None else _depth
-    if depth[1] > config.max_reentrant_depth:
-        cf = thread_pool.submit(
-            _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
-            priority, depth[0],
-        )  # fmt: skip
+    parent = current_graph_task.get()
+    depth = _depths(parent) if _depth is None else _depth
+    # This thread waits here until the pass is done: a pool loop it runs takes no new work
+    # meanwhile (See NOTE [Pool loops]).
+    with blocking():
+        if depth[1] > config.max_reentrant_depth:
+            # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
+            cf = thread_pool.submit(
+                _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs,
+                accumulate, priority, depth[0],
+            )  # fmt: skip
+            try:
+                return cf.result()  # type: ignore[no-any-return]
+            finally:
+                del cf  # it holds any error, whose traceback holds this frame: no cycle
+        gt, prep = build(
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, None
+        )
+        gt.link(parent)
         try:
-            return cf.result()  # type: ignore[no-any-return]
+            return _run_sync(gt, prep)
         finally:
-            del cf  # it holds any error, whose traceback holds this frame: no cycle
-    gt, prep = build(
-        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, None
-    )
+            gt.error = None
+            if not gt.done:
+                gt.cancel()
+            gt.unlink()
+
+
+def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[Any]:
     try:
         while True:
             next(prep)
@@ -276,22 +352,22 @@ def execute_sync(
     queue = _start_queue(gt, start[0])
     queue.push(gt, start[0], start[1])
     del start
-    try:
-        while queue.heap:
-            drain(queue, _INF)
-        if gt.error is None and gt.callbacks:
-            try:
-                run_callbacks_blocking(gt)
-            except BaseException as e:
-                gt.fail(e)
-        if gt.error is not None:
-            raise gt.error
-        gt.finish()
-        return gt.captured
-    finally:
-        gt.error = None
-        if not gt.done:
-            gt.cancel()
+    # Drained in slices, so that a cancellation from another thread (See NOTE [Cancellation
+    # links]) is seen within one slice, or when the node running then returns.
+    while queue.heap and not gt.cancel_requested:
+        drain(queue, config.slice_s)
+    if gt.cancel_requested and gt.error is None:  # not failed (failing sets the flag too)
+        gt.cancel()
+        raise asyncio.CancelledError("the backward pass was cancelled")
+    if gt.error is None and gt.callbacks:
+        try:
+            run_callbacks_blocking(gt)
+        except BaseException as e:
+            gt.fail(e)
+    if gt.error is not None:
+        raise gt.error
+    gt.finish()
+    return gt.captured
 
 
 def _execute_offloaded(
@@ -319,8 +395,28 @@ def _execute_offloaded(
 async def wait_idle() -> None:
     """Wait until the engine has nothing left to do on the running loop: every device worker
     has drained its queue and every task finishing an awaiting node (or running final
-    callbacks) has ended, failed and cancelled graph tasks' included."""
+    callbacks) has ended, failed and cancelled graph tasks' included; and until the levels
+    nested past the depth limit, on the pool's threads and loops, have ended too."""
     loop = asyncio.get_running_loop()
+    while True:
+        if await _settle(loop):
+            continue
+        jobs = jobs_in_flight()
+        if jobs:
+            await asyncio.wait([_wrap(loop, j) for j in jobs])
+            continue
+        busy = False
+        for lt in loop_pool.loops():
+            if lt.loop is not loop:
+                cf = asyncio.run_coroutine_threadsafe(_settle(lt.loop), lt.loop)
+                busy = await asyncio.wrap_future(cf) or busy
+        if not busy:
+            return
+
+
+async def _settle(loop: asyncio.AbstractEventLoop) -> bool:
+    """Wait for the engine's tasks on ``loop`` (the running one); whether there were any."""
+    waited = False
     while True:
         pending: set[asyncio.Task[Any]] = set()
         for q in queues_of(loop):
@@ -328,8 +424,29 @@ async def wait_idle() -> None:
                 pending.add(q.worker)
             pending.update(q.tasks)
         if not pending:
-            return
+            return waited
+        waited = True
         await asyncio.wait(pending)
+
+
+def _wrap(loop: asyncio.AbstractEventLoop, cf: concurrent.futures.Future[Any]) -> Any:
+    """An asyncio future done when ``cf`` is, carrying nothing (an error in ``cf`` belongs to
+    whoever waits for its result)."""
+    fut = loop.create_future()
+
+    def done(_: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(_resolve, fut)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
+    cf.add_done_callback(done)
+    return fut
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def queue_callback(callback: Any) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from .ready_queue import key_base
@@ -31,10 +33,30 @@ class ExecInfo:
 NEEDED: Final = ExecInfo(True)
 
 
+# NOTE [Cancellation links]
+# A backward started while a node of graph task P runs (P is `current_graph_task`) is P's child,
+# wherever it runs: inline on P's loop, on a pool loop or pool thread past the depth limit, or on
+# the blocking caller's thread. Cancelling or failing P stops every descendant, so no level of a
+# nested pass goes on computing (and writing into `.grad`) for a caller that has gone away:
+#   - the whole subtree is marked `cancel_requested` at once, under one lock, so a level on a
+#     thread that is blocked (waiting for the level below it) does not delay the ones below;
+#   - a graph task on an event loop is stopped on that loop (call_soon_threadsafe), and its
+#     caller's await ends in CancelledError;
+#   - a blocking graph task (no loop) checks its flag between slices of its drain loop;
+#   - a coroutine that a blocking graph task runs on a helper loop (an async hook or backward
+#     it met) is cancelled on that loop;
+#   - a backward started under a parent that is already marked never starts: it raises
+#     CancelledError, and so does not run a level after the cancellation.
+# A child unlinks itself when it ends, so a finished pass holds no reference to its children.
+_links = threading.Lock()
+
+
 class GraphTask:
     __slots__ = (
         "callbacks",
+        "cancel_requested",
         "captured",
+        "children",
         "create_graph",
         "dependencies",
         "depth",
@@ -50,9 +72,11 @@ class GraphTask:
         "loop",
         "not_ready",
         "outstanding",
+        "parent",
         "priority",
         "queue",
         "queues",
+        "remote",
     )
 
     def __init__(
@@ -79,6 +103,12 @@ class GraphTask:
         self.callbacks: list[Any] = []
         self.done = False
         self.inflight: set[asyncio.Task[Any]] = set()
+        # See NOTE [Cancellation links]. `remote` holds (loop, task) pairs: coroutines run on
+        # another loop on behalf of this (blocking) graph task.
+        self.parent: GraphTask | None = None
+        self.children: set[GraphTask] = set()
+        self.remote: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
+        self.cancel_requested = False
 
     def __repr__(self) -> str:
         return (
@@ -96,6 +126,11 @@ class GraphTask:
         caller can tell it from its own cancellation (tests/engine/test_faults.py).
         """
         if self.done:
+            return
+        if self.cancel_requested:
+            # An ancestor was cancelled (or failed): whatever this level raised on its way down
+            # (CancelledError from the level below, mostly) ends it as cancelled.
+            self.cancel_from_link()
             return
         if not isinstance(exc, (Exception, KeyboardInterrupt, SystemExit)):
             where = f" in {node.name()}" if node is not None else ""
@@ -124,6 +159,16 @@ class GraphTask:
             return
         self._stop()
 
+    def cancel_from_link(self) -> None:
+        """An ancestor was cancelled or failed (See NOTE [Cancellation links]); runs on this
+        graph task's own loop or thread. Its awaiting caller gets CancelledError."""
+        if self.done:
+            return
+        self._stop()
+        fut = self.future
+        if fut is not None and not fut.done():
+            fut.cancel()
+
     def _stop(self) -> None:
         self.done = True
         for q in self.queues.values():
@@ -131,6 +176,11 @@ class GraphTask:
         for t in list(self.inflight):
             t.cancel()
         self._free()
+        with _links:
+            self.cancel_requested = True
+            children = list(self.children)
+        if children:
+            request_cancel(children)
 
     def _free(self) -> None:
         self.not_ready.clear()
@@ -145,3 +195,70 @@ class GraphTask:
         fut = self.future
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    # ------------------------------------------------------------------ links
+    def link(self, parent: GraphTask | None) -> None:
+        """Become a child of ``parent`` (See NOTE [Cancellation links]); raise CancelledError,
+        registering nothing, if ``parent`` is already being cancelled."""
+        if parent is None:
+            return
+        with _links:
+            if parent.cancel_requested:
+                raise asyncio.CancelledError(
+                    "the backward pass that started this one was cancelled or failed"
+                )
+            parent.children.add(self)
+            self.parent = parent
+
+    def unlink(self) -> None:
+        if self.parent is None:  # never linked (a top-level pass), or already unlinked
+            return
+        with _links:
+            parent, self.parent = self.parent, None
+            if parent is not None:
+                parent.children.discard(self)
+
+    def add_remote(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
+        """Track a coroutine this graph task runs on another loop; False (nothing tracked) if
+        this graph task is already being cancelled."""
+        with _links:
+            if self.cancel_requested:
+                return False
+            self.remote.add((loop, task))
+            return True
+
+    def discard_remote(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        with _links:
+            self.remote.discard((loop, task))
+
+
+def request_cancel(roots: Iterable[GraphTask]) -> None:
+    """Cancel ``roots`` and all their descendants, from any thread (See NOTE [Cancellation
+    links]). A subtree already marked was handled by whoever marked it, and is skipped."""
+    stop: list[GraphTask] = []
+    tasks: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+    with _links:
+        stack = list(roots)
+        while stack:
+            gt = stack.pop()
+            if gt.cancel_requested:
+                continue
+            gt.cancel_requested = True
+            if gt.loop is not None:
+                stop.append(gt)
+            tasks.extend(gt.remote)
+            stack.extend(gt.children)
+    # Never run a graph task's stop here, even on its own loop: it runs on its loop's next turn,
+    # so a long chain is cancelled without recursion, and never from inside another one's stop.
+    for gt in stop:
+        assert gt.loop is not None
+        _call_soon(gt.loop, gt.cancel_from_link)
+    for loop, task in tasks:
+        _call_soon(loop, task.cancel)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(fn)
+    except RuntimeError:
+        pass  # the loop is closed: nothing runs there any more
