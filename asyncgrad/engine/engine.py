@@ -251,7 +251,7 @@ async def _execute_on(
     cf = None
     try:
         cf = loop_pool.spawn(loop, run, contextvars.copy_context())
-        return await asyncio.wrap_future(cf)  # type: ignore[no-any-return]
+        return await asyncio.wrap_future(cf)
     except asyncio.CancelledError:
         # This caller was cancelled (its own graph task stopping cancels gt through the link
         # anyway, but a caller may be cancelled alone), or gt was (then this does nothing).

@@ -137,7 +137,7 @@ def defvjp(
     for n in save_names:
         if n not in positions:
             raise ValueError(f"{name}: cannot save {n!r}; rule arguments are {params}")
-    uses = []
+    uses: list[tuple[int, ...]] = []
     for i, v in enumerate(vjps):
         if v is None:
             uses.append(())
