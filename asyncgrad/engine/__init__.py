@@ -27,8 +27,9 @@ def configure(
             level moves to the thread pool (default 32).
         slice_s: how long a device worker runs nodes before it yields to the event loop
             (default 0.001 s).
-        executor_size: threads in the pool for reentrant work past the depth limit (default 4;
-            extra one-off threads are started when all are busy, so nothing can deadlock).
+        executor_size: threads in the pool for reentrant work past the depth limit, and the
+            most pool event loops that run awaited levels past it (default 4; extra one-off
+            threads are started when all are busy, so nothing can deadlock).
     """
     if max_reentrant_depth is not None:
         if not isinstance(max_reentrant_depth, int) or max_reentrant_depth < 0:
