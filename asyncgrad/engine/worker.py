@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Generator
 from heapq import heappop, heappush
 from time import perf_counter
@@ -165,7 +166,17 @@ def _own_task(gt: GraphTask, task: asyncio.Task[Any]) -> None:
 
 def _spawn(queue: ReadyQueue, gt: GraphTask, node: Node, gen: Any, aw: Any) -> None:
     assert queue.loop is not None
-    _own_task(gt, queue.loop.create_task(_resume(gt, node, gen, aw)))
+    task = queue.loop.create_task(_resume(gt, node, gen, aw))
+    # A task cancelled before its first step never runs its body: close what it would have
+    # awaited, so a hook's coroutine is not reported as never awaited.
+    task.add_done_callback(lambda _: _close_unstarted(aw, gen))
+    _own_task(gt, task)
+
+
+def _close_unstarted(aw: Any, gen: Generator[Any, Any, Any]) -> None:
+    if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
+        aw.close()
+        gen.close()
 
 
 async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: Any) -> None:

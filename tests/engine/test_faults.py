@@ -9,6 +9,7 @@ and SystemExit reach it as they are. Other graph tasks on the loop are unaffecte
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -205,3 +206,30 @@ async def test_cancelling_the_caller_cancels_an_awaiting_hook() -> None:
         await ag.autograd.engine.wait_idle()
     assert x.grad is None
     never.cancel()
+
+
+async def test_error_after_an_awaiting_node_started_leaves_no_unawaited_hook() -> None:
+    # y2's node runs first (newer) and hands its async hook to a task of its own; y1's node
+    # then fails in the same slice, which stops the graph task before that task's first step.
+    # The hook's coroutine is closed, not dropped (Python would warn "never awaited").
+    x = leaf([1.0, 2.0])
+    y1 = x * 2
+    y2 = x * 3
+    started = False
+
+    async def slow_hook(g: ag.Tensor) -> None:
+        nonlocal started
+        started = True
+
+    def failing_hook(g: ag.Tensor) -> None:
+        raise ValueError("stop here")
+
+    y2.register_hook(slow_hook)
+    y1.register_hook(failing_hook)
+    with pytest.raises(ValueError, match="stop here"):
+        async with asyncio.timeout(TIMEOUT_S):
+            await ag.backward(y1.sum() + y2.sum())
+    async with asyncio.timeout(TIMEOUT_S):
+        await ag.autograd.engine.wait_idle()
+    gc.collect()
+    assert not started
