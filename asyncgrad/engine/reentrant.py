@@ -335,8 +335,8 @@ def _transfer(task: asyncio.Task[Any], fut: concurrent.futures.Future[Any]) -> N
     if task.cancelled():
         if not fut.cancel():  # a running future cannot be cancelled: it gets the error instead
             fut.set_exception(asyncio.CancelledError())
-    elif task.exception() is not None:
-        fut.set_exception(task.exception())  # type: ignore[arg-type]
+    elif (exc := task.exception()) is not None:
+        fut.set_exception(exc)
     else:
         fut.set_result(task.result())
 

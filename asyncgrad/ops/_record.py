@@ -15,7 +15,7 @@ from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
 from ..graph.node import Edge
 from ..graph.saved_tensor import SavedTensor
-from ..rules import OPS, OpDef
+from ..rules import OPS, FunctionNode, OpDef
 
 __all__ = ["NO_PARAMS", "OPS", "as_array", "as_view", "make", "record", "wrap"]
 
@@ -104,7 +104,7 @@ def record(
         bit <<= 1
     if not mask:
         return
-    node = object.__new__(op.node_cls)
+    node: FunctionNode = object.__new__(op.node_cls)
     node._init_node(edges)
     node._op = op
     node._params = params

@@ -49,8 +49,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` as one node."""
     xa, wa = input._array, weight._array
     if xa.ndim < 2 or wa.ndim != 2:
-        out = matmul(input, weight.t())
-        return out if bias is None else out + bias
+        res = matmul(input, weight.t())
+        return res if bias is None else res + bias
     if xa.shape[-1] != wa.shape[1]:
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(xa.shape)} and "

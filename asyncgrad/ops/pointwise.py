@@ -10,7 +10,7 @@ from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import quiet_fp, restore_fp
 from ..graph.grad_mode import _grad_enabled
-from ..rules import pow_scalar
+from ..rules import OpDef, pow_scalar
 from ._record import NO_PARAMS, OPS, arr, check_devices, make, record, wrap
 from .creation import as_tensor
 
@@ -18,7 +18,6 @@ ndarray: Final = backend.ndarray
 namespace = backend.namespace
 _float64: Final = dtypes.float64
 _float32: Final = dtypes.float32
-OpDef = type(OPS["add"])
 
 
 # ----------------------------------------------------------------------------- binary
