@@ -221,7 +221,8 @@ class Tensor:
         return self._array.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self) -> tuple[_int, _int]:
-        return self._array.__dlpack_device__()  # type: ignore[no-any-return]
+        dev: tuple[_int, _int] = self._array.__dlpack_device__()
+        return dev
 
     # ------------------------------------------------------------------ autograd attributes
     @property
@@ -788,6 +789,7 @@ class Tensor:
     def __abs__(self) -> Tensor:
         return _ops.abs(self)
 
+    # Comparisons are elementwise and return Tensors, as torch's (object's return bool).
     def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
         return _ops.eq(self, other)
 

@@ -31,7 +31,7 @@ bool_: Final = np.dtype("bool")
 
 FLOAT_KINDS: Final = frozenset("fc")
 
-_NAMES: Final = {
+_NAMES: Final[dict[str, np.dtype[Any]]] = {
     "float16": float16,
     "half": float16,
     "float32": float32,
@@ -50,7 +50,8 @@ def to_dtype(d: Any) -> np.dtype[Any]:
     """The dtype named by ``d``: a dtype, a name ("float32", "long"), or a Python type."""
     if isinstance(d, str):
         try:
-            return _NAMES[d]  # type: ignore[return-value]
+            named: np.dtype[Any] = _NAMES[d]
+            return named
         except KeyError:
             raise TypeError(f"unknown dtype {d!r}") from None
     if d is float:
@@ -59,7 +60,8 @@ def to_dtype(d: Any) -> np.dtype[Any]:
         return int64
     if d is bool:
         return bool_
-    return np.dtype(d)  # type: ignore[no-any-return]
+    parsed: np.dtype[Any] = np.dtype(d)
+    return parsed
 
 
 def is_floating(d: np.dtype[Any]) -> bool:
@@ -100,4 +102,5 @@ def promote_binary(out: np.dtype[Any], x: Any, y: Any) -> np.dtype[Any]:
         return out
     big, small = (y, x) if xd == 0 else (x, y)
     cb, cs = _CATEGORY.get(big.dtype.kind, 3), _CATEGORY.get(small.dtype.kind, 3)
-    return big.dtype if cs <= cb else small.dtype  # type: ignore[no-any-return]
+    result: np.dtype[Any] = big.dtype if cs <= cb else small.dtype
+    return result

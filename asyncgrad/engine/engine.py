@@ -108,7 +108,9 @@ def _init_exec_info(
         if accumulate:
             ei.needed = True
         else:
-            ei.captures.append((nr, i))  # type: ignore[union-attr]
+            captures = ei.captures
+            assert isinstance(captures, list)  # outputs get their own list, never NEEDED's ()
+            captures.append((nr, i))
     min_topo = min(n._topological_nr for n, _ in outputs)
 
     visited = {root}
@@ -325,7 +327,8 @@ def execute_sync(
                 accumulate, priority, depth[0],
             )  # fmt: skip
             try:
-                return cf.result()  # type: ignore[no-any-return]
+                res: list[Any] = cf.result()
+                return res
             finally:
                 del cf  # it holds any error, whose traceback holds this frame: no cycle
         gt, prep = build(

@@ -7,7 +7,7 @@ from typing import Any
 from .. import backend
 
 
-class InputBuffer(list):  # type: ignore[type-arg]
+class InputBuffer(list[Any]):
     """A list of gradients (one per backward input of a node) that remembers which slots hold
     arrays it created itself: only those may be summed into in place. Any other array may be
     shared with another edge, a hook or the caller."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Generator
+from contextvars import Token
 from heapq import heappop, heappush
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..backend import quiet_fp, restore_fp
 from ..graph.grad_mode import _grad_enabled
@@ -86,7 +87,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                 if gt is not cur:
                     if mode_tok is not None:
                         _grad_enabled.reset(mode_tok)
-                        current_graph_task.reset(gt_tok)  # type: ignore[arg-type]
+                        current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
                     mode_tok = _grad_enabled.set(gt.create_graph)
                     gt_tok = current_graph_task.set(gt)
                     cur = gt
@@ -139,7 +140,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             heappush(heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], cur))
         if mode_tok is not None:
             _grad_enabled.reset(mode_tok)
-            current_graph_task.reset(gt_tok)  # type: ignore[arg-type]
+            current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
         restore_fp(fp_tok)
 
 

@@ -6,7 +6,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextvars import ContextVar, Token
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Self, TypeVar, cast, overload
 
 __all__ = [
     "enable_grad",
@@ -77,7 +77,8 @@ class _Mode:
         g = self.grad_target
         i = self.inference_target
         if i is None:
-            tokens: tuple[Token[bool], ...] = (_grad_enabled.set(g),)  # type: ignore[arg-type]
+            assert g is not None  # a mode sets grad mode, inference mode, or both
+            tokens: tuple[Token[bool], ...] = (_grad_enabled.set(g),)
         elif g is None:
             tokens = (_inference.set(i),)
         else:
@@ -128,7 +129,7 @@ def _decorate(factory: Callable[[], _Mode], fn: F) -> F:
             with factory():
                 return await fn(*args, **kwargs)
 
-        return async_wrapper  # type: ignore[return-value]
+        return cast(F, async_wrapper)
     if inspect.isasyncgenfunction(fn):
 
         @functools.wraps(fn)
@@ -153,7 +154,7 @@ def _decorate(factory: Callable[[], _Mode], fn: F) -> F:
             except StopAsyncIteration:
                 return
 
-        return agen_wrapper  # type: ignore[return-value]
+        return cast(F, agen_wrapper)
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
@@ -178,19 +179,21 @@ def _decorate(factory: Callable[[], _Mode], fn: F) -> F:
             except StopIteration as stop:
                 return stop.value
 
-        return gen_wrapper  # type: ignore[return-value]
+        return cast(F, gen_wrapper)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with factory():
             return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 class _BareDecorator(_Mode):
     """A mode that takes no arguments, so it may decorate without parentheses: ``@no_grad``."""
 
+    # mypy wants __new__ to return an instance; this one returns the decorated function when
+    # the class is used as a bare decorator (``@no_grad``), as torch's does.
     @overload
     def __new__(cls, fn: F) -> F: ...  # type: ignore[misc]
     @overload

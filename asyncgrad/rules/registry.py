@@ -242,6 +242,8 @@ class FunctionNode(Node):
         i = 0
         for e in edges:
             if e is not None and (needed is None or needed[i]):
+                # An input whose edge exists has a rule (defvjp gives None only to inputs that
+                # cannot require grad, like where's condition).
                 r = vjps[i](g, *vals, **params) if params else vjps[i](g, *vals)  # type: ignore[misc]
                 if r is not None:
                     shape, dtype = e[0]._input_meta[e[1]]
