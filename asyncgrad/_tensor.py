@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["Tensor"]
 
 _FLOAT_KINDS = dtypes.FLOAT_KINDS
+_object_new = object.__new__
 
 
 class _Meta:
@@ -83,7 +84,7 @@ class Tensor:
     @classmethod
     def _wrap(cls, array: Any) -> Tensor:
         """Wrap an ndarray with no autograd state (the hot path: no checks, no copies)."""
-        t = object.__new__(cls)
+        t = _object_new(cls)
         t._array = array
         t._grad_fn = None
         t._output_nr = 0
@@ -318,11 +319,13 @@ class Tensor:
         """The gradient edge of this tensor: ``(grad_fn, output_nr)`` or its AccumulateGrad."""
         if self._base is not None:
             self._refresh_view()
+        # Plain tuples: Edge's namedtuple constructor is a Python-level call, and the engine
+        # indexes edges faster when they are exact tuples. They compare equal to Edge(...).
         fn = self._grad_fn
         if fn is not None:
-            return _ops.Edge(fn, self._output_nr)
+            return (fn, self._output_nr)  # type: ignore[return-value]
         if self._requires_grad:
-            return _ops.Edge(_ops.grad_accumulator(self), 0)
+            return (_ops.grad_accumulator(self), 0)  # type: ignore[return-value]
         return None
 
     def _grad_accumulator(self) -> Node:
@@ -824,3 +827,58 @@ class Tensor:
 # ``asyncgrad.autograd`` inside the two backward methods. These are the only imports that point up
 # a layer; the import-linter contract in pyproject.toml names them as its ignored edges.
 from . import ops as _ops  # noqa: E402
+
+# NOTE [Hot methods are the ops]
+# Delegating costs one more Python call per op, a sizeable share of an elementwise op on a small
+# tensor. The operators and methods that such code calls most are therefore replaced, once the
+# ops exist, by the ops functions themselves: each takes the same arguments in the same order
+# (the tensor first, then the declared parameters, names and defaults alike; an operator's op may
+# add keyword-only parameters, which operator syntax never passes), so calls behave exactly as
+# through the declarations above, which stay what editors and type checkers read.
+for _name, _op in (
+    ("__add__", _ops.add),
+    ("__sub__", _ops.sub),
+    ("__mul__", _ops.mul),
+    ("__truediv__", _ops.div),
+    ("__pow__", _ops.pow),
+    ("__matmul__", _ops.matmul),
+    ("__neg__", _ops.neg),
+    ("__getitem__", _ops.getitem),
+    ("add", _ops.add),
+    ("sub", _ops.sub),
+    ("mul", _ops.mul),
+    ("div", _ops.div),
+    ("pow", _ops.pow),
+    ("neg", _ops.neg),
+    ("exp", _ops.exp),
+    ("log", _ops.log),
+    ("log1p", _ops.log1p),
+    ("expm1", _ops.expm1),
+    ("sqrt", _ops.sqrt),
+    ("rsqrt", _ops.rsqrt),
+    ("reciprocal", _ops.reciprocal),
+    ("sin", _ops.sin),
+    ("cos", _ops.cos),
+    ("tan", _ops.tan),
+    ("tanh", _ops.tanh),
+    ("sigmoid", _ops.sigmoid),
+    ("relu", _ops.relu),
+    ("abs", _ops.abs),
+    ("sign", _ops.sign),
+    ("clamp", _ops.clamp),
+    ("maximum", _ops.maximum),
+    ("minimum", _ops.minimum),
+    ("sum", _ops.sum),
+    ("mean", _ops.mean),
+    ("matmul", _ops.matmul),
+    ("reshape", _ops.reshape),
+    ("view", _ops.view),
+    ("t", _ops.t),
+    ("transpose", _ops.transpose),
+    ("squeeze", _ops.squeeze),
+    ("unsqueeze", _ops.unsqueeze),
+    ("softmax", _ops.softmax),
+    ("log_softmax", _ops.log_softmax),
+):
+    setattr(Tensor, _name, _op)
+del _name, _op

@@ -8,8 +8,19 @@ from typing import Any, Final
 
 from .. import backend, dtypes
 from .._tensor import Tensor
-from ..graph.grad_mode import _grad_enabled
-from ._record import NO_PARAMS, OPS, arr, check_devices, make, record, wrap
+from ._record import (
+    NO_PARAMS,
+    OPS,
+    arr,
+    check_devices,
+    grad_enabled,
+    inference_enabled,
+    make,
+    new_tensor,
+    record_binary,
+    record_unary,
+    wrap,
+)
 from .creation import as_tensor
 
 ndarray: Final = backend.ndarray
@@ -20,18 +31,80 @@ OpDef = type(OPS["add"])
 
 
 # ----------------------------------------------------------------------------- binary
-def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
-    xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, backend.generic) else x
-    ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, backend.generic) else y
+_np: Final = backend.np_namespace  # only for arrays already checked to be ndarrays
+_generic: Final = backend.generic
+_float16: Final = dtypes.float16
+
+
+def _binary_op(op: OpDef, ufunc: Any, fname: str, x: Any, y: Any) -> Tensor:
+    """``x <fname> y`` recorded as ``op``; ``ufunc`` is NumPy's ``fname``, called directly when
+    both operands are ndarrays or Python numbers (the hot path), else the one of the operands'
+    namespace."""
     # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's dtype.)
-    if type(xa) is ndarray:
-        xp = backend.np_namespace if type(ya) is ndarray or not hasattr(ya, "shape") else None
+    xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, _generic) else x
+    ty = type(y)
+    if ty is float or ty is int:  # a Python number: the usual second operand
+        ya = y
+        cpu = type(xa) is ndarray
     else:
-        xp = None
-    if xp is None:
-        if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
-            check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
-        xp = namespace(xa if hasattr(xa, "shape") else ya)
+        ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, _generic) else y
+        ty = type(ya)
+        tx = type(xa)
+        if tx is ndarray:
+            cpu = ty is ndarray or ty is float or ty is int
+        else:
+            cpu = ty is ndarray and (tx is float or tx is int)
+    if not cpu:
+        out = _binary_any(op, fname, xa, ya)
+        dt = out.dtype
+        promote = dt == _float64 or (
+            hasattr(xa, "ndim") and hasattr(ya, "ndim") and (xa.ndim == 0) is not (ya.ndim == 0)
+        )
+    else:
+        try:
+            out = ufunc(xa, ya)
+        except ValueError:
+            _raise_broadcast(xa, ya)
+            raise
+        if type(out) is not ndarray:
+            out = backend.ensure_array(out)
+        # torch's promotion differs from NumPy's only for a float64 result (see
+        # dtypes.promote_binary) and for a 0-d array with a dimensioned one. Dtypes compare by
+        # identity first: `==` on dtypes is slow, and the common dtypes are singletons.
+        dt = out.dtype
+        xnd = type(xa) is ndarray
+        ynd = ty is ndarray
+        if dt is _float32 or dt is _float16:
+            promote = False
+        elif dt is _float64:
+            promote = not ((xnd and xa.dtype is _float64) or (ynd and ya.dtype is _float64))
+        else:
+            promote = dt == _float64
+        if xnd and ynd and not promote:
+            promote = (xa.ndim == 0) is not (ya.ndim == 0)
+    if promote:
+        want = dtypes.promote_binary(dt, xa, ya)
+        if want != dt:
+            out = out.astype(want)
+    t = new_tensor(out)
+    if inference_enabled():
+        t._get_meta().inference = True
+    if grad_enabled():
+        record_binary(op, t, x, y)
+    return t
+
+
+def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
+    """``x <fname> y`` recorded as ``op`` (``fname`` names the NumPy/CuPy function)."""
+    return _binary_op(op, getattr(_np, fname), fname, x, y)
+
+
+def _binary_any(op: OpDef, fname: str, xa: Any, ya: Any) -> Any:
+    """``fname`` of two operands that are not both NumPy arrays or numbers (CuPy arrays, bools,
+    sequences): NumPy's or CuPy's, whichever owns the array operand."""
+    if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
+        check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
+    xp = namespace(xa if hasattr(xa, "shape") else ya)
     try:
         out = getattr(xp, fname)(xa, ya)
     except ValueError:
@@ -39,17 +112,7 @@ def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
         raise
     if type(out) is not ndarray:
         out = backend.ensure_array(out)
-    dt = out.dtype
-    if dt == _float64 or (
-        hasattr(xa, "ndim") and hasattr(ya, "ndim") and (xa.ndim == 0) is not (ya.ndim == 0)
-    ):
-        want = dtypes.promote_binary(dt, xa, ya)
-        if want != dt:
-            out = out.astype(want)
-    t = wrap(out)
-    if _grad_enabled.get():
-        record(op, (t,), (x, y), NO_PARAMS)
-    return t
+    return out
 
 
 def _raise_broadcast(xa: Any, ya: Any) -> None:
@@ -65,20 +128,30 @@ def _raise_broadcast(xa: Any, ya: Any) -> None:
             )
 
 
+_ADD: Final = OPS["add"]
+_SUB: Final = OPS["sub"]
+_MUL: Final = OPS["mul"]
+_DIV: Final = OPS["div"]
+_POW: Final = OPS["pow"]
+_MAXIMUM: Final = OPS["maximum"]
+_MINIMUM: Final = OPS["minimum"]
+_REMAINDER: Final = OPS["remainder"]
+
+
 def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha != 1:
         other = mul(other, alpha)
-    return _binary(OPS["add"], "add", input, other)
+    return _binary_op(_ADD, _np.add, "add", input, other)
 
 
 def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha != 1:
         other = mul(other, alpha)
-    return _binary(OPS["sub"], "subtract", input, other)
+    return _binary_op(_SUB, _np.subtract, "subtract", input, other)
 
 
 def mul(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["mul"], "multiply", input, other)
+    return _binary_op(_MUL, _np.multiply, "multiply", input, other)
 
 
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
@@ -92,25 +165,25 @@ def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
             )
         q = _no_grad_binary("true_divide", input, other)
         return wrap(namespace(q._array).trunc(q._array))
-    return _binary(OPS["div"], "true_divide", input, other)
+    return _binary_op(_DIV, _np.true_divide, "true_divide", input, other)
 
 
 def pow(input: Any, exponent: Any) -> Tensor:
-    return _binary(OPS["pow"], "power", input, exponent)
+    return _binary_op(_POW, _np.power, "power", input, exponent)
 
 
 def maximum(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["maximum"], "maximum", input, other)
+    return _binary_op(_MAXIMUM, _np.maximum, "maximum", input, other)
 
 
 def minimum(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["minimum"], "minimum", input, other)
+    return _binary_op(_MINIMUM, _np.minimum, "minimum", input, other)
 
 
 def remainder(input: Any, other: Any) -> Tensor:
     """Python's modulo (the result has the sign of ``other``), differentiable as torch's:
     d/dinput = 1, d/dother = -floor(input / other)."""
-    return _binary(OPS["remainder"], "remainder", input, other)
+    return _binary_op(_REMAINDER, _np.remainder, "remainder", input, other)
 
 
 def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
@@ -192,62 +265,98 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     """``fn(xp, array)`` recorded as ``op``."""
     if not isinstance(x, Tensor):
         x = as_tensor(x)
-    xa = x._array
-    if xa.dtype.kind not in "fc" and op.name not in _KEEP_INT:
-        xa = xa.astype(_float32)
+    xa = _float_input(op, x._array)
     out = fn(namespace(xa), xa)
-    t = wrap(out)
-    if _grad_enabled.get():
-        record(op, (t,), (x,), params)
+    if type(out) is not ndarray:
+        out = backend.ensure_array(out)
+    t = new_tensor(out)
+    if inference_enabled():
+        t._get_meta().inference = True
+    if grad_enabled():
+        record_unary(op, t, x, params)
     return t
 
 
+def _unary_ufunc(op: OpDef, ufunc: Any, fname: str, x: Any) -> Tensor:
+    """``fname(array)`` recorded as ``op``; ``ufunc`` is NumPy's, called directly on an ndarray
+    (no namespace lookup and no per-call closure on the hot path)."""
+    if not isinstance(x, Tensor):
+        x = as_tensor(x)
+    xa = x._array
+    dt = xa.dtype
+    if dt is not _float64 and dt is not _float32:
+        xa = _float_input(op, xa)
+    if type(xa) is ndarray:
+        out = ufunc(xa)
+        if type(out) is not ndarray:
+            out = backend.ensure_array(out)
+    else:
+        out = backend.ensure_array(getattr(namespace(xa), fname)(xa))
+    t = new_tensor(out)
+    if inference_enabled():
+        t._get_meta().inference = True
+    if grad_enabled():
+        record_unary(op, t, x, NO_PARAMS)
+    return t
+
+
+def _float_input(op: OpDef, xa: Any) -> Any:
+    """``xa`` as float32 if it is an integer or bool array and ``op`` computes in floats."""
+    if xa.dtype.kind not in "fc" and op.name not in _KEEP_INT:
+        return xa.astype(_float32)
+    return xa
+
+
 def neg(input: Tensor) -> Tensor:
-    return _unary(OPS["neg"], lambda xp, a: xp.negative(a), input)
+    return _unary_ufunc(OPS["neg"], _np.negative, "negative", input)
 
 
 def exp(input: Tensor) -> Tensor:
-    return _unary(OPS["exp"], lambda xp, a: xp.exp(a), input)
+    return _unary_ufunc(OPS["exp"], _np.exp, "exp", input)
 
 
 def log(input: Tensor) -> Tensor:
-    return _unary(OPS["log"], lambda xp, a: xp.log(a), input)
+    return _unary_ufunc(OPS["log"], _np.log, "log", input)
 
 
 def log1p(input: Tensor) -> Tensor:
-    return _unary(OPS["log1p"], lambda xp, a: xp.log1p(a), input)
+    return _unary_ufunc(OPS["log1p"], _np.log1p, "log1p", input)
 
 
 def expm1(input: Tensor) -> Tensor:
-    return _unary(OPS["expm1"], lambda xp, a: xp.expm1(a), input)
+    return _unary_ufunc(OPS["expm1"], _np.expm1, "expm1", input)
 
 
 def sqrt(input: Tensor) -> Tensor:
-    return _unary(OPS["sqrt"], lambda xp, a: xp.sqrt(a), input)
+    return _unary_ufunc(OPS["sqrt"], _np.sqrt, "sqrt", input)
+
+
+def _rsqrt_array(xp: Any, a: Any) -> Any:
+    return 1.0 / xp.sqrt(a)
 
 
 def rsqrt(input: Tensor) -> Tensor:
-    return _unary(OPS["rsqrt"], lambda xp, a: 1.0 / xp.sqrt(a), input)
+    return _unary(OPS["rsqrt"], _rsqrt_array, input)
 
 
 def reciprocal(input: Tensor) -> Tensor:
-    return _unary(OPS["reciprocal"], lambda xp, a: xp.reciprocal(a), input)
+    return _unary_ufunc(OPS["reciprocal"], _np.reciprocal, "reciprocal", input)
 
 
 def sin(input: Tensor) -> Tensor:
-    return _unary(OPS["sin"], lambda xp, a: xp.sin(a), input)
+    return _unary_ufunc(OPS["sin"], _np.sin, "sin", input)
 
 
 def cos(input: Tensor) -> Tensor:
-    return _unary(OPS["cos"], lambda xp, a: xp.cos(a), input)
+    return _unary_ufunc(OPS["cos"], _np.cos, "cos", input)
 
 
 def tan(input: Tensor) -> Tensor:
-    return _unary(OPS["tan"], lambda xp, a: xp.tan(a), input)
+    return _unary_ufunc(OPS["tan"], _np.tan, "tan", input)
 
 
 def tanh(input: Tensor) -> Tensor:
-    return _unary(OPS["tanh"], lambda xp, a: xp.tanh(a), input)
+    return _unary_ufunc(OPS["tanh"], _np.tanh, "tanh", input)
 
 
 def sigmoid_array(xp: Any, a: Any) -> Any:
@@ -260,20 +369,28 @@ def sigmoid(input: Tensor) -> Tensor:
     return _unary(OPS["sigmoid"], sigmoid_array, input)
 
 
+def _relu_array(xp: Any, a: Any) -> Any:
+    return xp.maximum(a, 0)
+
+
 def relu(input: Tensor) -> Tensor:
-    return _unary(OPS["relu"], lambda xp, a: xp.maximum(a, 0), input)
+    return _unary(OPS["relu"], _relu_array, input)
 
 
 def abs(input: Tensor) -> Tensor:
-    return _unary(OPS["abs"], lambda xp, a: xp.abs(a), input)
+    return _unary_ufunc(OPS["abs"], _np.abs, "abs", input)
 
 
 def sign(input: Tensor) -> Tensor:
-    return _unary(OPS["sign"], lambda xp, a: xp.sign(a), input)
+    return _unary_ufunc(OPS["sign"], _np.sign, "sign", input)
+
+
+def _erf_array(xp: Any, a: Any) -> Any:
+    return backend.erf(a)
 
 
 def erf(input: Tensor) -> Tensor:
-    return _unary(OPS["erf"], lambda xp, a: backend.erf(a), input)
+    return _unary(OPS["erf"], _erf_array, input)
 
 
 _SQRT_2: Final = math.sqrt(2.0)
@@ -297,8 +414,12 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     )
 
 
+def _silu_array(xp: Any, a: Any) -> Any:
+    return a * sigmoid_array(xp, a)
+
+
 def silu(input: Tensor) -> Tensor:
-    return _unary(OPS["silu"], lambda xp, a: a * sigmoid_array(xp, a), input)
+    return _unary(OPS["silu"], _silu_array, input)
 
 
 def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
