@@ -832,14 +832,14 @@ from . import ops as _ops  # noqa: E402
 # Delegating costs one more Python call per op, a sizeable share of an elementwise op on a small
 # tensor. The operators and methods that such code calls most are therefore replaced, once the
 # ops exist, by the ops functions themselves: each takes the same arguments in the same order
-# (the tensor first, then the declared parameters, names and defaults alike; an operator's op may
-# add keyword-only parameters, which operator syntax never passes), so calls behave exactly as
-# through the declarations above, which stay what editors and type checkers read.
+# (the tensor first, then the declared parameters, names and defaults alike; ``+``, ``-`` and
+# ``/`` get the forms without ``alpha``/``rounding_mode``), so calls behave exactly as through
+# the declarations above, which stay what editors and type checkers read.
 for _name, _op in (
-    ("__add__", _ops.add),
-    ("__sub__", _ops.sub),
+    ("__add__", _ops.pointwise.plain_add),
+    ("__sub__", _ops.pointwise.plain_sub),
     ("__mul__", _ops.mul),
-    ("__truediv__", _ops.div),
+    ("__truediv__", _ops.pointwise.plain_div),
     ("__pow__", _ops.pow),
     ("__matmul__", _ops.matmul),
     ("__neg__", _ops.neg),

@@ -15,6 +15,7 @@ from .._tensor import Tensor
 from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
 from ..graph.node import Edge
+from ..graph.node import _next_sequence_nr as next_sequence_nr
 from ..graph.saved_tensor import SavedTensor
 from ..rules import OPS, FunctionNode, OpDef
 
@@ -112,6 +113,7 @@ def record(
     saved: list[Any] = [None]  # position 0 for the output(s), then one per input
     mask = 0
     tbits = 1  # the positions in ``saved`` that hold tensors (the output's, 0, always)
+    topo = 0
     bit = 1
     for x in inputs:
         if isinstance(x, Tensor):
@@ -120,14 +122,21 @@ def record(
             fn = x._grad_fn
             if fn is not None and x._base is None:
                 edges.append((fn, x._output_nr))  # See NOTE [Edges are plain tuples]
-                mask |= bit
             elif x._base is None and not x._requires_grad:
                 edges.append(None)
+                bit <<= 1
+                continue
             else:  # a leaf that requires grad, or a view (whose grad_fn may need a refresh)
                 e = x._edge()
                 edges.append(e)
-                if e is not None:
-                    mask |= bit
+                if e is None:
+                    bit <<= 1
+                    continue
+                fn = e[0]
+            mask |= bit
+            n = fn._topological_nr
+            if n >= topo:
+                topo = n + 1
         else:
             edges.append(None)
             saved.append(x)  # constants are kept for the rules
@@ -135,7 +144,7 @@ def record(
     if not mask:
         return
     if len(outs) == 1:
-        _attach(op, outs[0], edges, saved, mask, tbits, inputs, params)
+        _attach(op, outs[0], edges, topo, saved, mask, tbits, inputs, params)
         return
     node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
     node._init_node(edges)
@@ -163,6 +172,7 @@ def record(
 # (a tuple of numbers and None is untracked at its first collection), and ``_input_meta`` tuples
 # hold only a shape and a dtype (untracked likewise).
 _NO_CONSTANTS_1: Final = (None, None)
+_OUTPUT_ONLY: Final = (0,)
 
 
 # NOTE [Nodes are filled in as FunctionNode]
@@ -192,7 +202,8 @@ def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> Non
         e = x._edge()
         if e is None:
             return
-    _attach(op, t, [e], _NO_CONSTANTS_1, 1, 3, (x,), params)
+        fn = e[0]
+    _attach(op, t, [e], fn._topological_nr + 1, _NO_CONSTANTS_1, 1, 3, (x,), params)
 
 
 def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
@@ -228,26 +239,39 @@ def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
         if ey is None:
             return
         mask = 2
+        topo = ey[0]._topological_nr + 1
+    elif ey is None:
+        mask = 1
+        topo = ex[0]._topological_nr + 1
     else:
-        mask = 1 if ey is None else 3
-    _attach(op, t, [ex, ey], (None, cx, cy), mask, tbits, (x, y), NO_PARAMS)
+        mask = 3
+        topo = builtins.max(ex[0]._topological_nr, ey[0]._topological_nr) + 1
+    _attach(op, t, [ex, ey], topo, (None, cx, cy), mask, tbits, (x, y), NO_PARAMS)
 
 
 def _attach(
     op: OpDef,
     t: Tensor,
     edges: list[Any],
+    topo: int,
     saved: Sequence[Any],
     mask: int,
     tbits: int,
     inputs: Sequence[Any],
     params: dict[str, Any],
 ) -> None:
-    """Make the backward node of a one-output op and make it ``t``'s grad_fn. ``saved`` holds
-    the constant inputs, None elsewhere; ``tbits`` marks the positions of the tensors (See
-    _SAVES)."""
+    """Make the backward node of a one-output op and make it ``t``'s grad_fn. ``topo`` is one
+    more than the largest topological number of the nodes in ``edges``; ``saved`` holds the
+    constant inputs, None elsewhere; ``tbits`` marks the positions of the tensors (See _SAVES).
+    """
     node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
-    node._init_node(edges)
+    # Node._init_node's fields, set here without its call and its loop over the edges (the
+    # recorders have the topological number already).
+    node._next_edges = edges
+    node._topological_nr = topo
+    node._sequence_nr = next_sequence_nr()
+    node._hooks = None
+    node._metadata = None
     node._op = op
     node._params = params
     a = t._array
@@ -256,12 +280,18 @@ def _attach(
     tbl = _SAVES.get(op)
     if tbl is None:
         tbl = _saves_table(op)
-    if mask < len(tbl) and not tbl[mask] & tbits:
+    keep = tbl[mask] & tbits if mask < len(tbl) else -1
+    if not keep:
         # No tensor to save, only the constants already in ``saved``, which is kept as it is: a
         # tuple of untracked objects, which the garbage collector stops scanning (See NOTE
         # [Fewer objects for the collector]).
         node._spos = ()
         node._saved = saved
+    elif keep == 1:  # the output alone (exp, tanh, sigmoid, ...)
+        values = list(saved)
+        values[0] = SavedTensor(t, True)
+        node._spos = _OUTPUT_ONLY
+        node._saved = values
     else:
         values = list(saved)
         node._spos = _save(op, mask, values, (t,), inputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 from .. import backend, dtypes
@@ -36,67 +37,88 @@ _generic: Final = backend.generic
 _float16: Final = dtypes.float16
 
 
-def _binary_op(op: OpDef, ufunc: Any, fname: str, x: Any, y: Any) -> Tensor:
-    """``x <fname> y`` recorded as ``op``; ``ufunc`` is NumPy's ``fname``, called directly when
-    both operands are ndarrays or Python numbers (the hot path), else the one of the operands'
-    namespace."""
-    # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's dtype.)
-    xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, _generic) else x
-    ty = type(y)
-    if ty is float or ty is int:  # a Python number: the usual second operand
-        ya = y
-        cpu = type(xa) is ndarray
-    else:
-        ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, _generic) else y
-        ty = type(ya)
-        tx = type(xa)
-        if tx is ndarray:
-            cpu = ty is ndarray or ty is float or ty is int
+# NOTE [Elementwise ops are closures]
+# An elementwise op on a small tensor costs about as much in Python calls as in NumPy, so each
+# binary and plain-ufunc op is a closure over its table entry and NumPy function, made once by
+# the factories below: one Python call for ``a * b`` or ``t.tanh()`` (Tensor binds these as its
+# methods, See NOTE [Hot methods are the ops]) rather than a wrapper calling a shared helper.
+
+
+def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], Tensor]:
+    """The function ``(input, other) -> input <fname> other`` recorded as ``op``. NumPy's
+    ``fname`` is called directly when both operands are ndarrays or Python numbers (the hot
+    path); otherwise the operands' namespace's (CuPy)."""
+    ufunc = getattr(_np, fname)
+
+    def binary(input: Any, other: Any) -> Tensor:
+        # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's
+        # dtype.)
+        x, y = input, other
+        xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, _generic) else x
+        ty = type(y)
+        if ty is float or ty is int:  # a Python number: the usual second operand
+            ya = y
+            cpu = type(xa) is ndarray
         else:
-            cpu = ty is ndarray and (tx is float or tx is int)
-    if not cpu:
-        out = _binary_any(op, fname, xa, ya)
-        dt = out.dtype
-        promote = dt == _float64 or (
-            hasattr(xa, "ndim") and hasattr(ya, "ndim") and (xa.ndim == 0) is not (ya.ndim == 0)
-        )
-    else:
-        try:
-            out = ufunc(xa, ya)
-        except ValueError:
-            _raise_broadcast(xa, ya)
-            raise
-        if type(out) is not ndarray:
-            out = backend.ensure_array(out)
-        # torch's promotion differs from NumPy's only for a float64 result (see
-        # dtypes.promote_binary) and for a 0-d array with a dimensioned one. Dtypes compare by
-        # identity first: `==` on dtypes is slow, and the common dtypes are singletons.
-        dt = out.dtype
-        xnd = type(xa) is ndarray
-        ynd = ty is ndarray
-        if dt is _float32 or dt is _float16:
-            promote = False
-        elif dt is _float64:
-            promote = not ((xnd and xa.dtype is _float64) or (ynd and ya.dtype is _float64))
+            ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, _generic) else y
+            ty = type(ya)
+            tx = type(xa)
+            if tx is ndarray:
+                cpu = ty is ndarray or ty is float or ty is int
+            else:
+                cpu = ty is ndarray and (tx is float or tx is int)
+        if not cpu:
+            out = _binary_any(op, fname, xa, ya)
+            dt = out.dtype
+            promote = dt == _float64 or (
+                hasattr(xa, "ndim") and hasattr(ya, "ndim") and (xa.ndim == 0) is not (ya.ndim == 0)
+            )
         else:
-            promote = dt == _float64
-        if xnd and ynd and not promote:
-            promote = (xa.ndim == 0) is not (ya.ndim == 0)
-    if promote:
-        want = dtypes.promote_binary(dt, xa, ya)
-        if want != dt:
-            out = out.astype(want)
-    t = new_tensor(out)
-    if inference_enabled():
-        t._get_meta().inference = True
-    if grad_enabled():
-        record_binary(op, t, x, y)
-    return t
+            try:
+                out = ufunc(xa, ya)
+            except ValueError:
+                _raise_broadcast(xa, ya)
+                raise
+            if type(out) is not ndarray:
+                out = backend.ensure_array(out)
+            # torch's promotion differs from NumPy's only for a float64 result (see
+            # dtypes.promote_binary) and for a 0-d array with a dimensioned one. Dtypes compare
+            # by identity first: `==` on dtypes is slow, and the common dtypes are singletons.
+            dt = out.dtype
+            xnd = type(xa) is ndarray
+            ynd = ty is ndarray
+            if dt is _float32 or dt is _float16:
+                promote = False
+            elif dt is _float64:
+                promote = not ((xnd and xa.dtype is _float64) or (ynd and ya.dtype is _float64))
+            else:
+                promote = dt == _float64
+            if xnd and ynd and not promote:
+                promote = (xa.ndim == 0) is not (ya.ndim == 0)
+        if promote:
+            want = dtypes.promote_binary(dt, xa, ya)
+            if want != dt:
+                out = out.astype(want)
+        t = new_tensor(out)
+        if inference_enabled():
+            t._get_meta().inference = True
+        if grad_enabled():
+            record_binary(op, t, x, y)
+        return t
+
+    binary.__name__ = binary.__qualname__ = name
+    return binary
+
+
+_BINARY: dict[tuple[str, str], Callable[[Any, Any], Tensor]] = {}
 
 
 def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
     """``x <fname> y`` recorded as ``op`` (``fname`` names the NumPy/CuPy function)."""
-    return _binary_op(op, getattr(_np, fname), fname, x, y)
+    f = _BINARY.get((op.name, fname))
+    if f is None:
+        f = _BINARY[op.name, fname] = _binary_function(op, fname, op.name)
+    return f(x, y)
 
 
 def _binary_any(op: OpDef, fname: str, xa: Any, ya: Any) -> Any:
@@ -128,30 +150,30 @@ def _raise_broadcast(xa: Any, ya: Any) -> None:
             )
 
 
-_ADD: Final = OPS["add"]
-_SUB: Final = OPS["sub"]
-_MUL: Final = OPS["mul"]
-_DIV: Final = OPS["div"]
-_POW: Final = OPS["pow"]
-_MAXIMUM: Final = OPS["maximum"]
-_MINIMUM: Final = OPS["minimum"]
-_REMAINDER: Final = OPS["remainder"]
+# ``x + y`` and ``x - y`` without ``alpha``: the operators (See NOTE [Hot methods are the ops]).
+plain_add: Final = _binary_function(OPS["add"], "add", "add")
+plain_sub: Final = _binary_function(OPS["sub"], "subtract", "sub")
+mul: Final = _binary_function(OPS["mul"], "multiply", "mul")
+# ``x / y`` without ``rounding_mode``: the operator.
+plain_div: Final = _binary_function(OPS["div"], "true_divide", "div")
+pow: Final = _binary_function(OPS["pow"], "power", "pow")
+maximum: Final = _binary_function(OPS["maximum"], "maximum", "maximum")
+minimum: Final = _binary_function(OPS["minimum"], "minimum", "minimum")
+remainder: Final = _binary_function(OPS["remainder"], "remainder", "remainder")
+remainder.__doc__ = """Python's modulo (the result has the sign of ``other``), differentiable as
+torch's: d/dinput = 1, d/dother = -floor(input / other)."""
 
 
 def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha != 1:
         other = mul(other, alpha)
-    return _binary_op(_ADD, _np.add, "add", input, other)
+    return plain_add(input, other)
 
 
 def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha != 1:
         other = mul(other, alpha)
-    return _binary_op(_SUB, _np.subtract, "subtract", input, other)
-
-
-def mul(input: Any, other: Any) -> Tensor:
-    return _binary_op(_MUL, _np.multiply, "multiply", input, other)
+    return plain_sub(input, other)
 
 
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
@@ -165,25 +187,7 @@ def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
             )
         q = _no_grad_binary("true_divide", input, other)
         return wrap(namespace(q._array).trunc(q._array))
-    return _binary_op(_DIV, _np.true_divide, "true_divide", input, other)
-
-
-def pow(input: Any, exponent: Any) -> Tensor:
-    return _binary_op(_POW, _np.power, "power", input, exponent)
-
-
-def maximum(input: Any, other: Any) -> Tensor:
-    return _binary_op(_MAXIMUM, _np.maximum, "maximum", input, other)
-
-
-def minimum(input: Any, other: Any) -> Tensor:
-    return _binary_op(_MINIMUM, _np.minimum, "minimum", input, other)
-
-
-def remainder(input: Any, other: Any) -> Tensor:
-    """Python's modulo (the result has the sign of ``other``), differentiable as torch's:
-    d/dinput = 1, d/dother = -floor(input / other)."""
-    return _binary_op(_REMAINDER, _np.remainder, "remainder", input, other)
+    return plain_div(input, other)
 
 
 def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
@@ -277,27 +281,32 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     return t
 
 
-def _unary_ufunc(op: OpDef, ufunc: Any, fname: str, x: Any) -> Tensor:
-    """``fname(array)`` recorded as ``op``; ``ufunc`` is NumPy's, called directly on an ndarray
-    (no namespace lookup and no per-call closure on the hot path)."""
-    if not isinstance(x, Tensor):
-        x = as_tensor(x)
-    xa = x._array
-    dt = xa.dtype
-    if dt is not _float64 and dt is not _float32:
-        xa = _float_input(op, xa)
-    if type(xa) is ndarray:
-        out = ufunc(xa)
-        if type(out) is not ndarray:
-            out = backend.ensure_array(out)
-    else:
-        out = backend.ensure_array(getattr(namespace(xa), fname)(xa))
-    t = new_tensor(out)
-    if inference_enabled():
-        t._get_meta().inference = True
-    if grad_enabled():
-        record_unary(op, t, x, NO_PARAMS)
-    return t
+def _ufunc_function(op: OpDef, fname: str, name: str) -> Callable[[Any], Tensor]:
+    """The function ``input -> fname(input)`` recorded as ``op``; NumPy's ``fname`` is called
+    directly on an ndarray (no namespace lookup and no per-call closure on the hot path)."""
+    ufunc = getattr(_np, fname)
+
+    def unary(input: Any) -> Tensor:
+        x = input if isinstance(input, Tensor) else as_tensor(input)
+        xa = x._array
+        dt = xa.dtype
+        if dt is not _float64 and dt is not _float32:
+            xa = _float_input(op, xa)
+        if type(xa) is ndarray:
+            out = ufunc(xa)
+            if type(out) is not ndarray:
+                out = backend.ensure_array(out)
+        else:
+            out = backend.ensure_array(getattr(namespace(xa), fname)(xa))
+        t = new_tensor(out)
+        if inference_enabled():
+            t._get_meta().inference = True
+        if grad_enabled():
+            record_unary(op, t, x, NO_PARAMS)
+        return t
+
+    unary.__name__ = unary.__qualname__ = name
+    return unary
 
 
 def _float_input(op: OpDef, xa: Any) -> Any:
@@ -307,28 +316,22 @@ def _float_input(op: OpDef, xa: Any) -> Any:
     return xa
 
 
-def neg(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["neg"], _np.negative, "negative", input)
+neg: Final = _ufunc_function(OPS["neg"], "negative", "neg")
 
 
-def exp(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["exp"], _np.exp, "exp", input)
+exp: Final = _ufunc_function(OPS["exp"], "exp", "exp")
 
 
-def log(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["log"], _np.log, "log", input)
+log: Final = _ufunc_function(OPS["log"], "log", "log")
 
 
-def log1p(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["log1p"], _np.log1p, "log1p", input)
+log1p: Final = _ufunc_function(OPS["log1p"], "log1p", "log1p")
 
 
-def expm1(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["expm1"], _np.expm1, "expm1", input)
+expm1: Final = _ufunc_function(OPS["expm1"], "expm1", "expm1")
 
 
-def sqrt(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["sqrt"], _np.sqrt, "sqrt", input)
+sqrt: Final = _ufunc_function(OPS["sqrt"], "sqrt", "sqrt")
 
 
 def _rsqrt_array(xp: Any, a: Any) -> Any:
@@ -339,24 +342,19 @@ def rsqrt(input: Tensor) -> Tensor:
     return _unary(OPS["rsqrt"], _rsqrt_array, input)
 
 
-def reciprocal(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["reciprocal"], _np.reciprocal, "reciprocal", input)
+reciprocal: Final = _ufunc_function(OPS["reciprocal"], "reciprocal", "reciprocal")
 
 
-def sin(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["sin"], _np.sin, "sin", input)
+sin: Final = _ufunc_function(OPS["sin"], "sin", "sin")
 
 
-def cos(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["cos"], _np.cos, "cos", input)
+cos: Final = _ufunc_function(OPS["cos"], "cos", "cos")
 
 
-def tan(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["tan"], _np.tan, "tan", input)
+tan: Final = _ufunc_function(OPS["tan"], "tan", "tan")
 
 
-def tanh(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["tanh"], _np.tanh, "tanh", input)
+tanh: Final = _ufunc_function(OPS["tanh"], "tanh", "tanh")
 
 
 def sigmoid_array(xp: Any, a: Any) -> Any:
@@ -377,12 +375,10 @@ def relu(input: Tensor) -> Tensor:
     return _unary(OPS["relu"], _relu_array, input)
 
 
-def abs(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["abs"], _np.abs, "abs", input)
+abs: Final = _ufunc_function(OPS["abs"], "abs", "abs")
 
 
-def sign(input: Tensor) -> Tensor:
-    return _unary_ufunc(OPS["sign"], _np.sign, "sign", input)
+sign: Final = _ufunc_function(OPS["sign"], "sign", "sign")
 
 
 def _erf_array(xp: Any, a: Any) -> Any:
