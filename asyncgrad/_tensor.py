@@ -84,6 +84,7 @@ class Tensor:
     @classmethod
     def _wrap(cls, array: Any) -> Tensor:
         """Wrap an ndarray with no autograd state (the hot path: no checks, no copies)."""
+        # The elementwise ops in ops/pointwise.py set these same fields inline: keep them in step.
         t = _object_new(cls)
         t._array = array
         t._grad_fn = None

@@ -35,13 +35,16 @@ OpDef = type(OPS["add"])
 _np: Final = backend.np_namespace  # only for arrays already checked to be ndarrays
 _generic: Final = backend.generic
 _float16: Final = dtypes.float16
+_new: Final = object.__new__
 
 
 # NOTE [Elementwise ops are closures]
 # An elementwise op on a small tensor costs about as much in Python calls as in NumPy, so each
 # binary and plain-ufunc op is a closure over its table entry and NumPy function, made once by
 # the factories below: one Python call for ``a * b`` or ``t.tanh()`` (Tensor binds these as its
-# methods, See NOTE [Hot methods are the ops]) rather than a wrapper calling a shared helper.
+# methods, See NOTE [Hot methods are the ops]) rather than a wrapper calling a shared helper. For
+# the same reason they make their result tensor inline, as Tensor._wrap does (keep the two in
+# step), and record through record_unary/record_binary, which skip record's loops.
 
 
 def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], Tensor]:
@@ -99,7 +102,16 @@ def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], T
             want = dtypes.promote_binary(dt, xa, ya)
             if want != dt:
                 out = out.astype(want)
-        t = new_tensor(out)
+        # Tensor._wrap(out), inline (See NOTE [Elementwise ops are closures]).
+        t = _new(Tensor)
+        t._array = out
+        t._grad_fn = None
+        t._output_nr = 0
+        t._requires_grad = False
+        t._grad = None
+        t._vc = [0]
+        t._base = None
+        t._meta = None
         if inference_enabled():
             t._get_meta().inference = True
         if grad_enabled():
@@ -298,7 +310,16 @@ def _ufunc_function(op: OpDef, fname: str, name: str) -> Callable[[Any], Tensor]
                 out = backend.ensure_array(out)
         else:
             out = backend.ensure_array(getattr(namespace(xa), fname)(xa))
-        t = new_tensor(out)
+        # Tensor._wrap(out), inline (See NOTE [Elementwise ops are closures]).
+        t = _new(Tensor)
+        t._array = out
+        t._grad_fn = None
+        t._output_nr = 0
+        t._requires_grad = False
+        t._grad = None
+        t._vc = [0]
+        t._base = None
+        t._meta = None
         if inference_enabled():
             t._get_meta().inference = True
         if grad_enabled():
