@@ -326,7 +326,11 @@ class Tensor:
         if fn is not None:
             return (fn, self._output_nr)  # type: ignore[return-value]
         if self._requires_grad:
-            return (_ops.grad_accumulator(self), 0)  # type: ignore[return-value]
+            m = self._meta
+            acc = None if m is None else m.grad_accumulator
+            if acc is None:  # made on first use, under a lock
+                acc = _ops.grad_accumulator(self)
+            return (acc, 0)  # type: ignore[return-value]
         return None
 
     def _grad_accumulator(self) -> Node:

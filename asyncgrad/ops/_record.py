@@ -153,7 +153,7 @@ def record(
     a = outs[0]._array
     node._input_meta = tuple((o._array.shape, o._array.dtype) for o in outs)
     node._device = CPU if type(a) is ndarray else device_of(a)
-    node._spos = _save(op, mask, saved, outs, inputs)
+    node._spos = _save(_keep(op, mask, tbits), saved, outs, inputs)
     node._saved = saved
     node.__class__ = op.node_cls
     i = 0
@@ -280,7 +280,7 @@ def _attach(
     tbl = _SAVES.get(op)
     if tbl is None:
         tbl = _saves_table(op)
-    keep = tbl[mask] & tbits if mask < len(tbl) else -1
+    keep = tbl[mask] & tbits if mask < len(tbl) else _keep(op, mask, tbits)
     if not keep:
         # No tensor to save, only the constants already in ``saved``, which is kept as it is: a
         # tuple of untracked objects, which the garbage collector stops scanning (See NOTE
@@ -294,7 +294,7 @@ def _attach(
         node._saved = values
     else:
         values = list(saved)
-        node._spos = _save(op, mask, values, (t,), inputs)
+        node._spos = _save(keep, values, (t,), inputs)
         node._saved = values
     node.__class__ = op.node_cls
     t._grad_fn = node
@@ -302,29 +302,43 @@ def _attach(
 
 
 def _save(
-    op: OpDef, mask: int, saved: list[Any], outs: Sequence[Tensor], inputs: Sequence[Any]
+    keep: int, saved: list[Any], outs: Sequence[Tensor], inputs: Sequence[Any]
 ) -> tuple[int, ...]:
-    """Fill ``saved`` with what the rules of the inputs in ``mask`` read; return the positions
-    that hold saved tensors (only these are released after backward)."""
+    """Save the tensors at the positions in bit set ``keep`` (See _SAVES) into ``saved``; return
+    those positions (only these are released after backward)."""
     tensor_pos: list[int] = []
-    for pos in op.saves_for(mask):
-        if pos == 0:
-            if len(outs) == 1:
-                saved[0] = SavedTensor(outs[0], True)
-            else:
-                saved[0] = tuple(SavedTensor(o, True) for o in outs)
-            tensor_pos.append(0)
+    if keep & 1:
+        if len(outs) == 1:
+            saved[0] = SavedTensor(outs[0], True)
         else:
+            saved[0] = tuple(SavedTensor(o, True) for o in outs)
+        tensor_pos.append(0)
+    keep >>= 1
+    pos = 1
+    while keep:
+        if keep & 1:
             x = inputs[pos - 1]
-            if isinstance(x, Tensor):
-                tensor_pos.append(pos)
-                if x._meta is not None and x._meta.inference:
-                    raise RuntimeError(
-                        "Inference tensors cannot be saved for backward. To work around you can "
-                        "make a clone to get a normal tensor and use it in autograd."
-                    )
-                saved[pos] = SavedTensor(x, False)
+            if x._meta is not None and x._meta.inference:
+                raise RuntimeError(
+                    "Inference tensors cannot be saved for backward. To work around you can "
+                    "make a clone to get a normal tensor and use it in autograd."
+                )
+            saved[pos] = SavedTensor(x, False)
+            tensor_pos.append(pos)
+        keep >>= 1
+        pos += 1
     return tuple(tensor_pos)
+
+
+def _keep(op: OpDef, mask: int, tbits: int) -> int:
+    """The positions to save (See _SAVES) when the inputs in ``mask`` need gradients, keeping
+    only those in ``tbits`` (the ones that hold tensors)."""
+    tbl = _SAVES.get(op)
+    if tbl is None:
+        tbl = _saves_table(op)
+    if mask < len(tbl):
+        return tbl[mask] & tbits
+    return builtins.sum(1 << p for p in op.saves_for(mask)) & tbits
 
 
 def make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = NO_PARAMS) -> Tensor:
