@@ -120,19 +120,25 @@ def record(
             saved.append(None)
             tbits |= bit << 1
             fn = x._grad_fn
-            if fn is not None and x._base is None:
-                edges.append((fn, x._output_nr))  # See NOTE [Edges are plain tuples]
-            elif x._base is None and not x._requires_grad:
-                edges.append(None)
-                bit <<= 1
-                continue
-            else:  # a leaf that requires grad, or a view (whose grad_fn may need a refresh)
+            if x._base is not None:  # a view, whose grad_fn may need a refresh
                 e = x._edge()
                 edges.append(e)
                 if e is None:
                     bit <<= 1
                     continue
                 fn = e[0]
+            elif fn is not None:
+                edges.append((fn, x._output_nr))  # See NOTE [Edges are plain tuples]
+            elif not x._requires_grad:
+                edges.append(None)
+                bit <<= 1
+                continue
+            else:  # a leaf that requires grad: its accumulator (made on first use)
+                m = x._meta
+                fn = None if m is None else m.grad_accumulator
+                if fn is None:
+                    fn = x._edge()[0]  # type: ignore[index]
+                edges.append((fn, 0))
             mask |= bit
             n = fn._topological_nr
             if n >= topo:
@@ -349,7 +355,10 @@ def make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = NO
     if inference_enabled():
         t._get_meta().inference = True
     if grad_enabled():
-        record(op, (t,), inputs, params)
+        if len(inputs) == 1 and isinstance(inputs[0], Tensor):
+            record_unary(op, t, inputs[0], params)
+        else:
+            record(op, (t,), inputs, params)
     return t
 
 

@@ -293,9 +293,15 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     return t
 
 
-def _ufunc_function(op: OpDef, fname: str, name: str) -> Callable[[Any], Tensor]:
-    """The function ``input -> fname(input)`` recorded as ``op``; NumPy's ``fname`` is called
-    directly on an ndarray (no namespace lookup and no per-call closure on the hot path)."""
+_NO_ARG: Final = object()
+
+
+def _ufunc_function(
+    op: OpDef, fname: str, name: str, arg: Any = _NO_ARG
+) -> Callable[[Any], Tensor]:
+    """The function ``input -> fname(input)`` (``fname(input, arg)`` when ``arg`` is given)
+    recorded as ``op``; NumPy's ``fname`` is called directly on an ndarray (no namespace lookup
+    and no per-call closure on the hot path)."""
     ufunc = getattr(_np, fname)
 
     def unary(input: Any) -> Tensor:
@@ -305,11 +311,12 @@ def _ufunc_function(op: OpDef, fname: str, name: str) -> Callable[[Any], Tensor]
         if dt is not _float64 and dt is not _float32:
             xa = _float_input(op, xa)
         if type(xa) is ndarray:
-            out = ufunc(xa)
+            out = ufunc(xa) if arg is _NO_ARG else ufunc(xa, arg)
             if type(out) is not ndarray:
                 out = backend.ensure_array(out)
         else:
-            out = backend.ensure_array(getattr(namespace(xa), fname)(xa))
+            f = getattr(namespace(xa), fname)
+            out = backend.ensure_array(f(xa) if arg is _NO_ARG else f(xa, arg))
         # Tensor._wrap(out), inline (See NOTE [Elementwise ops are closures]).
         t = _new(Tensor)
         t._array = out
@@ -388,12 +395,7 @@ def sigmoid(input: Tensor) -> Tensor:
     return _unary(OPS["sigmoid"], sigmoid_array, input)
 
 
-def _relu_array(xp: Any, a: Any) -> Any:
-    return xp.maximum(a, 0)
-
-
-def relu(input: Tensor) -> Tensor:
-    return _unary(OPS["relu"], _relu_array, input)
+relu: Final = _ufunc_function(OPS["relu"], "maximum", "relu", 0)  # maximum(x, 0)
 
 
 abs: Final = _ufunc_function(OPS["abs"], "abs", "abs")
