@@ -212,6 +212,21 @@ def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> Non
     _attach(op, t, [e], fn._topological_nr + 1, _NO_CONSTANTS_1, 1, 3, (x,), params)
 
 
+def record_scalar(op: OpDef, t: Tensor, x: Tensor, c: Any) -> None:
+    """``record_binary`` for a tensor and a constant second operand (``y * 0.5``)."""
+    fn = x._grad_fn
+    if fn is not None and x._base is None:
+        e = (fn, x._output_nr)
+    elif x._base is None and not x._requires_grad:
+        return
+    else:
+        e = x._edge()
+        if e is None:
+            return
+        fn = e[0]
+    _attach(op, t, [e, None], fn._topological_nr + 1, (None, None, c), 1, 3, (x, c), NO_PARAMS)
+
+
 def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
     """``record`` for two inputs (tensors or constants) and one output, without the loops."""
     if isinstance(x, Tensor):

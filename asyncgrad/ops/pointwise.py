@@ -19,6 +19,7 @@ from ._record import (
     make,
     new_tensor,
     record_binary,
+    record_scalar,
     record_unary,
     wrap,
 )
@@ -57,7 +58,12 @@ def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], T
         # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's
         # dtype.)
         x, y = input, other
-        xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, _generic) else x
+        if isinstance(x, Tensor):
+            xa = x._array
+            xt = True
+        else:
+            xa = x.item() if isinstance(x, _generic) else x
+            xt = False
         ty = type(y)
         if ty is float or ty is int:  # a Python number: the usual second operand
             ya = y
@@ -115,7 +121,10 @@ def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], T
         if inference_enabled():
             t._get_meta().inference = True
         if grad_enabled():
-            record_binary(op, t, x, y)
+            if xt and (ty is float or ty is int):  # a tensor and a number
+                record_scalar(op, t, x, y)
+            else:
+                record_binary(op, t, x, y)
         return t
 
     binary.__name__ = binary.__qualname__ = name
