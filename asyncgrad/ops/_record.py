@@ -14,7 +14,6 @@ from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
-from ..graph.node import Edge
 from ..graph.node import _next_sequence_nr as next_sequence_nr
 from ..graph.saved_tensor import SavedTensor
 from ..rules import OPS, FunctionNode, OpDef
@@ -109,7 +108,7 @@ def record(
     op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: dict[str, Any]
 ) -> None:
     """Attach a backward node of ``op`` to ``outs`` if any tensor input requires grad."""
-    edges: list[Edge | None] = []
+    edges: list[Any] = []  # Edge | None, See NOTE [Edges are plain tuples]
     saved: list[Any] = [None]  # position 0 for the output(s), then one per input
     mask = 0
     tbits = 1  # the positions in ``saved`` that hold tensors (the output's, 0, always)
@@ -199,6 +198,7 @@ _OUTPUT_ONLY: Final = (0,)
 
 def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> None:
     """``record`` for one tensor input and one output, the common case, without the loops."""
+    e: Any
     fn = x._grad_fn
     if fn is not None and x._base is None:
         e = (fn, x._output_nr)
@@ -214,6 +214,7 @@ def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> Non
 
 def record_scalar(op: OpDef, t: Tensor, x: Tensor, c: Any) -> None:
     """``record_binary`` for a tensor and a constant second operand (``y * 0.5``)."""
+    e: Any
     fn = x._grad_fn
     if fn is not None and x._base is None:
         e = (fn, x._output_nr)

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..rules import OpDef
 from ._record import (
     NO_PARAMS,
     OPS,
@@ -29,7 +30,6 @@ ndarray: Final = backend.ndarray
 namespace = backend.namespace
 _float64: Final = dtypes.float64
 _float32: Final = dtypes.float32
-OpDef = type(OPS["add"])
 
 
 # ----------------------------------------------------------------------------- binary
@@ -37,6 +37,9 @@ _np: Final = backend.np_namespace  # only for arrays already checked to be ndarr
 _generic: Final = backend.generic
 _float16: Final = dtypes.float16
 _new: Final = object.__new__
+
+BinaryOp = Callable[[Any, Any], Tensor]
+UnaryOp = Callable[[Any], Tensor]
 
 
 # NOTE [Elementwise ops are closures]
@@ -48,7 +51,7 @@ _new: Final = object.__new__
 # step), and record through record_unary/record_binary, which skip record's loops.
 
 
-def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], Tensor]:
+def _binary_function(op: OpDef, fname: str, name: str) -> BinaryOp:
     """The function ``(input, other) -> input <fname> other`` recorded as ``op``. NumPy's
     ``fname`` is called directly when both operands are ndarrays or Python numbers (the hot
     path); otherwise the operands' namespace's (CuPy)."""
@@ -131,7 +134,7 @@ def _binary_function(op: OpDef, fname: str, name: str) -> Callable[[Any, Any], T
     return binary
 
 
-_BINARY: dict[tuple[str, str], Callable[[Any, Any], Tensor]] = {}
+_BINARY: dict[tuple[str, str], BinaryOp] = {}
 
 
 def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
@@ -172,15 +175,15 @@ def _raise_broadcast(xa: Any, ya: Any) -> None:
 
 
 # ``x + y`` and ``x - y`` without ``alpha``: the operators (See NOTE [Hot methods are the ops]).
-plain_add: Final = _binary_function(OPS["add"], "add", "add")
-plain_sub: Final = _binary_function(OPS["sub"], "subtract", "sub")
-mul: Final = _binary_function(OPS["mul"], "multiply", "mul")
+plain_add: Final[BinaryOp] = _binary_function(OPS["add"], "add", "add")
+plain_sub: Final[BinaryOp] = _binary_function(OPS["sub"], "subtract", "sub")
+mul: Final[BinaryOp] = _binary_function(OPS["mul"], "multiply", "mul")
 # ``x / y`` without ``rounding_mode``: the operator.
-plain_div: Final = _binary_function(OPS["div"], "true_divide", "div")
-pow: Final = _binary_function(OPS["pow"], "power", "pow")
-maximum: Final = _binary_function(OPS["maximum"], "maximum", "maximum")
-minimum: Final = _binary_function(OPS["minimum"], "minimum", "minimum")
-remainder: Final = _binary_function(OPS["remainder"], "remainder", "remainder")
+plain_div: Final[BinaryOp] = _binary_function(OPS["div"], "true_divide", "div")
+pow: Final[BinaryOp] = _binary_function(OPS["pow"], "power", "pow")
+maximum: Final[BinaryOp] = _binary_function(OPS["maximum"], "maximum", "maximum")
+minimum: Final[BinaryOp] = _binary_function(OPS["minimum"], "minimum", "minimum")
+remainder: Final[BinaryOp] = _binary_function(OPS["remainder"], "remainder", "remainder")
 remainder.__doc__ = """Python's modulo (the result has the sign of ``other``), differentiable as
 torch's: d/dinput = 1, d/dother = -floor(input / other)."""
 
@@ -305,9 +308,7 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
 _NO_ARG: Final = object()
 
 
-def _ufunc_function(
-    op: OpDef, fname: str, name: str, arg: Any = _NO_ARG
-) -> Callable[[Any], Tensor]:
+def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> UnaryOp:
     """The function ``input -> fname(input)`` (``fname(input, arg)`` when ``arg`` is given)
     recorded as ``op``; NumPy's ``fname`` is called directly on an ndarray (no namespace lookup
     and no per-call closure on the hot path)."""
@@ -353,22 +354,22 @@ def _float_input(op: OpDef, xa: Any) -> Any:
     return xa
 
 
-neg: Final = _ufunc_function(OPS["neg"], "negative", "neg")
+neg: Final[UnaryOp] = _ufunc_function(OPS["neg"], "negative", "neg")
 
 
-exp: Final = _ufunc_function(OPS["exp"], "exp", "exp")
+exp: Final[UnaryOp] = _ufunc_function(OPS["exp"], "exp", "exp")
 
 
-log: Final = _ufunc_function(OPS["log"], "log", "log")
+log: Final[UnaryOp] = _ufunc_function(OPS["log"], "log", "log")
 
 
-log1p: Final = _ufunc_function(OPS["log1p"], "log1p", "log1p")
+log1p: Final[UnaryOp] = _ufunc_function(OPS["log1p"], "log1p", "log1p")
 
 
-expm1: Final = _ufunc_function(OPS["expm1"], "expm1", "expm1")
+expm1: Final[UnaryOp] = _ufunc_function(OPS["expm1"], "expm1", "expm1")
 
 
-sqrt: Final = _ufunc_function(OPS["sqrt"], "sqrt", "sqrt")
+sqrt: Final[UnaryOp] = _ufunc_function(OPS["sqrt"], "sqrt", "sqrt")
 
 
 def _rsqrt_array(xp: Any, a: Any) -> Any:
@@ -379,19 +380,19 @@ def rsqrt(input: Tensor) -> Tensor:
     return _unary(OPS["rsqrt"], _rsqrt_array, input)
 
 
-reciprocal: Final = _ufunc_function(OPS["reciprocal"], "reciprocal", "reciprocal")
+reciprocal: Final[UnaryOp] = _ufunc_function(OPS["reciprocal"], "reciprocal", "reciprocal")
 
 
-sin: Final = _ufunc_function(OPS["sin"], "sin", "sin")
+sin: Final[UnaryOp] = _ufunc_function(OPS["sin"], "sin", "sin")
 
 
-cos: Final = _ufunc_function(OPS["cos"], "cos", "cos")
+cos: Final[UnaryOp] = _ufunc_function(OPS["cos"], "cos", "cos")
 
 
-tan: Final = _ufunc_function(OPS["tan"], "tan", "tan")
+tan: Final[UnaryOp] = _ufunc_function(OPS["tan"], "tan", "tan")
 
 
-tanh: Final = _ufunc_function(OPS["tanh"], "tanh", "tanh")
+tanh: Final[UnaryOp] = _ufunc_function(OPS["tanh"], "tanh", "tanh")
 
 
 def sigmoid_array(xp: Any, a: Any) -> Any:
@@ -404,13 +405,13 @@ def sigmoid(input: Tensor) -> Tensor:
     return _unary(OPS["sigmoid"], sigmoid_array, input)
 
 
-relu: Final = _ufunc_function(OPS["relu"], "maximum", "relu", 0)  # maximum(x, 0)
+relu: Final[UnaryOp] = _ufunc_function(OPS["relu"], "maximum", "relu", 0)  # maximum(x, 0)
 
 
-abs: Final = _ufunc_function(OPS["abs"], "abs", "abs")
+abs: Final[UnaryOp] = _ufunc_function(OPS["abs"], "abs", "abs")
 
 
-sign: Final = _ufunc_function(OPS["sign"], "sign", "sign")
+sign: Final[UnaryOp] = _ufunc_function(OPS["sign"], "sign", "sign")
 
 
 def _erf_array(xp: Any, a: Any) -> Any:
