@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -288,11 +289,14 @@ def check_gradients(first_round: dict[str, dict], sizes) -> str:
 ROUNDS = 7
 
 
-def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
+def run(rounds: int = ROUNDS, quick: bool = False, trees: Sequence[str] = ()) -> H.Report:
+    """``trees``: labels registered with H.parse_trees; their asyncgrad rows run in the same
+    rounds."""
     cmd = (
         "python benchmarks/bench_chain.py"
         + (f" --rounds {rounds}" if rounds != ROUNDS else "")
         + (" --quick" if quick else "")
+        + "".join(f" --tree {t}=..." for t in trees)
     )
     print(
         f"bench_chain: chain of N ops on {SIZE}-element float64 tensors, "
@@ -303,6 +307,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         raise SystemExit("numpy is required")
     libs = H.available_libs(LIBS, LABELS)
     skipped = [LABELS[lib] + ": " + str(H.missing_reason(lib)) for lib in LIBS if lib not in libs]
+    tree_libs = [f"{lib}@{t}" for t in trees for lib in ("asyncgrad-sync", "asyncgrad-async")]
+    for tl in tree_libs:
+        name, _, t = tl.partition("@")
+        LABELS[tl] = f"{LABELS[name]} [{t}]"
+    libs += tree_libs
     args = ["--sizes", ",".join(map(str, SIZES))] + (["--quick"] if quick else [])
     results = H.interleaved_rounds(Path(__file__), libs, rounds, lambda lib, r: args)
     check = check_gradients({lib: results[lib][0] for lib in libs}, SIZES)
@@ -348,6 +357,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     order = [
         "asyncgrad-sync",
         "asyncgrad-async",
+        *tree_libs,
         "torch",
         "autograd-grad",
         "autograd-vjp",
@@ -457,6 +467,21 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                         f"paired ratio {r:.2f}x; medians {s['bwd']:.2f} vs {t['bwd']:.2f} µs/op",
                     )
                 )
+    # The backward per node against another tree's, measured in the same rounds.
+    for tl in tree_libs:
+        name = tl.partition("@")[0]
+        for n in SIZES:
+            s, o = summary.get((name, n)), summary.get((tl, n))
+            if s is None or o is None:
+                continue
+            r = H.paired_ratio(s["bwd_r"], o["bwd_r"])
+            rep.targets.append(
+                (
+                    f"chain backward µs/node within 5% of {labels[tl]}, {labels[name]}, N={n:,}",
+                    H.verdict_at_most(r, s["bwd"] / o["bwd"], 1.05),
+                    f"paired ratio {r:.2f}x; medians {s['bwd']:.2f} vs {o['bwd']:.2f} µs/op",
+                )
+            )
     # The forward (graph building) of one op, and forward + backward, against PyTorch's.
     for key, limit, what, field in (
         ("asyncgrad-sync", 1.5, "chain forward µs/op <= 1.5x PyTorch CPU", "fwd_r"),
