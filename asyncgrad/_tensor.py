@@ -22,6 +22,7 @@ _bool = bool
 _float = float
 
 _FLOAT_KINDS = dtypes.FLOAT_KINDS
+_object_new = object.__new__
 
 
 class _Meta:
@@ -96,7 +97,8 @@ class Tensor:
     @classmethod
     def _wrap(cls, array: Any) -> Tensor:
         """Wrap an ndarray with no autograd state (the hot path: no checks, no copies)."""
-        t = object.__new__(cls)
+        # The elementwise ops in ops/pointwise.py set these same fields inline: keep them in step.
+        t = _object_new(cls)
         t._array = array
         t._grad_fn = None
         t._output_nr = 0
@@ -336,11 +338,17 @@ class Tensor:
         """The gradient edge of this tensor: ``(grad_fn, output_nr)`` or its AccumulateGrad."""
         if self._base is not None:
             self._refresh_view()
+        # Plain tuples: Edge's namedtuple constructor is a Python-level call, and the engine
+        # indexes edges faster when they are exact tuples. They compare equal to Edge(...).
         fn = self._grad_fn
         if fn is not None:
-            return _ops.Edge(fn, self._output_nr)
+            return (fn, self._output_nr)  # type: ignore[return-value]
         if self._requires_grad:
-            return _ops.Edge(_ops.grad_accumulator(self), 0)
+            m = self._meta
+            acc = None if m is None else m.grad_accumulator
+            if acc is None:  # made on first use, under a lock
+                acc = _ops.grad_accumulator(self)
+            return (acc, 0)  # type: ignore[return-value]
         return None
 
     def _grad_accumulator(self) -> Node:
@@ -724,7 +732,7 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other: Any) -> Tensor:
-        return _ops.add(self, other)
+        return _ops.pointwise.plain_add(self, other)
 
     def __radd__(self, other: Any) -> Tensor:
         return _ops.add(other, self)
@@ -733,7 +741,7 @@ class Tensor:
         return _ops.add_(self, other)
 
     def __sub__(self, other: Any) -> Tensor:
-        return _ops.sub(self, other)
+        return _ops.pointwise.plain_sub(self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
         return _ops.sub(other, self)
@@ -751,7 +759,7 @@ class Tensor:
         return _ops.mul_(self, other)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return _ops.div(self, other)
+        return _ops.pointwise.plain_div(self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
         return _ops.div(other, self)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -75,13 +76,42 @@ def available_libs(libs: Sequence[str], labels: dict[str, str] | None = None) ->
 # ---------------------------------------------------------------------------------------------
 # Running workers
 # ---------------------------------------------------------------------------------------------
-def worker_env() -> dict[str, str]:
+# Other checkouts of the package to measure in the same run (``--tree LABEL=PATH``): a worker
+# named ``lib@LABEL`` runs ``lib``'s code with the package imported from PATH.
+TREES: dict[str, str] = {}
+
+
+def worker_env(tree: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(THREAD_ENV)
     env["PYTHONHASHSEED"] = "0"
-    # Make the in-tree package importable even without an editable install.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    # Make the in-tree package importable even without an editable install (or the package of
+    # another tree, ahead of it).
+    paths = (tree or "", str(ROOT), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
+
+
+def split_tree(lib: str) -> tuple[str, str | None]:
+    """``lib@LABEL`` -> (lib, PATH of LABEL); a plain ``lib`` -> (lib, None)."""
+    name, _, label = lib.partition("@")
+    if not label:
+        return lib, None
+    if label not in TREES:
+        raise WorkerError(f"unknown tree {label!r} (give it with --tree {label}=PATH)")
+    return name, TREES[label]
+
+
+def parse_trees(specs: Sequence[str]) -> list[str]:
+    """Register ``LABEL=PATH`` specs in TREES; return the labels."""
+    labels = []
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not Path(path, "asyncgrad").is_dir():
+            raise SystemExit(f"--tree expects LABEL=PATH with PATH/asyncgrad, got {spec!r}")
+        TREES[label] = str(Path(path).resolve())
+        labels.append(label)
+    return labels
 
 
 class WorkerError(RuntimeError):
@@ -91,10 +121,12 @@ class WorkerError(RuntimeError):
 def run_worker(
     script: str | Path, lib: str, args: Sequence[str] = (), timeout: float = 300.0
 ) -> dict[str, Any]:
-    """Run ``python script --worker lib *args`` in a fresh process; return its JSON result."""
-    cmd = [sys.executable, str(script), "--worker", lib, *args]
+    """Run ``python script --worker lib *args`` in a fresh process; return its JSON result.
+    ``lib@LABEL`` runs ``lib`` with the package of tree LABEL (See TREES)."""
+    name, tree = split_tree(lib)
+    cmd = [sys.executable, str(script), "--worker", name, *args]
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=worker_env(), timeout=timeout, cwd=str(HERE)
+        cmd, capture_output=True, text=True, env=worker_env(tree), timeout=timeout, cwd=str(HERE)
     )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
@@ -383,8 +415,21 @@ def bench_main(
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--json", help="also write the summary numbers to this file")
+    takes_trees = "trees" in inspect.signature(run).parameters
+    if takes_trees:
+        ap.add_argument(
+            "--tree",
+            action="append",
+            default=[],
+            metavar="LABEL=PATH",
+            help="also run the asyncgrad workers with the package from PATH (another checkout, "
+            "e.g. a git worktree of an earlier commit), as extra rows of the same run",
+        )
     a = ap.parse_args()
-    rep = run(a.rounds, a.quick)
+    if takes_trees and a.tree:
+        rep = run(a.rounds, a.quick, trees=parse_trees(a.tree))
+    else:
+        rep = run(a.rounds, a.quick)
     rep.print_targets()
     if a.json:
         Path(a.json).write_text(json.dumps(rep.data, indent=1))

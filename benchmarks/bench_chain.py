@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -288,11 +289,14 @@ def check_gradients(first_round: dict[str, dict], sizes) -> str:
 ROUNDS = 7
 
 
-def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
+def run(rounds: int = ROUNDS, quick: bool = False, trees: Sequence[str] = ()) -> H.Report:
+    """``trees``: labels registered with H.parse_trees; their asyncgrad rows run in the same
+    rounds."""
     cmd = (
         "python benchmarks/bench_chain.py"
         + (f" --rounds {rounds}" if rounds != ROUNDS else "")
         + (" --quick" if quick else "")
+        + "".join(f" --tree {t}=..." for t in trees)
     )
     print(
         f"bench_chain: chain of N ops on {SIZE}-element float64 tensors, "
@@ -303,6 +307,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         raise SystemExit("numpy is required")
     libs = H.available_libs(LIBS, LABELS)
     skipped = [LABELS[lib] + ": " + str(H.missing_reason(lib)) for lib in LIBS if lib not in libs]
+    tree_libs = [f"{lib}@{t}" for t in trees for lib in ("asyncgrad-sync", "asyncgrad-async")]
+    for tl in tree_libs:
+        name, _, t = tl.partition("@")
+        LABELS[tl] = f"{LABELS[name]} [{t}]"
+    libs += tree_libs
     args = ["--sizes", ",".join(map(str, SIZES))] + (["--quick"] if quick else [])
     results = H.interleaved_rounds(Path(__file__), libs, rounds, lambda lib, r: args)
     check = check_gradients({lib: results[lib][0] for lib in libs}, SIZES)
@@ -327,6 +336,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "fwd": None if fwd_r is None else H.median(fwd_r),
             "bwd": None if bwd_r is None else H.median(bwd_r),
             "tot": H.median(tot_r),
+            "fwd_r": fwd_r,
             "bwd_r": bwd_r,
             "tot_r": tot_r,
             "spread": (max(main) - min(main)) / 2 / m * 100 if len(main) > 1 else None,
@@ -347,6 +357,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     order = [
         "asyncgrad-sync",
         "asyncgrad-async",
+        *tree_libs,
         "torch",
         "autograd-grad",
         "autograd-vjp",
@@ -385,7 +396,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     legend = (
         f"Chain: x (16 float64, requires grad) -> N ops cycling `y*{MUL}`, `y+{ADD}`, `tanh(y)` "
         "-> `y.sum()`. Times are µs per chain op (time / N): backward timed alone on a freshly "
-        "built graph; forward (graph construction) timed separately. Median over reps within a "
+        "built graph; forward (graph construction) timed separately. Every repetition starts "
+        "with a full `gc.collect()` outside the timed regions, so the previous repetition's "
+        "garbage is not charged to it; the collector runs as usual inside them (a growing "
+        "graph of Python objects triggers its collections during the forward). "
+        "Median over reps within a "
         f"worker, then median over {rounds} rounds, each library in a fresh process, rounds "
         "interleaved. Ratios use PyTorch CPU as the baseline (below 1.00x = faster than "
         "PyTorch). `spread` is half the range of the backward (or, for grad(f)(x), the "
@@ -452,6 +467,42 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                         f"paired ratio {r:.2f}x; medians {s['bwd']:.2f} vs {t['bwd']:.2f} µs/op",
                     )
                 )
+    # The backward per node against another tree's, measured in the same rounds.
+    for tl in tree_libs:
+        name = tl.partition("@")[0]
+        for n in SIZES:
+            s, o = summary.get((name, n)), summary.get((tl, n))
+            if s is None or o is None:
+                continue
+            r = H.paired_ratio(s["bwd_r"], o["bwd_r"])
+            rep.targets.append(
+                (
+                    f"chain backward µs/node within 5% of {labels[tl]}, {labels[name]}, N={n:,}",
+                    H.verdict_at_most(r, s["bwd"] / o["bwd"], 1.05),
+                    f"paired ratio {r:.2f}x; medians {s['bwd']:.2f} vs {o['bwd']:.2f} µs/op",
+                )
+            )
+    # The forward (graph building) of one op, and forward + backward, against PyTorch's.
+    for key, limit, what, field in (
+        ("asyncgrad-sync", 1.5, "chain forward µs/op <= 1.5x PyTorch CPU", "fwd_r"),
+        ("asyncgrad-sync", 1.0, "chain fwd+bwd µs/op <= PyTorch CPU", "tot_r"),
+        ("asyncgrad-async", 1.0, "chain fwd+bwd µs/op <= PyTorch CPU", "tot_r"),
+    ):
+        for n in SIZES:
+            s, t = summary.get((key, n)), summary.get(("torch", n))
+            name = f"{what}, {labels[key]}, N={n:,}"
+            if s is None or t is None:
+                rep.targets.append((name, "n/a", "PyTorch not installed"))
+                continue
+            part = "fwd" if field == "fwd_r" else "tot"
+            r = H.paired_ratio(s[field], t[field])
+            rep.targets.append(
+                (
+                    name,
+                    H.verdict_at_most(r, s[part] / t[part], limit),
+                    f"paired ratio {r:.2f}x; medians {s[part]:.2f} vs {t[part]:.2f} µs/op",
+                )
+            )
     rep.data = {
         "summary": {f"{k[0]}@{k[1]}": v for k, v in summary.items()},
         "blas": {lib: results[lib][0]["blas"] for lib in libs},

@@ -2,7 +2,7 @@
 
 Usage (from the repository root):
 
-    python benchmarks/run_all.py                 # full run, about 4-5 minutes on 2 cores
+    python benchmarks/run_all.py                 # full run, about 6 minutes on 2 cores
     python benchmarks/run_all.py --quick         # fewer reps, for a smoke test
     python benchmarks/run_all.py --rounds 9      # more interleaved rounds (slower)
     python benchmarks/run_all.py --only chain,loop --out /tmp/partial.md
@@ -24,8 +24,9 @@ import _harness as H
 import bench_chain
 import bench_loop
 import bench_mlp
+import bench_small
 
-BENCHES = {"chain": bench_chain, "mlp": bench_mlp, "loop": bench_loop}
+BENCHES = {"chain": bench_chain, "mlp": bench_mlp, "small": bench_small, "loop": bench_loop}
 
 
 def main() -> None:

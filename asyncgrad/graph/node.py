@@ -66,6 +66,8 @@ class Node:
     _topological_nr: int
 
     def _init_node(self, edges: list[Edge | None], sequence_nr: int | None = None) -> None:
+        # ops/_record.py (_attach) sets these same fields inline for the nodes of table ops, the
+        # hot path of recording: keep the two in step.
         self._next_edges = edges
         topo = 0
         for e in edges:

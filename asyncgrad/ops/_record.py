@@ -6,6 +6,7 @@ that builds a table op's node (See NOTE [Rules are NumPy] in asyncgrad/rules).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -13,7 +14,7 @@ from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
-from ..graph.node import Edge
+from ..graph.node import _next_sequence_nr as next_sequence_nr
 from ..graph.saved_tensor import SavedTensor
 from ..rules import OPS, FunctionNode, OpDef
 
@@ -21,6 +22,14 @@ __all__ = ["NO_PARAMS", "OPS", "as_array", "as_view", "make", "record", "wrap"]
 
 NO_PARAMS: Final[dict[str, Any]] = {}
 ndarray: Final = backend.ndarray
+CPU: Final = backend.CPU
+device_of: Final = backend.device_of
+
+# Bound once: every op runs these, and a module or class attribute lookup per call adds up.
+_new: Final = object.__new__
+new_tensor: Final = Tensor._wrap
+grad_enabled: Final = _grad_enabled.get
+inference_enabled: Final = _inference.get
 
 
 def wrap(array: Any) -> Tensor:
@@ -28,8 +37,8 @@ def wrap(array: Any) -> Tensor:
     ``inference_mode``."""
     if type(array) is not ndarray:
         array = backend.ensure_array(array)
-    t = Tensor._wrap(array)
-    if _inference.get():
+    t = new_tensor(array)
+    if inference_enabled():
         t._get_meta().inference = True
     return t
 
@@ -77,63 +86,81 @@ def arr(x: Any) -> Any:
     return x._array if isinstance(x, Tensor) else x
 
 
+# Per op, for each mask of inputs that need gradients, the positions to save (See
+# OpDef.saves_for) as a bit set (bit p: position p, where 0 is the output and i + 1 input i), in a
+# tuple indexed by the mask. Recording ANDs it with the bits of the positions that hold tensors:
+# most ops then learn that they save no tensor with one dict lookup, without a call. Filled on
+# first use; ops with many inputs (cat, stack) get an empty table and always go through _save.
+_SAVES: dict[OpDef, tuple[int, ...]] = {}
+_SAVES_MAX_INPUTS: Final = 4
+
+
+def _saves_table(op: OpDef) -> tuple[int, ...]:
+    n = len(op.vjps)
+    tbl: tuple[int, ...] = ()
+    if op.multi_input is None and n <= _SAVES_MAX_INPUTS:
+        tbl = tuple(builtins.sum(1 << p for p in op.saves_for(mask)) for mask in range(1 << n))
+    _SAVES[op] = tbl
+    return tbl
+
+
 def record(
     op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: dict[str, Any]
 ) -> None:
     """Attach a backward node of ``op`` to ``outs`` if any tensor input requires grad."""
-    edges: list[Edge | None] = []
-    saved: list[Any] = [None]
+    edges: list[Any] = []  # Edge | None, See NOTE [Edges are plain tuples]
+    saved: list[Any] = [None]  # position 0 for the output(s), then one per input
     mask = 0
+    tbits = 1  # the positions in ``saved`` that hold tensors (the output's, 0, always)
+    topo = 0
     bit = 1
     for x in inputs:
         if isinstance(x, Tensor):
-            fn = x._grad_fn
-            if x._base is not None or (fn is None and x._requires_grad):
-                e = x._edge()
-            elif fn is not None:
-                e = Edge(fn, x._output_nr)
-            else:
-                e = None
-            if e is not None:
-                mask |= bit
-            edges.append(e)
             saved.append(None)
+            tbits |= bit << 1
+            fn = x._grad_fn
+            if x._base is not None:  # a view, whose grad_fn may need a refresh
+                e = x._edge()
+                edges.append(e)
+                if e is None:
+                    bit <<= 1
+                    continue
+                fn = e[0]
+            elif fn is not None:
+                edges.append((fn, x._output_nr))  # See NOTE [Edges are plain tuples]
+            elif not x._requires_grad:
+                edges.append(None)
+                bit <<= 1
+                continue
+            else:  # a leaf that requires grad: its accumulator (made on first use)
+                m = x._meta
+                fn = None if m is None else m.grad_accumulator
+                if fn is None:
+                    fn = x._edge()[0]  # type: ignore[index]
+                edges.append((fn, 0))
+            mask |= bit
+            n = fn._topological_nr
+            if n >= topo:
+                topo = n + 1
         else:
             edges.append(None)
             saved.append(x)  # constants are kept for the rules
         bit <<= 1
     if not mask:
         return
-    node: FunctionNode = object.__new__(op.node_cls)
+    if len(outs) == 1:
+        _attach(op, outs[0], edges, topo, saved, mask, tbits, inputs, params)
+        return
+    node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
     node._init_node(edges)
     node._op = op
     node._params = params
     a = outs[0]._array
-    if len(outs) == 1:
-        node._input_meta = ((a.shape, a.dtype),)
-    else:
-        node._input_meta = tuple((o._array.shape, o._array.dtype) for o in outs)
-    node._device = backend.CPU if type(a) is ndarray else backend.device_of(a)
-    tensor_pos: list[int] = []
-    for pos in op.saves_for(mask):
-        if pos == 0:
-            if op.num_outputs == 1:
-                saved[0] = SavedTensor(outs[0], True)
-            else:
-                saved[0] = tuple(SavedTensor(o, True) for o in outs)
-            tensor_pos.append(0)
-        else:
-            x = inputs[pos - 1]
-            if isinstance(x, Tensor):
-                tensor_pos.append(pos)
-                if x._meta is not None and x._meta.inference:
-                    raise RuntimeError(
-                        "Inference tensors cannot be saved for backward. To work around you can "
-                        "make a clone to get a normal tensor and use it in autograd."
-                    )
-                saved[pos] = SavedTensor(x, False)
-    node._spos = tuple(tensor_pos)  # only these are released after backward
+    node._input_meta = tuple((o._array.shape, o._array.dtype) for o in outs)
+    node._device = CPU if type(a) is ndarray else device_of(a)
+    node._spos = _save(_keep(op, mask, tbits), saved, outs, inputs)
     node._saved = saved
+    node.__class__ = op.node_cls
     i = 0
     for o in outs:
         o._grad_fn = node
@@ -141,11 +168,213 @@ def record(
         i += 1
 
 
+# NOTE [Fewer objects for the collector]
+# A chain of ops keeps every tensor and node alive until the backward, and CPython's cyclic
+# garbage collector scans each live container object several times as the graph grows (each full
+# collection runs when the objects that survived since the last one reach a quarter of the
+# total): several hundred machine instructions per object over a forward. Recording therefore
+# creates few long-lived containers per op: a node's ``_saved`` is a tuple when it holds no tensor
+# (a tuple of numbers and None is untracked at its first collection), and ``_input_meta`` tuples
+# hold only a shape and a dtype (untracked likewise).
+_NO_CONSTANTS_1: Final = (None, None)
+_OUTPUT_ONLY: Final = (0,)
+
+
+# NOTE [Nodes are filled in as FunctionNode]
+# Each op has its own node class (MulBackward0, ...), so the attribute stores that fill in a new
+# node would see a different class from one op to the next, and CPython's specialised
+# slot-store instructions would keep falling back to the generic path (about 170 machine
+# instructions a store instead of a few, and a node takes eleven). A node is therefore made as a
+# plain FunctionNode, filled in, and given its op's class last: the op classes add no slots, so
+# the assignment is allowed, and it costs less than the stores it keeps specialised.
+
+
+# NOTE [Edges are plain tuples]
+# Recording builds each edge as a plain ``(node, input_nr)`` tuple rather than ``Edge(...)``: the
+# namedtuple's constructor is a Python-level call (about 2,500 machine instructions, as much as
+# the rest of a small op's recording), and the engine indexes edges, which CPython does faster on
+# an exact tuple. A plain tuple compares equal to the Edge with the same fields.
+
+
+def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> None:
+    """``record`` for one tensor input and one output, the common case, without the loops."""
+    e: Any
+    fn = x._grad_fn
+    if fn is not None and x._base is None:
+        e = (fn, x._output_nr)
+    elif x._base is None and not x._requires_grad:
+        return
+    else:
+        e = x._edge()
+        if e is None:
+            return
+        fn = e[0]
+    _attach(op, t, [e], fn._topological_nr + 1, _NO_CONSTANTS_1, 1, 3, (x,), params)
+
+
+def record_scalar(op: OpDef, t: Tensor, x: Tensor, c: Any) -> None:
+    """``record_binary`` for a tensor and a constant second operand (``y * 0.5``)."""
+    e: Any
+    fn = x._grad_fn
+    if fn is not None and x._base is None:
+        e = (fn, x._output_nr)
+    elif x._base is None and not x._requires_grad:
+        return
+    else:
+        e = x._edge()
+        if e is None:
+            return
+        fn = e[0]
+    _attach(op, t, [e, None], fn._topological_nr + 1, (None, None, c), 1, 3, (x, c), NO_PARAMS)
+
+
+def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
+    """``record`` for two inputs (tensors or constants) and one output, without the loops."""
+    if isinstance(x, Tensor):
+        fn = x._grad_fn
+        if fn is not None and x._base is None:
+            ex = (fn, x._output_nr)
+        elif x._base is None and not x._requires_grad:
+            ex = None
+        else:
+            ex = x._edge()
+        cx = None
+        tbits = 3
+    else:
+        ex = None
+        cx = x  # constants are kept for the rules
+        tbits = 1
+    if isinstance(y, Tensor):
+        fn = y._grad_fn
+        if fn is not None and y._base is None:
+            ey = (fn, y._output_nr)
+        elif y._base is None and not y._requires_grad:
+            ey = None
+        else:
+            ey = y._edge()
+        cy = None
+        tbits |= 4
+    else:
+        ey = None
+        cy = y
+    if ex is None:
+        if ey is None:
+            return
+        mask = 2
+        topo = ey[0]._topological_nr + 1
+    elif ey is None:
+        mask = 1
+        topo = ex[0]._topological_nr + 1
+    else:
+        mask = 3
+        topo = builtins.max(ex[0]._topological_nr, ey[0]._topological_nr) + 1
+    _attach(op, t, [ex, ey], topo, (None, cx, cy), mask, tbits, (x, y), NO_PARAMS)
+
+
+def _attach(
+    op: OpDef,
+    t: Tensor,
+    edges: list[Any],
+    topo: int,
+    saved: Sequence[Any],
+    mask: int,
+    tbits: int,
+    inputs: Sequence[Any],
+    params: dict[str, Any],
+) -> None:
+    """Make the backward node of a one-output op and make it ``t``'s grad_fn. ``topo`` is one
+    more than the largest topological number of the nodes in ``edges``; ``saved`` holds the
+    constant inputs, None elsewhere; ``tbits`` marks the positions of the tensors (See _SAVES).
+    """
+    node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
+    # Node._init_node's fields, set here without its call and its loop over the edges (the
+    # recorders have the topological number already).
+    node._next_edges = edges
+    node._topological_nr = topo
+    node._sequence_nr = next_sequence_nr()
+    node._hooks = None
+    node._metadata = None
+    node._op = op
+    node._params = params
+    a = t._array
+    node._input_meta = ((a.shape, a.dtype),)
+    node._device = CPU if type(a) is ndarray else device_of(a)
+    tbl = _SAVES.get(op)
+    if tbl is None:
+        tbl = _saves_table(op)
+    keep = tbl[mask] & tbits if mask < len(tbl) else _keep(op, mask, tbits)
+    if not keep:
+        # No tensor to save, only the constants already in ``saved``, which is kept as it is: a
+        # tuple of untracked objects, which the garbage collector stops scanning (See NOTE
+        # [Fewer objects for the collector]).
+        node._spos = ()
+        node._saved = saved
+    elif keep == 1:  # the output alone (exp, tanh, sigmoid, ...)
+        values = list(saved)
+        values[0] = SavedTensor(t, True)
+        node._spos = _OUTPUT_ONLY
+        node._saved = values
+    else:
+        values = list(saved)
+        node._spos = _save(keep, values, (t,), inputs)
+        node._saved = values
+    node.__class__ = op.node_cls
+    t._grad_fn = node
+    t._output_nr = 0
+
+
+def _save(
+    keep: int, saved: list[Any], outs: Sequence[Tensor], inputs: Sequence[Any]
+) -> tuple[int, ...]:
+    """Save the tensors at the positions in bit set ``keep`` (See _SAVES) into ``saved``; return
+    those positions (only these are released after backward)."""
+    tensor_pos: list[int] = []
+    if keep & 1:
+        if len(outs) == 1:
+            saved[0] = SavedTensor(outs[0], True)
+        else:
+            saved[0] = tuple(SavedTensor(o, True) for o in outs)
+        tensor_pos.append(0)
+    keep >>= 1
+    pos = 1
+    while keep:
+        if keep & 1:
+            x = inputs[pos - 1]
+            if x._meta is not None and x._meta.inference:
+                raise RuntimeError(
+                    "Inference tensors cannot be saved for backward. To work around you can "
+                    "make a clone to get a normal tensor and use it in autograd."
+                )
+            saved[pos] = SavedTensor(x, False)
+            tensor_pos.append(pos)
+        keep >>= 1
+        pos += 1
+    return tuple(tensor_pos)
+
+
+def _keep(op: OpDef, mask: int, tbits: int) -> int:
+    """The positions to save (See _SAVES) when the inputs in ``mask`` need gradients, keeping
+    only those in ``tbits`` (the ones that hold tensors)."""
+    tbl = _SAVES.get(op)
+    if tbl is None:
+        tbl = _saves_table(op)
+    if mask < len(tbl):
+        return tbl[mask] & tbits
+    return builtins.sum(1 << p for p in op.saves_for(mask)) & tbits
+
+
 def make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = NO_PARAMS) -> Tensor:
     """The tensor of a one-output op's result ``out``, recorded when grad mode is on."""
-    t = wrap(out)
-    if _grad_enabled.get():
-        record(op, (t,), inputs, params)
+    if type(out) is not ndarray:
+        out = backend.ensure_array(out)
+    t = new_tensor(out)
+    if inference_enabled():
+        t._get_meta().inference = True
+    if grad_enabled():
+        if len(inputs) == 1 and isinstance(inputs[0], Tensor):
+            record_unary(op, t, inputs[0], params)
+        else:
+            record(op, (t,), inputs, params)
     return t
 
 

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import quiet_fp, restore_fp
-from ..graph.grad_mode import _grad_enabled
 from ..rules import OpDef, pow_scalar
-from ._record import NO_PARAMS, OPS, arr, check_devices, make, record, wrap
+from ._record import (
+    NO_PARAMS,
+    OPS,
+    arr,
+    check_devices,
+    grad_enabled,
+    inference_enabled,
+    make,
+    new_tensor,
+    record_binary,
+    record_scalar,
+    record_unary,
+    wrap,
+)
 from .creation import as_tensor
 
 ndarray: Final = backend.ndarray
@@ -21,18 +34,129 @@ _float32: Final = dtypes.float32
 
 
 # ----------------------------------------------------------------------------- binary
+_np: Final = backend.np_namespace  # only for arrays already checked to be ndarrays
+_generic: Final = backend.generic
+_float16: Final = dtypes.float16
+_new: Final = object.__new__
+
+BinaryOp = Callable[[Any, Any], Tensor]
+UnaryOp = Callable[[Any], Tensor]
+
+
+# NOTE [Elementwise ops are closures]
+# An elementwise op on a small tensor costs about as much in Python calls as in NumPy, so each
+# binary and plain-ufunc op is a closure over its table entry and NumPy function, made once by
+# the factories below: ``a * b`` or ``t.tanh()`` costs Tensor's delegating method and this one
+# call, rather than a wrapper calling a shared helper as well. For
+# the same reason they make their result tensor inline, as Tensor._wrap does (keep the two in
+# step), and record through record_unary/record_binary, which skip record's loops.
+
+
+def _binary_function(op: OpDef, fname: str, name: str) -> BinaryOp:
+    """The function ``(input, other) -> input <fname> other`` recorded as ``op``. NumPy's
+    ``fname`` is called directly when both operands are ndarrays or Python numbers (the hot
+    path); otherwise the operands' namespace's (CuPy)."""
+    # torch evaluates a float tensor to a scalar power of 2, 3, -2, 0.5, -0.5 or -1 as products,
+    # sqrt, rsqrt or reciprocal (See formulas.pow_scalar).
+    ufunc = pow_scalar if fname == "power" else getattr(_np, fname)
+
+    def binary(input: Any, other: Any) -> Tensor:
+        # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's
+        # dtype.)
+        x, y = input, other
+        if isinstance(x, Tensor):
+            xa = x._array
+            xt = True
+        else:
+            xa = x.item() if isinstance(x, _generic) else x
+            xt = False
+        ty = type(y)
+        if ty is float or ty is int:  # a Python number: the usual second operand
+            ya = y
+            cpu = type(xa) is ndarray
+        else:
+            ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, _generic) else y
+            ty = type(ya)
+            tx = type(xa)
+            if tx is ndarray:
+                cpu = ty is ndarray or ty is float or ty is int
+            else:
+                cpu = ty is ndarray and (tx is float or tx is int)
+        if not cpu:
+            out = _binary_any(op, fname, xa, ya)
+            dt = out.dtype
+            promote = dt == _float64 or (
+                hasattr(xa, "ndim") and hasattr(ya, "ndim") and (xa.ndim == 0) is not (ya.ndim == 0)
+            )
+        else:
+            token = quiet_fp()  # See NOTE [Silent floating point]
+            try:
+                out = ufunc(xa, ya)
+            except ValueError:
+                _raise_broadcast(xa, ya)
+                raise
+            finally:
+                restore_fp(token)
+            if type(out) is not ndarray:
+                out = backend.ensure_array(out)
+            # torch's promotion differs from NumPy's only for a float64 result (see
+            # dtypes.promote_binary) and for a 0-d array with a dimensioned one. Dtypes compare
+            # by identity first: `==` on dtypes is slow, and the common dtypes are singletons.
+            dt = out.dtype
+            xnd = type(xa) is ndarray
+            ynd = ty is ndarray
+            if dt is _float32 or dt is _float16:
+                promote = False
+            elif dt is _float64:
+                promote = not ((xnd and xa.dtype is _float64) or (ynd and ya.dtype is _float64))
+            else:
+                promote = dt == _float64
+            if xnd and ynd and not promote:
+                promote = (xa.ndim == 0) is not (ya.ndim == 0)
+        if promote:
+            want = dtypes.promote_binary(dt, xa, ya)
+            if want != dt:
+                out = out.astype(want)
+        # Tensor._wrap(out), inline (See NOTE [Elementwise ops are closures]).
+        t = _new(Tensor)
+        t._array = out
+        t._grad_fn = None
+        t._output_nr = 0
+        t._requires_grad = False
+        t._grad = None
+        t._vc = [0]
+        t._base = None
+        t._meta = None
+        if inference_enabled():
+            t._get_meta().inference = True
+        if grad_enabled():
+            if xt and (ty is float or ty is int):  # a tensor and a number
+                record_scalar(op, t, x, y)
+            else:
+                record_binary(op, t, x, y)
+        return t
+
+    binary.__name__ = binary.__qualname__ = name
+    return binary
+
+
+_BINARY: dict[tuple[str, str], BinaryOp] = {}
+
+
 def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
-    xa = x._array if isinstance(x, Tensor) else x.item() if isinstance(x, backend.generic) else x
-    ya = y._array if isinstance(y, Tensor) else y.item() if isinstance(y, backend.generic) else y
-    # (NumPy scalars count as Python numbers, as in torch: they do not widen a tensor's dtype.)
-    if type(xa) is ndarray:
-        xp = backend.np_namespace if type(ya) is ndarray or not hasattr(ya, "shape") else None
-    else:
-        xp = None
-    if xp is None:
-        if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
-            check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
-        xp = namespace(xa if hasattr(xa, "shape") else ya)
+    """``x <fname> y`` recorded as ``op`` (``fname`` names the NumPy/CuPy function)."""
+    f = _BINARY.get((op.name, fname))
+    if f is None:
+        f = _BINARY[op.name, fname] = _binary_function(op, fname, op.name)
+    return f(x, y)
+
+
+def _binary_any(op: OpDef, fname: str, xa: Any, ya: Any) -> Any:
+    """``fname`` of two operands that are not both NumPy arrays or numbers (CuPy arrays, bools,
+    sequences): NumPy's or CuPy's, whichever owns the array operand."""
+    if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
+        check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
+    xp = namespace(xa if hasattr(xa, "shape") else ya)
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         out = getattr(xp, fname)(xa, ya) if fname != "power" else pow_scalar(xa, ya)
@@ -43,17 +167,7 @@ def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
         restore_fp(token)
     if type(out) is not ndarray:
         out = backend.ensure_array(out)
-    dt = out.dtype
-    if dt == _float64 or (
-        hasattr(xa, "ndim") and hasattr(ya, "ndim") and (xa.ndim == 0) is not (ya.ndim == 0)
-    ):
-        want = dtypes.promote_binary(dt, xa, ya)
-        if want != dt:
-            out = out.astype(want)
-    t = wrap(out)
-    if _grad_enabled.get():
-        record(op, (t,), (x, y), NO_PARAMS)
-    return t
+    return out
 
 
 def _raise_broadcast(xa: Any, ya: Any) -> None:
@@ -69,20 +183,30 @@ def _raise_broadcast(xa: Any, ya: Any) -> None:
             )
 
 
+# ``x + y`` and ``x - y`` without ``alpha``.
+plain_add: Final[BinaryOp] = _binary_function(OPS["add"], "add", "add")
+plain_sub: Final[BinaryOp] = _binary_function(OPS["sub"], "subtract", "sub")
+mul: Final[BinaryOp] = _binary_function(OPS["mul"], "multiply", "mul")
+# ``x / y`` without ``rounding_mode``: the operator.
+plain_div: Final[BinaryOp] = _binary_function(OPS["div"], "true_divide", "div")
+pow: Final[BinaryOp] = _binary_function(OPS["pow"], "power", "pow")
+maximum: Final[BinaryOp] = _binary_function(OPS["maximum"], "maximum", "maximum")
+minimum: Final[BinaryOp] = _binary_function(OPS["minimum"], "minimum", "minimum")
+remainder: Final[BinaryOp] = _binary_function(OPS["remainder"], "remainder", "remainder")
+remainder.__doc__ = """Python's modulo (the result has the sign of ``other``), differentiable as
+torch's: d/dinput = 1, d/dother = -floor(input / other)."""
+
+
 def add(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha != 1:
         other = mul(other, alpha)
-    return _binary(OPS["add"], "add", input, other)
+    return plain_add(input, other)
 
 
 def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha != 1:
         other = mul(other, alpha)
-    return _binary(OPS["sub"], "subtract", input, other)
-
-
-def mul(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["mul"], "multiply", input, other)
+    return plain_sub(input, other)
 
 
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
@@ -96,25 +220,7 @@ def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
             )
         q = _no_grad_binary("true_divide", input, other)
         return wrap(namespace(q._array).trunc(q._array))
-    return _binary(OPS["div"], "true_divide", input, other)
-
-
-def pow(input: Any, exponent: Any) -> Tensor:
-    return _binary(OPS["pow"], "power", input, exponent)
-
-
-def maximum(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["maximum"], "maximum", input, other)
-
-
-def minimum(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["minimum"], "minimum", input, other)
-
-
-def remainder(input: Any, other: Any) -> Tensor:
-    """Python's modulo (the result has the sign of ``other``), differentiable as torch's:
-    d/dinput = 1, d/dother = -floor(input / other)."""
-    return _binary(OPS["remainder"], "remainder", input, other)
+    return plain_div(input, other)
 
 
 def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
@@ -200,66 +306,114 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     """``fn(xp, array)`` recorded as ``op``."""
     if not isinstance(x, Tensor):
         x = as_tensor(x)
-    xa = x._array
-    if xa.dtype.kind not in "fc" and op.name not in _KEEP_INT:
-        xa = xa.astype(_float32)
+    xa = _float_input(op, x._array)
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         out = fn(namespace(xa), xa)
     finally:
         restore_fp(token)
-    t = wrap(out)
-    if _grad_enabled.get():
-        record(op, (t,), (x,), params)
+    if type(out) is not ndarray:
+        out = backend.ensure_array(out)
+    t = new_tensor(out)
+    if inference_enabled():
+        t._get_meta().inference = True
+    if grad_enabled():
+        record_unary(op, t, x, params)
     return t
 
 
-def neg(input: Tensor) -> Tensor:
-    return _unary(OPS["neg"], lambda xp, a: xp.negative(a), input)
+_NO_ARG: Final = object()
 
 
-def exp(input: Tensor) -> Tensor:
-    return _unary(OPS["exp"], lambda xp, a: xp.exp(a), input)
+def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> UnaryOp:
+    """The function ``input -> fname(input)`` (``fname(input, arg)`` when ``arg`` is given)
+    recorded as ``op``; NumPy's ``fname`` is called directly on an ndarray (no namespace lookup
+    and no per-call closure on the hot path)."""
+    ufunc = getattr(_np, fname)
+
+    def unary(input: Any) -> Tensor:
+        x = input if isinstance(input, Tensor) else as_tensor(input)
+        xa = x._array
+        dt = xa.dtype
+        if dt is not _float64 and dt is not _float32:
+            xa = _float_input(op, xa)
+        token = quiet_fp()  # See NOTE [Silent floating point]
+        try:
+            if type(xa) is ndarray:
+                out = ufunc(xa) if arg is _NO_ARG else ufunc(xa, arg)
+                if type(out) is not ndarray:
+                    out = backend.ensure_array(out)
+            else:
+                f = getattr(namespace(xa), fname)
+                out = backend.ensure_array(f(xa) if arg is _NO_ARG else f(xa, arg))
+        finally:
+            restore_fp(token)
+        # Tensor._wrap(out), inline (See NOTE [Elementwise ops are closures]).
+        t = _new(Tensor)
+        t._array = out
+        t._grad_fn = None
+        t._output_nr = 0
+        t._requires_grad = False
+        t._grad = None
+        t._vc = [0]
+        t._base = None
+        t._meta = None
+        if inference_enabled():
+            t._get_meta().inference = True
+        if grad_enabled():
+            record_unary(op, t, x, NO_PARAMS)
+        return t
+
+    unary.__name__ = unary.__qualname__ = name
+    return unary
 
 
-def log(input: Tensor) -> Tensor:
-    return _unary(OPS["log"], lambda xp, a: xp.log(a), input)
+def _float_input(op: OpDef, xa: Any) -> Any:
+    """``xa`` as float32 if it is an integer or bool array and ``op`` computes in floats."""
+    if xa.dtype.kind not in "fc" and op.name not in _KEEP_INT:
+        return xa.astype(_float32)
+    return xa
 
 
-def log1p(input: Tensor) -> Tensor:
-    return _unary(OPS["log1p"], lambda xp, a: xp.log1p(a), input)
+neg: Final[UnaryOp] = _ufunc_function(OPS["neg"], "negative", "neg")
 
 
-def expm1(input: Tensor) -> Tensor:
-    return _unary(OPS["expm1"], lambda xp, a: xp.expm1(a), input)
+exp: Final[UnaryOp] = _ufunc_function(OPS["exp"], "exp", "exp")
 
 
-def sqrt(input: Tensor) -> Tensor:
-    return _unary(OPS["sqrt"], lambda xp, a: xp.sqrt(a), input)
+log: Final[UnaryOp] = _ufunc_function(OPS["log"], "log", "log")
+
+
+log1p: Final[UnaryOp] = _ufunc_function(OPS["log1p"], "log1p", "log1p")
+
+
+expm1: Final[UnaryOp] = _ufunc_function(OPS["expm1"], "expm1", "expm1")
+
+
+sqrt: Final[UnaryOp] = _ufunc_function(OPS["sqrt"], "sqrt", "sqrt")
+
+
+def _rsqrt_array(xp: Any, a: Any) -> Any:
+    return 1.0 / xp.sqrt(a)
 
 
 def rsqrt(input: Tensor) -> Tensor:
-    return _unary(OPS["rsqrt"], lambda xp, a: 1.0 / xp.sqrt(a), input)
+    return _unary(OPS["rsqrt"], _rsqrt_array, input)
 
 
-def reciprocal(input: Tensor) -> Tensor:
-    return _unary(OPS["reciprocal"], lambda xp, a: xp.reciprocal(a), input)
+reciprocal: Final[UnaryOp] = _ufunc_function(OPS["reciprocal"], "reciprocal", "reciprocal")
 
 
-def sin(input: Tensor) -> Tensor:
-    return _unary(OPS["sin"], lambda xp, a: xp.sin(a), input)
+sin: Final[UnaryOp] = _ufunc_function(OPS["sin"], "sin", "sin")
 
 
-def cos(input: Tensor) -> Tensor:
-    return _unary(OPS["cos"], lambda xp, a: xp.cos(a), input)
+cos: Final[UnaryOp] = _ufunc_function(OPS["cos"], "cos", "cos")
 
 
-def tan(input: Tensor) -> Tensor:
-    return _unary(OPS["tan"], lambda xp, a: xp.tan(a), input)
+tan: Final[UnaryOp] = _ufunc_function(OPS["tan"], "tan", "tan")
 
 
-def tanh(input: Tensor) -> Tensor:
-    return _unary(OPS["tanh"], lambda xp, a: xp.tanh(a), input)
+tanh: Final[UnaryOp] = _ufunc_function(OPS["tanh"], "tanh", "tanh")
 
 
 def sigmoid_array(xp: Any, a: Any) -> Any:
@@ -272,12 +426,10 @@ def sigmoid(input: Tensor) -> Tensor:
     return _unary(OPS["sigmoid"], sigmoid_array, input)
 
 
-def relu(input: Tensor) -> Tensor:
-    return _unary(OPS["relu"], lambda xp, a: xp.maximum(a, 0), input)
+relu: Final[UnaryOp] = _ufunc_function(OPS["relu"], "maximum", "relu", 0)  # maximum(x, 0)
 
 
-def abs(input: Tensor) -> Tensor:
-    return _unary(OPS["abs"], lambda xp, a: xp.abs(a), input)
+abs: Final[UnaryOp] = _ufunc_function(OPS["abs"], "abs", "abs")
 
 
 def _sign_array(xp: Any, a: Any) -> Any:
@@ -290,8 +442,12 @@ def sign(input: Tensor) -> Tensor:
     return _unary(OPS["sign"], _sign_array, input)
 
 
+def _erf_array(xp: Any, a: Any) -> Any:
+    return backend.erf(a)
+
+
 def erf(input: Tensor) -> Tensor:
-    return _unary(OPS["erf"], lambda xp, a: backend.erf(a), input)
+    return _unary(OPS["erf"], _erf_array, input)
 
 
 _SQRT_2: Final = math.sqrt(2.0)
@@ -315,8 +471,12 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     )
 
 
+def _silu_array(xp: Any, a: Any) -> Any:
+    return a * sigmoid_array(xp, a)
+
+
 def silu(input: Tensor) -> Tensor:
-    return _unary(OPS["silu"], lambda xp, a: a * sigmoid_array(xp, a), input)
+    return _unary(OPS["silu"], _silu_array, input)
 
 
 def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
