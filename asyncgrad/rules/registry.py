@@ -16,7 +16,7 @@ a table op's rules.
 # compares every op with torch). Where torch selects (``where``, ``masked_fill``, scatter), a
 # rule selects too, with np.where or _masked: multiplying by a 0/1 mask turns an inf or NaN
 # gradient into NaN where torch gives 0. Rules run with NumPy's floating-point warnings off
-# (NOTE [Silent floating point] in backend.py).
+# (NOTE [Silent floating point] in asyncgrad/backend).
 """
 
 from __future__ import annotations

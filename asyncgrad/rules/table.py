@@ -11,7 +11,7 @@ read. Longer formulas are the named helpers of ``formulas.py``. See NOTE [Rules 
 # compares every op with torch). Where torch selects (``where``, ``masked_fill``, scatter), a
 # rule selects too, with xp.where or masked: multiplying by a 0/1 mask turns an inf or NaN
 # gradient into NaN where torch gives 0. Rules run with NumPy's floating-point warnings off
-# (NOTE [Silent floating point] in backend.py).
+# (NOTE [Silent floating point] in asyncgrad/backend).
 """
 
 from __future__ import annotations
