@@ -23,7 +23,7 @@ from __future__ import annotations
 # Tensor first: its module imports the ops once the class exists, and every layer above needs
 # both (See NOTE [Tensor delegates upward]).
 from ._tensor import Tensor  # isort: skip
-from . import autograd, nn, optim
+from . import autograd, cuda, nn, optim
 from .autograd import backward, backward_sync, grad, grad_sync
 from .backend import Device, device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
@@ -159,6 +159,7 @@ __all__ = [
     "clamp",
     "clone",
     "cos",
+    "cuda",
     "device",
     "div",
     "double",

@@ -207,7 +207,10 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         arr = self._array
         if type(arr) is not backend.ndarray:
-            arr = backend.to_device(arr, CPU)
+            raise TypeError(
+                f"can't convert {self.device} device type tensor to numpy. "
+                "Use Tensor.cpu() to copy the tensor to host memory first."
+            )
         if dtype is not None and arr.dtype != dtype:
             return arr.astype(dtype)
         if copy:

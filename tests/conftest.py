@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -11,6 +12,10 @@ from typing import Final
 import numpy as np
 import pytest
 import pytest_asyncio
+
+# CUDA tests run on two simulated devices (asyncgrad/backend/sim.py) unless the environment says
+# otherwise: ASYNCGRAD_SIM_CUDA=0 runs them on the real GPU through CuPy.
+os.environ.setdefault("ASYNCGRAD_SIM_CUDA", "2")
 
 try:
     import asyncgrad

@@ -267,7 +267,7 @@ class Function(metaclass=_FunctionMeta):
         non_diff = {id(t) for t in ctx._non_differentiable}
         tensor_outs = [o for o in outs if isinstance(o, Tensor)]
         node._input_meta = tuple((o.shape, o.dtype) for o in tensor_outs)
-        node._device = tensor_outs[0].device if tensor_outs else None
+        node._set_device(tensor_outs[0].device if tensor_outs else None)
         for nr, o in enumerate(tensor_outs):
             if id(o) in non_diff or o.dtype.kind not in "fc":
                 continue

@@ -105,38 +105,47 @@ device = Device
 CPU: Final = Device("cpu")
 
 
+# Device array types (``cupy.ndarray``, the simulator's) and their namespaces, registered when
+# the CUDA runtime loads (backend/cuda.py): until then every array is a NumPy array.
+_device_types: dict[type, Any] = {}
+
+
+def _register_device_array(cls: type, module: Any) -> None:
+    _device_types[cls] = module
+
+
 def namespace(array: Any) -> Any:
-    """The array namespace (``numpy`` or ``cupy``) that owns ``array``.
+    """The array namespace (``numpy``, ``cupy`` or the simulator) that owns ``array``.
 
     A Tensor (under ``create_graph``, see NOTE [Rules are NumPy]) and a Python number get NumPy,
     whose functions dispatch to Tensor's ``__array_ufunc__``/``__array_function__``.
     """
     if type(array) is np.ndarray:
         return np
-    if type(array).__module__.startswith("cupy"):
-        import cupy
+    return _device_types.get(type(array), np)
 
-        return cupy
-    return np
+
+def is_device_array(value: Any) -> bool:
+    return type(value) in _device_types
 
 
 def ensure_array(value: Any) -> Any:
     """``value`` as an array: NumPy arithmetic on 0-d arrays returns scalars; gradients and tensor
     data must stay arrays (See NOTE [0-d gradients])."""
-    if type(value) is np.ndarray or hasattr(value, "__cuda_array_interface__"):
+    if type(value) is np.ndarray or type(value) in _device_types:
         return value
     return np.asarray(value)
 
 
 def asarray(data: Any, dtype: Any = None) -> Any:
     """An array for ``data`` (no copy when it already is one of that dtype)."""
-    if hasattr(data, "__cuda_array_interface__"):
+    if type(data) in _device_types:
         return data if dtype is None else data.astype(dtype, copy=False)
     return np.asarray(data, dtype=dtype)
 
 
 def is_array(value: Any) -> bool:
-    return type(value) is np.ndarray or hasattr(value, "__cuda_array_interface__")
+    return type(value) is np.ndarray or type(value) in _device_types
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -165,13 +174,25 @@ def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
 def format_array(array: Any) -> str:
     """The body of a tensor's repr: NumPy's formatting of the host copy of ``array``."""
     if type(array) is not np.ndarray:
-        array = array.get()
+        array = to_device(array, CPU)
     return np.array2string(
         array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, precision=4
     )
 
 
+# DLPack's device type of CUDA memory.
+DLPACK_CUDA: Final = 2
+
+
 def from_dlpack(x: Any) -> Any:
+    """An array viewing the memory of ``x`` (any DLPack exporter: a NumPy, CuPy or PyTorch
+    array or tensor) without a copy: host memory becomes a NumPy array, CUDA memory a CuPy one."""
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is not None and dev()[0] == DLPACK_CUDA:
+        rt = cuda.require(None)
+        if cuda.simulated():
+            raise RuntimeError("simulated CUDA devices cannot exchange memory through DLPack")
+        return rt.from_dlpack(x)
     return np.from_dlpack(x)
 
 
@@ -212,26 +233,39 @@ def eye(n: int, m: int | None, dtype: Any, device: Device | None = None) -> Any:
 
 
 class RandomState:
-    """A device's random number generator (NumPy's ``Generator`` on the CPU)."""
+    """A device's random number generator: NumPy's ``Generator`` on the CPU, the CUDA runtime's
+    (CuPy's ``Generator``, drawing on the GPU) on a CUDA device."""
 
-    __slots__ = ("_rng",)
+    __slots__ = ("_rng", "device")
 
-    def __init__(self, seed: int | None = None) -> None:
-        self._rng = np.random.default_rng(seed)
+    def __init__(self, seed: int | None = None, device: Device = CPU) -> None:
+        self.device = device
+        if device.type == "cpu":
+            self._rng = np.random.default_rng(seed)
+        else:
+            rt = cuda.require(device.index)
+            with rt.cuda.Device(device.index):
+                self._rng = rt.random.default_rng(seed)
+
+    def _draw(self, fn: str, *args: Any, **kwargs: Any) -> Any:
+        if self.device.type == "cpu":
+            return getattr(self._rng, fn)(*args, **kwargs)
+        with cuda.rt.cuda.Device(self.device.index):
+            return getattr(self._rng, fn)(*args, **kwargs)
 
     def random(self, shape: tuple[int, ...], dtype: Any) -> Any:
         dt = dtype if dtype in (np.float32, np.float64) else np.float64
-        return self._rng.random(shape, dtype=dt).astype(dtype, copy=False)
+        return self._draw("random", shape, dtype=dt).astype(dtype, copy=False)
 
     def normal(self, shape: tuple[int, ...], dtype: Any) -> Any:
         dt = dtype if dtype in (np.float32, np.float64) else np.float64
-        return self._rng.standard_normal(shape, dtype=dt).astype(dtype, copy=False)
+        return self._draw("standard_normal", shape, dtype=dt).astype(dtype, copy=False)
 
     def uniform(self, low: float, high: float, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self._rng.uniform(low, high, shape).astype(dtype, copy=False)
+        return self._draw("uniform", low, high, shape).astype(dtype, copy=False)
 
     def integers(self, low: int, high: int, shape: tuple[int, ...]) -> Any:
-        return self._rng.integers(low, high, size=shape, dtype=np.int64)
+        return self._draw("integers", low, high, size=shape, dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------- special functions
@@ -259,6 +293,8 @@ def erf(a: Any) -> Any:
         _erf_impl = scipy_erf
     xp = namespace(a)
     if xp is not np:
+        if xp.__name__ != "cupy":  # the simulator
+            return xp.erf(a)
         import cupyx.scipy.special
 
         return cupyx.scipy.special.erf(a)
@@ -267,23 +303,27 @@ def erf(a: Any) -> Any:
 
 
 def device_of(array: Any) -> Device:
-    if type(array) is np.ndarray:
+    if type(array) is np.ndarray or type(array) not in _device_types:
         return CPU
-    dev = getattr(array, "device", None)
-    if dev is not None and type(array).__module__.startswith("cupy"):
-        return Device("cuda", int(dev.id))
-    return CPU
+    return Device("cuda", int(array.device.id))
+
+
+def current_stream(dev: Device) -> Any:
+    """The current stream of ``dev`` on this thread (None on the CPU)."""
+    if dev.type == "cpu":
+        return None
+    return cuda.current_stream(dev.index)  # type: ignore[arg-type]
 
 
 def to_device(array: Any, dev: Device) -> Any:
+    """``array`` on ``dev`` (itself when it is there already). A copy to the host waits for the
+    source device's current stream; a copy to a CUDA device is queued on its current stream."""
     if dev.type == "cpu":
-        if type(array) is np.ndarray:
+        if type(array) not in _device_types:
             return array
-        return array.get()
-    import cupy
-
-    with cupy.cuda.Device(dev.index):
-        return cupy.asarray(array)
+        return cuda.to_host(array)
+    assert dev.index is not None
+    return cuda.to_device(array, dev.index)
 
 
 # ----------------------------------------------------------------------------- gradient buffers
@@ -327,6 +367,8 @@ def index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> A
         z[index] = g
     elif xp is np:
         np.add.at(z, index, g)
+    elif xp.__name__ != "cupy":  # the simulator
+        xp.scatter_add(z, index, g)
     else:
         import cupyx
 
@@ -397,3 +439,6 @@ def silent_fp(fn: Callable[_P, _R]) -> Callable[_P, _R]:
             restore_fp(token)
 
     return silent
+
+
+from . import cuda  # noqa: E402  (imports nothing heavy: the runtime loads on first use)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import ready_queue
 from .input_buffer import InputBuffer, add
 from .ready_queue import ReadyQueue
+from .streams import arrive
 
 if TYPE_CHECKING:
     from ..backend import Device
@@ -97,6 +98,8 @@ def route(
     key_base = gt.key_base
     heap = queue.heap
     device = queue.device
+    st = gt.streams
+    on = None
     direct: tuple[int, Node, list[Any]] | None = None
     i = -1
     for e in node._next_edges:
@@ -106,24 +109,26 @@ def route(
         nxt = e[0]
         if exec_info is not None and nxt not in exec_info:
             continue
+        if st is not None:
+            on = arrive(node, nxt)  # See NOTE [Streams in the graph]
         d = deps[nxt]
         if d != 1:
             deps[nxt] = d - 1
             nbuf = not_ready.get(nxt)
             if nbuf is None:
                 nbuf = not_ready[nxt] = InputBuffer(len(nxt._input_meta))
-            add(nbuf, e[1], out[i], create)
+            add(nbuf, e[1], out[i], create, on)
             continue
         # Ready (its count stays at 1: no more gradients can arrive).
         nbuf = not_ready.pop(nxt, None) if not_ready else None
         if nbuf is None:
-            if len(nxt._input_meta) == 1:
+            if len(nxt._input_meta) == 1 and on is None:
                 nbuf = [out[i]]
             else:
                 nbuf = InputBuffer(len(nxt._input_meta))
-                nbuf[e[1]] = out[i]
+                add(nbuf, e[1], out[i], create, on)
         else:
-            add(nbuf, e[1], out[i], create)
+            add(nbuf, e[1], out[i], create, on)
         ndev = nxt._device
         if ndev is not device and ndev is not None and gt.loop is not None:
             push(gt, nxt, nbuf)  # another device's worker runs it

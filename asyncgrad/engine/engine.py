@@ -13,6 +13,7 @@ from typing import Any, Final
 from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
+from . import streams
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
@@ -177,6 +178,7 @@ def build(
     node and its input buffer, or None when no output is reachable."""
     gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1])
     gt.loop = loop
+    gt.streams = streams.begin(roots)
     return gt, _prepare(gt, roots, root_grads, outputs, accumulate)
 
 
@@ -369,6 +371,9 @@ def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[
             gt.fail(e)
     if gt.error is not None:
         raise gt.error
+    if gt.streams is not None and gt.streams.used:
+        # The caller's streams wait for the graph task's; this thread does not (as in torch).
+        streams.finish(gt.streams)
     gt.finish()
     return gt.captured
 

@@ -13,8 +13,10 @@ import inspect
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from ..backend import cuda
 from ..graph.accumulate_grad import AccumulateGrad
 from ..graph.hooks import from_user, hook_name, post_from_user, retain, to_user
+from . import streams
 from .reentrant import current_graph_task, run_blocking
 
 if TYPE_CHECKING:
@@ -140,8 +142,9 @@ async def _await(aw: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- final callbacks
-async def run_callbacks(gt: GraphTask) -> None:
-    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, then complete it."""
+async def complete(gt: GraphTask) -> None:
+    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, wait until the GPU has
+    finished its work (See NOTE [Streams in the graph]), then complete it."""
     current_graph_task.set(gt)
     try:
         while gt.callbacks and not gt.done:
@@ -149,6 +152,9 @@ async def run_callbacks(gt: GraphTask) -> None:
             r = cb()
             if isawaitable(r):
                 await r
+        st = gt.streams
+        if st is not None and st.used and not gt.done:
+            await cuda.wait_until_done(streams.finish(st))
     except BaseException as e:
         if own_cancellation(e):
             raise

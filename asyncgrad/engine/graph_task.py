@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from .ready_queue import key_base
+from .streams import Streams, release_later
 
 if TYPE_CHECKING:
     from ..backend import Device
@@ -77,6 +78,7 @@ class GraphTask:
         "queue",
         "queues",
         "remote",
+        "streams",
     )
 
     def __init__(
@@ -109,6 +111,8 @@ class GraphTask:
         self.children: set[GraphTask] = set()
         self.remote: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
         self.cancel_requested = False
+        # CUDA streams: See NOTE [Streams in the graph] (None in a process without CUDA).
+        self.streams: Streams | None = None
 
     def __repr__(self) -> str:
         return (
@@ -171,10 +175,15 @@ class GraphTask:
 
     def _stop(self) -> None:
         self.done = True
-        for q in self.queues.values():
-            q.purge(self)
+        dropped = [q.purge(self) for q in self.queues.values()]
         for t in list(self.inflight):
             t.cancel()
+        st = self.streams
+        if st is not None and st.used:
+            # Kernels queued for this graph task may still read its buffers: free them only
+            # once those have run.
+            release_later(st, (dropped, list(self.not_ready.values())))
+        del dropped
         self._free()
         with _links:
             self.cancel_requested = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import backend
+from ..backend import cuda
 
 
 class InputBuffer(list[Any]):
@@ -12,24 +13,40 @@ class InputBuffer(list[Any]):
     arrays it created itself: only those may be summed into in place. Any other array may be
     shared with another edge, a hook or the caller."""
 
-    __slots__ = ("owned",)
+    __slots__ = ("cross", "owned")
 
     def __init__(self, n: int) -> None:
         super().__init__([None] * n)
         self.owned = 0
+        # Whether a gradient in it was made on another CUDA stream than its node's: the node's
+        # worker then keeps the arrays until the node's kernels have used them (See NOTE
+        # [Deferred frees] in asyncgrad/backend/cuda.py).
+        self.cross = False
 
 
-def add(buf: list[Any], nr: int, g: Any, create: bool) -> None:
+def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | None = None) -> None:
     """Sum gradient ``g`` into slot ``nr`` of ``buf``.
 
     NOTE [Gradient values]
     A gradient in the engine is an array on the receiving node's device (``numpy.ndarray`` on the
     CPU, never a NumPy scalar), or ``None`` for "no gradient". Under ``create_graph`` it is a
-    Tensor instead, so that the sum is recorded for double backward. This is where stream
-    synchronisation of a producer's and a consumer's device streams will go.
+    Tensor instead, so that the sum is recorded for double backward.
+
+    ``on``: the consumer's ``(stream, device index)`` when ``g`` was made on another stream (See
+    NOTE [Streams in the graph]); the sum then runs there.
     """
     if g is None:
         return
+    if on is not None:
+        if type(buf) is InputBuffer:
+            buf.cross = True
+        if buf[nr] is not None:
+            prev = cuda.use_stream(on[0], on[1])
+            try:
+                add(buf, nr, g, create)
+            finally:
+                cuda.use_stream(prev, on[1])
+            return
     old = buf[nr]
     if old is None:
         buf[nr] = g

@@ -56,7 +56,7 @@ class ReadyQueue:
     empty (see devices.start_worker). Without one (``loop is None``) the caller drains it.
     """
 
-    __slots__ = ("device", "heap", "loop", "tasks", "worker")
+    __slots__ = ("device", "heap", "launched", "loop", "tasks", "worker")
 
     def __init__(self, device: Device, loop: asyncio.AbstractEventLoop | None) -> None:
         self.device = device
@@ -65,18 +65,25 @@ class ReadyQueue:
         self.worker: asyncio.Task[None] | None = None
         # Tasks finishing nodes that await (async hooks or backward) and final callbacks.
         self.tasks: set[asyncio.Task[Any]] = set()
+        # The CUDA streams launched on since the worker last looked (See NOTE [Running ahead of
+        # the GPU]).
+        self.launched: set[Any] = set()
 
     def push(self, gt: GraphTask, node: Node, buf: list[Any]) -> None:
         heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))
         gt.outstanding += 1
 
-    def purge(self, gt: GraphTask) -> None:
-        """Drop every entry of ``gt`` (failed or cancelled), freeing its buffers now."""
+    def purge(self, gt: GraphTask) -> list[Entry]:
+        """Drop every entry of ``gt`` (failed or cancelled); returns them (whose buffers are
+        freed when the caller drops them)."""
         heap = self.heap
         keep = [e for e in heap if e[4] is not gt]
-        if len(keep) != len(heap):
-            heap[:] = keep
-            heapq.heapify(heap)
+        if len(keep) == len(heap):
+            return []
+        dropped = [e for e in heap if e[4] is gt]
+        heap[:] = keep
+        heapq.heapify(heap)
+        return dropped
 
     def __len__(self) -> int:
         return len(self.heap)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import deque
 from collections.abc import Generator
 from contextvars import Token
 from heapq import heappop, heappush
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ..backend import quiet_fp, restore_fp
+from ..backend import cuda, quiet_fp, restore_fp
 from ..graph.grad_mode import _grad_enabled
 from . import ready_queue
 from .devices import install_waker, route, route_from_task
-from .evaluate import evaluate, evaluate_plain, finish_blocking, own_cancellation, run_callbacks
+from .evaluate import complete, evaluate, evaluate_plain, finish_blocking, own_cancellation
+from .input_buffer import InputBuffer
 from .reentrant import config, current_graph_task
+from .streams import Launch, Streams
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -24,6 +27,14 @@ if TYPE_CHECKING:
 
 # See NOTE [Yield behind timers]; tiny enough to add no measurable delay.
 YIELD_DELAY_S: Final = 1e-6
+
+# NOTE [Running ahead of the GPU]
+# A CUDA worker only launches kernels; left alone it would queue a whole backward pass (or many)
+# while the GPU works through the first nodes, holding their buffers, and once CUDA's launch
+# queue is full a launch blocks the thread, and with it the loop. So after each slice it records
+# an event on the streams it launched on, and before draining another slice it waits (without
+# blocking the loop) until the GPU has reached the event of the slice MAX_SLICES_AHEAD back.
+MAX_SLICES_AHEAD: Final = 2
 
 
 def start_worker(queue: ReadyQueue) -> None:
@@ -40,9 +51,19 @@ async def run_worker(queue: ReadyQueue) -> None:
     """Drain ``queue`` in slices of ``config.slice_s`` seconds, yielding to the loop in between,
     and end when it is empty (the next push starts a new worker)."""
     heap = queue.heap
+    ahead: deque[tuple[Any, Any]] | None = deque() if queue.device.type == "cuda" else None
     try:
         while heap:
             drain(queue, config.slice_s)
+            if ahead is not None:
+                # See NOTE [Running ahead of the GPU].
+                idx = queue.device.index
+                assert idx is not None
+                for s in queue.launched:
+                    ahead.append((cuda.record(s, idx), s))
+                queue.launched.clear()
+                while len(ahead) > MAX_SLICES_AHEAD:
+                    await cuda.wait_until_done([ahead.popleft()])
             if heap:
                 # NOTE [Yield behind timers]
                 # sleep(0) would requeue the worker ahead of timers that fell due meanwhile (the
@@ -75,6 +96,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     create = keep = False
     direct: tuple[int, Node, list[Any]] | None = None
     gt: GraphTask
+    st: Streams | None = None
+    launch: Launch | None = None
+    hold: tuple[Any, Any, list[Any]] | None = None
     try:
         while True:
             if direct is not None:
@@ -93,8 +117,19 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     cur = gt
                     create = gt.create_graph
                     keep = gt.keep_graph
+                    st = gt.streams
             else:
                 break
+            if st is not None:
+                dev = node._device
+                if dev is not None and dev.type == "cuda":
+                    # See NOTE [Streams in the graph]: the node runs on its forward's stream.
+                    if launch is None:
+                        launch = Launch()
+                    launch.enter(st, node)
+                    queue.launched.add(node._stream)
+                    if type(buf) is InputBuffer and buf.cross:
+                        hold = (node._stream, dev.index, list(buf))
             try:
                 if node._hooks is not None or node._async_apply:
                     gen = evaluate(gt, node, buf)
@@ -107,6 +142,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                         # its own task, or block on a helper loop if nobody is serving a loop.
                         if queue.loop is not None:
                             _spawn(queue, gt, node, gen, aw)
+                            hold = None
                             continue
                         out = finish_blocking(gen, aw)
                 elif gt.exec_info is not None:
@@ -118,13 +154,18 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                         node.release_variables()
                 if out is not None:
                     direct = route(gt, node, out, queue)
+                if hold is not None:
+                    # Gradients made on other streams stay allocated until this node's kernels
+                    # have read them (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
+                    cuda.defer_free(cuda.record(hold[0], hold[1]), hold[2])
+                    hold = None
                 # Drop our reference now: AccumulateGrad steals an array that nobody else
                 # holds instead of copying it (see AccumulateGrad.apply).
                 del out, buf
             except BaseException as e:
                 # Whatever a node raises fails its graph task alone; see GraphTask.fail.
                 gt.fail(e, node)
-                direct = None
+                direct = hold = None
                 continue
             gt.outstanding -= 1
             if gt.outstanding == 0:
@@ -138,6 +179,8 @@ def drain(queue: ReadyQueue, budget: float) -> None:
         if direct is not None:
             assert cur is not None
             heappush(heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], cur))
+        if launch is not None:
+            launch.leave()
         if mode_tok is not None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
@@ -145,11 +188,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
 
 
 def on_drained(gt: GraphTask) -> None:
-    """All nodes of ``gt`` have run: run its final callbacks, then complete it."""
+    """All nodes of ``gt`` have run: run its final callbacks, wait for its GPU work, then
+    complete it."""
     if gt.loop is None:
         return  # a blocking caller completes it after draining (engine.execute_sync)
-    if gt.callbacks:
-        _own_task(gt, gt.loop.create_task(run_callbacks(gt)))
+    if gt.callbacks or (gt.streams is not None and gt.streams.used):
+        _own_task(gt, gt.loop.create_task(complete(gt)))
     else:
         gt.finish()
 

@@ -34,7 +34,7 @@ class AccumulateGrad(Node):
         self._init_node(_NO_EDGES, ACCUMULATE_SEQUENCE_NR)
         self._var_ref = weakref.ref(variable)
         self._input_meta = ((arr.shape, arr.dtype),)
-        self._device = variable.device
+        self._set_device(variable.device)
         # Held while `.grad` is read, summed and written: graph tasks on several threads may
         # reach one leaf at once (tests/engine/test_threads.py).
         self._lock = threading.Lock()

@@ -58,7 +58,7 @@ class CopySlices(Node):
         self._chain = chain
         self._fn = fn
         self._input_meta = ((base.shape, base.dtype),)
-        self._device = base.device
+        self._set_device(base.device)
 
     def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> list[Any]:
         g = grads[0]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._tensor import Tensor
-from ..backend import quiet_fp, restore_fp
+from ..backend import current_stream, quiet_fp, restore_fp
 from .grad_mode import _grad_enabled
 from .hooks import Hooks, RemovableHandle
 
@@ -51,6 +51,7 @@ class Node:
         "_metadata",
         "_next_edges",
         "_sequence_nr",
+        "_stream",
         "_topological_nr",
     )
 
@@ -64,6 +65,9 @@ class Node:
     _metadata: dict[str, Any] | None
     _sequence_nr: int
     _topological_nr: int
+    # The stream the forward ran on, set (and read) only for nodes on a CUDA device: See NOTE
+    # [Streams in the graph].
+    _stream: Any
 
     def _init_node(self, edges: list[Edge | None], sequence_nr: int | None = None) -> None:
         # ops/_record.py (_attach) sets these same fields inline for the nodes of table ops, the
@@ -79,6 +83,13 @@ class Node:
         self._sequence_nr = _next_sequence_nr() if sequence_nr is None else sequence_nr
         self._hooks = None
         self._metadata = None
+
+    def _set_device(self, device: Device | None) -> None:
+        """Run on ``device``, and on a CUDA device on its current stream (See NOTE [Streams in
+        the graph])."""
+        self._device = device
+        if device is not None and device.type == "cuda":
+            self._stream = current_stream(device)
 
     # ------------------------------------------------------------------ public surface
     def name(self) -> str:

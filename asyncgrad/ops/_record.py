@@ -24,6 +24,7 @@ NO_PARAMS: Final[dict[str, Any]] = {}
 ndarray: Final = backend.ndarray
 CPU: Final = backend.CPU
 device_of: Final = backend.device_of
+current_stream: Final = backend.current_stream
 
 # Bound once: every op runs these, and a module or class attribute lookup per call adds up.
 _new: Final = object.__new__
@@ -157,7 +158,11 @@ def record(
     node._params = params
     a = outs[0]._array
     node._input_meta = tuple((o._array.shape, o._array.dtype) for o in outs)
-    node._device = CPU if type(a) is ndarray else device_of(a)
+    if type(a) is ndarray:
+        node._device = CPU
+    else:
+        node._device = dev = device_of(a)
+        node._stream = current_stream(dev)
     node._spos = _save(_keep(op, mask, tbits), saved, outs, inputs)
     node._saved = saved
     node.__class__ = op.node_cls
@@ -298,7 +303,11 @@ def _attach(
     node._params = params
     a = t._array
     node._input_meta = ((a.shape, a.dtype),)
-    node._device = CPU if type(a) is ndarray else device_of(a)
+    if type(a) is ndarray:
+        node._device = CPU
+    else:
+        node._device = dev = device_of(a)
+        node._stream = current_stream(dev)
     tbl = _SAVES.get(op)
     if tbl is None:
         tbl = _saves_table(op)

@@ -41,7 +41,8 @@ def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
             dt = a
     out = self
     if dev is not None and dev != self.device:
-        out = make(OPS["clone"], backend.to_device(self._array, dev), (self,))
+        moved = backend.to_device(self._array, dev)
+        out = make(OPS["to_copy"], moved, (self,), {"device": self.device})
     if dt is not None and dtypes.to_dtype(dt) != out.dtype:
         cast = out._array.astype(dtypes.to_dtype(dt))
         # As in torch, a cast to an integer or bool dtype leaves the graph.

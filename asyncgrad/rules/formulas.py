@@ -34,6 +34,14 @@ def pow_scalar(a: Any, e: Any) -> Any:
     return xp.power(a, e)
 
 
+def copy_to(g: Any, device: Any) -> Any:
+    """``g`` on ``device``: the gradient of a copy between devices (under ``create_graph`` a
+    Tensor, whose copy is recorded)."""
+    if isinstance(g, Tensor):
+        return g.to(device)
+    return backend.to_device(g, device)
+
+
 def pow_grad_base(g: Any, x: Any, y: Any) -> Any:
     # d(x^y)/dx = y * x^(y-1); 0 where y == 0 (also where x is 0, inf or NaN)
     if isinstance(y, (int, float, backend.number)):

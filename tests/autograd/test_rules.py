@@ -571,6 +571,13 @@ def _inplace_part(w: ag.Tensor, part: Callable[[ag.Tensor], ag.Tensor]) -> ag.Te
 
 
 case("clone", "clone", lambda x: x.clone(), lambda r: (randn(r, 2, 3),))
+case("to_copy", "cpu_cuda_cpu", lambda x: (x.to("cuda") * 2).cpu(), lambda r: (randn(r, 2, 3),))
+case(
+    "to_copy",
+    "between_devices",
+    lambda x: (x.cuda(0).to("cuda:1").sin() * x.cuda(0).to("cuda:1")).cpu(),
+    lambda r: (randn(r, 3),),
+)
 case("clone", "contiguous_of_transpose", lambda x: x.t().contiguous(), lambda r: (randn(r, 2, 3),))
 case("clone", "contiguous_noop", lambda x: x.contiguous() * 2, lambda r: (randn(r, 2, 3),))
 case(

@@ -1,0 +1,134 @@
+"""Streams in backward: which CUDA stream a node runs on, how gradients passed between streams are
+ordered, and what the caller's streams (and an awaiting caller) wait for at the end.
+
+NOTE [Streams in the graph]
+A node on a CUDA device records the stream its forward ran on (``Node._stream``, the current
+stream of its device when it was recorded) and its backward runs there: the worker makes it the
+current stream before the node runs, so every kernel the node launches goes to it.
+A gradient handed from a producer node to a consumer node is ordered before the consumer's
+work, and summed with the gradients already waiting for the consumer on the consumer's stream:
+  - producer and consumer on one device, on one stream: nothing to do, the stream orders them;
+  - on one device, different streams: the consumer's stream waits for an event recorded on the
+    producer's stream;
+  - on different devices (the producer is a copy node, whose copy to the consumer's device was
+    queued on that device's current stream): the consumer's stream waits for that stream;
+  - a CPU consumer: the copy to the host already waited for the GPU.
+Events order streams; the host never waits for the GPU inside a backward pass.
+A graph task remembers every stream its nodes ran on. When it ends, each of the caller's current
+streams (taken when the graph task was built) waits for those streams, so the caller's later
+work sees the gradients, as in PyTorch; an awaiting caller also resumes only once the GPU has
+finished them (See NOTE [Waiting for the GPU] in asyncgrad/backend/cuda.py), so reading a
+returned gradient does not block.
+All of this is on only in a process that has used a CUDA device (``backend.cuda.loaded``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..backend import cuda
+
+if TYPE_CHECKING:
+    from ..graph.node import Edge, Node
+
+__all__ = ["Launch", "Streams", "arrive", "begin", "finish", "release_later"]
+
+
+class Streams:
+    """A graph task's CUDA bookkeeping."""
+
+    __slots__ = ("caller", "used")
+
+    def __init__(self) -> None:
+        # Device index -> the caller's current stream when the graph task was built.
+        self.caller: dict[int, Any] = {
+            i: cuda.current_stream(i) for i in range(cuda.device_count())
+        }
+        # Every stream a node of the graph task ran on -> its device index.
+        self.used: dict[Any, int] = {}
+
+
+def begin(roots: Sequence[Edge]) -> Streams | None:
+    """The stream bookkeeping of a new graph task (None in a process that never used CUDA),
+    with its root nodes ordered after the caller's stream, where the root gradients were made."""
+    if not cuda.loaded:
+        return None
+    st = Streams()
+    for node, _ in roots:
+        dev = node._device
+        if dev is not None and dev.type == "cuda":
+            idx = dev.index
+            assert idx is not None
+            cuda.stream_wait(node._stream, st.caller[idx], idx)
+    return st
+
+
+class Launch:
+    """The streams a draining worker made current, put back when it stops."""
+
+    __slots__ = ("last", "saved")
+
+    def __init__(self) -> None:
+        self.saved: dict[int, Any] = {}
+        self.last: Any = None
+
+    def enter(self, st: Streams, node: Node) -> None:
+        """Make ``node``'s stream current on its device (a CUDA one)."""
+        s = node._stream
+        dev = node._device
+        assert dev is not None
+        assert dev.index is not None
+        idx = dev.index
+        st.used[s] = idx
+        if s is not self.last:
+            prev = cuda.use_stream(s, idx)
+            self.saved.setdefault(idx, prev)
+            self.last = s
+
+    def leave(self) -> None:
+        for idx, s in self.saved.items():
+            cuda.use_stream(s, idx)
+        self.saved.clear()
+        self.last = None
+
+
+def arrive(producer: Node, consumer: Node) -> tuple[Any, int] | None:
+    """Order ``consumer``'s stream after the gradient ``producer`` hands it (See NOTE [Streams
+    in the graph]); returns ``(stream, device index)`` to sum it on, or None when the stream
+    that is current (the producer's) will do."""
+    cdev = consumer._device
+    if cdev is None or cdev.type != "cuda":
+        return None
+    idx = cdev.index
+    assert idx is not None
+    cs = consumer._stream
+    if producer._device is cdev:
+        ps = producer._stream
+        if ps is cs:
+            return None
+        cuda.stream_wait(cs, ps, idx)
+    else:
+        cuda.stream_wait(cs, cuda.current_stream(idx), idx)
+    return cs, idx
+
+
+def finish(st: Streams) -> list[tuple[Any, Any]]:
+    """The end of a graph task: the caller's streams wait for every stream its nodes ran on.
+    Returns ``(event, stream)`` pairs marking the end of its GPU work."""
+    events: list[tuple[Any, Any]] = []
+    for s, idx in st.used.items():
+        ev = cuda.record(s, idx)
+        events.append((ev, s))
+        caller = st.caller.get(idx)
+        if caller is not None and caller is not s:
+            cuda.wait_event(caller, ev, idx)
+    cuda.prune_deferred()
+    return events
+
+
+def release_later(st: Streams, refs: Any) -> None:
+    """Keep ``refs`` (arrays the graph task's kernels may still use) until its streams have run
+    everything queued so far (See NOTE [Deferred frees])."""
+    for s, idx in st.used.items():
+        cuda.defer_free(cuda.record(s, idx), refs)
