@@ -204,20 +204,29 @@ def on_device(array: Any, device: Device | None) -> Any:
     return to_device(array, device)
 
 
+def _alloc(fn: str, device: Device | None, *args: Any, **kwargs: Any) -> Any:
+    """``numpy.<fn>(*args)`` made on ``device`` (on a CUDA device, allocated there directly)."""
+    if device is None or device.type == "cpu":
+        return getattr(np, fn)(*args, **kwargs)
+    rt = cuda.require(device.index)
+    with rt.cuda.Device(device.index):
+        return getattr(rt, fn)(*args, **kwargs)
+
+
 def zeros(shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Any:
-    return on_device(np.zeros(shape, dtype=dtype), device)
+    return _alloc("zeros", device, shape, dtype=dtype)
 
 
 def ones(shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Any:
-    return on_device(np.ones(shape, dtype=dtype), device)
+    return _alloc("ones", device, shape, dtype=dtype)
 
 
 def empty(shape: tuple[int, ...], dtype: Any, device: Device | None = None) -> Any:
-    return on_device(np.empty(shape, dtype=dtype), device)
+    return _alloc("empty", device, shape, dtype=dtype)
 
 
 def full(shape: tuple[int, ...], value: Any, dtype: Any, device: Device | None = None) -> Any:
-    return on_device(np.full(shape, value, dtype=dtype), device)
+    return _alloc("full", device, shape, value, dtype=dtype)
 
 
 def arange(start: Any, end: Any, step: Any, dtype: Any, device: Device | None = None) -> Any:

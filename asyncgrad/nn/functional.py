@@ -84,9 +84,9 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     if p == 1.0:
         mask = ops.zeros(input.shape, dtype=input.dtype, device=input.device)
     else:
-        keep = ops.default_generator._rng.random(input.shape, dtypes.float64) >= p
-        scale = keep.astype(input.dtype) * (1.0 / (1.0 - p))
-        mask = ops.wrap(backend.on_device(scale.astype(input.dtype), input.device))
+        rng = ops.default_generator.state(input.device)
+        keep = rng.random(input.shape, dtypes.float64) >= p
+        mask = ops.wrap((keep.astype(input.dtype) * (1.0 / (1.0 - p))).astype(input.dtype))
     return ops.mul_(input, mask) if inplace else ops.mul(input, mask)
 
 

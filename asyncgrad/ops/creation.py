@@ -17,11 +17,26 @@ class Generator:
 
     def __init__(self, device: Any = "cpu") -> None:
         self.device = Device(device)
+        self._seed: int | None = None
         self._rng = backend.RandomState()
+        # A generator per CUDA device, drawing there (made on first use, from the same seed).
+        self._devices: dict[Device, backend.RandomState] = {}
 
     def manual_seed(self, seed: int) -> Generator:
-        self._rng = backend.RandomState(int(seed))
+        self._seed = int(seed)
+        self._rng = backend.RandomState(self._seed)
+        self._devices.clear()
         return self
+
+    def state(self, device: Device | None) -> backend.RandomState:
+        """The generator that draws on ``device`` (None: this generator's own device)."""
+        dev = self.device if device is None else device
+        if dev.type == "cpu":
+            return self._rng
+        rng = self._devices.get(dev)
+        if rng is None:
+            rng = self._devices[dev] = backend.RandomState(self._seed, dev)
+        return rng
 
 
 default_generator = Generator()
@@ -81,15 +96,15 @@ def from_dlpack(x: Any) -> Tensor:
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(backend.zeros(_size(size), _dt(dtype)), device, requires_grad)
+    return _finish(backend.zeros(_size(size), _dt(dtype), _device(device)), None, requires_grad)
 
 
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(backend.ones(_size(size), _dt(dtype)), device, requires_grad)
+    return _finish(backend.ones(_size(size), _dt(dtype), _device(device)), None, requires_grad)
 
 
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    return _finish(backend.empty(_size(size), _dt(dtype)), device, requires_grad)
+    return _finish(backend.empty(_size(size), _dt(dtype), _device(device)), None, requires_grad)
 
 
 def full(
@@ -190,7 +205,7 @@ def rand(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
-    rng = (generator or default_generator)._rng
+    rng = (generator or default_generator).state(_device(device))
     return _finish(rng.random(_size(size), _dt(dtype)), device, requires_grad)
 
 
@@ -201,7 +216,7 @@ def randn(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
-    rng = (generator or default_generator)._rng
+    rng = (generator or default_generator).state(_device(device))
     return _finish(rng.normal(_size(size), _dt(dtype)), device, requires_grad)
 
 
@@ -216,7 +231,7 @@ def randint(
 ) -> Tensor:
     if high is None:
         low, high = 0, low
-    rng = (generator or default_generator)._rng
+    rng = (generator or default_generator).state(_device(device))
     a = rng.integers(low, high, tuple(size))
     if dtype is not None:
         a = a.astype(dtypes.to_dtype(dtype), copy=False)

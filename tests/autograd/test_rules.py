@@ -41,6 +41,7 @@ class Case:
     rtol: float = 1e-3
     xfail_second: str = ""  # a known bug that breaks gradgradcheck only: the reason
     f32: bool = True  # float32 inputs give float32 outputs and gradients
+    cuda: int = 0  # how many CUDA devices it needs
 
 
 # ----- input builders (float64 leaves; each case gets its own seeded generator) -----
@@ -571,12 +572,19 @@ def _inplace_part(w: ag.Tensor, part: Callable[[ag.Tensor], ag.Tensor]) -> ag.Te
 
 
 case("clone", "clone", lambda x: x.clone(), lambda r: (randn(r, 2, 3),))
-case("to_copy", "cpu_cuda_cpu", lambda x: (x.to("cuda") * 2).cpu(), lambda r: (randn(r, 2, 3),))
+case(
+    "to_copy",
+    "cpu_cuda_cpu",
+    lambda x: (x.to("cuda") * 2).cpu(),
+    lambda r: (randn(r, 2, 3),),
+    cuda=1,
+)
 case(
     "to_copy",
     "between_devices",
     lambda x: (x.cuda(0).to("cuda:1").sin() * x.cuda(0).to("cuda:1")).cpu(),
     lambda r: (randn(r, 3),),
+    cuda=2,
 )
 case("clone", "contiguous_of_transpose", lambda x: x.t().contiguous(), lambda r: (randn(r, 2, 3),))
 case("clone", "contiguous_noop", lambda x: x.contiguous() * 2, lambda r: (randn(r, 2, 3),))
@@ -771,16 +779,23 @@ case(
 # =====================================================================================
 # The tests
 # =====================================================================================
+def _marks(c: Case, second: bool = False) -> list[pytest.MarkDecorator]:
+    marks = []
+    if c.cuda and ag.cuda.device_count() < c.cuda:
+        why = f"needs {c.cuda} CUDA device(s), {ag.cuda.device_count()} available"
+        marks.append(pytest.mark.skip(reason=why))
+    if second and c.xfail_second:
+        marks.append(pytest.mark.xfail(strict=True, reason=c.xfail_second))
+    return marks
+
+
 PARAMS: Final = [
-    pytest.param(op, cid, id=f"{op}-{cid}") for op, cases in CASES.items() for cid in cases
+    pytest.param(op, cid, id=f"{op}-{cid}", marks=_marks(c))
+    for op, cases in CASES.items()
+    for cid, c in cases.items()
 ]
 PARAMS_SECOND: Final = [
-    pytest.param(
-        op,
-        cid,
-        id=f"{op}-{cid}",
-        marks=[pytest.mark.xfail(strict=True, reason=c.xfail_second)] if c.xfail_second else [],
-    )
+    pytest.param(op, cid, id=f"{op}-{cid}", marks=_marks(c, second=True))
     for op, cases in CASES.items()
     for cid, c in cases.items()
 ]

@@ -1,0 +1,313 @@
+"""Stream semantics of backward (NOTE [Streams in the graph]): each case of ordering a producer's
+and a consumer's stream, side streams, the caller's streams at the end, cross-device graphs,
+and what an awaiting caller may read when it resumes.
+
+On the simulator, streams run on their own threads with random delays (the ``delays``
+fixture), and fresh device memory holds NaN until a kernel writes it: a missing
+synchronisation shows as NaN or a wrong value. Each case runs many times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad.backend import cuda as runtime
+
+REPEAT = 12
+
+
+def host(t: ag.Tensor) -> np.ndarray:
+    return np.asarray(t.cpu().numpy(force=True))
+
+
+def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
+    return ag.tensor(values, device=device, requires_grad=True)
+
+
+class Gate:
+    """Holds a stream at a point until opened (a host function that waits on the stream)."""
+
+    def __init__(self, stream: ag.cuda.Stream) -> None:
+        self.opened = threading.Event()
+        stream.native.launch_host_func(lambda _: self.opened.wait(10), None)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+# ----------------------------------------------------------------------------- the cases
+def _branches_on_two_streams(x: ag.Tensor) -> ag.Tensor:
+    """Two branches, each recorded on its own side stream, summed on the default stream: their
+    gradients meet in x's input buffer from two streams (same device, other streams)."""
+    s1, s2 = ag.cuda.Stream(), ag.cuda.Stream()
+    s1.wait_stream(ag.cuda.current_stream())
+    s2.wait_stream(ag.cuda.current_stream())
+    with ag.cuda.stream(s1):
+        a = (x * 3.0).sin()
+    with ag.cuda.stream(s2):
+        b = x.exp() * x
+    ag.cuda.current_stream().wait_stream(s1)
+    ag.cuda.current_stream().wait_stream(s2)
+    return (a + b).sum()
+
+
+def _grad_branches(x: np.ndarray) -> np.ndarray:
+    return 3.0 * np.cos(3.0 * x) + np.exp(x) * (1.0 + x)
+
+
+@pytest.mark.usefixtures("delays")
+def test_gradients_from_two_streams_are_summed_in_order() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(REPEAT):
+        xv = rng.standard_normal(64)
+        x = leaf(xv)
+        _branches_on_two_streams(x).backward()
+        assert x.grad is not None
+        np.testing.assert_allclose(host(x.grad), _grad_branches(xv), rtol=1e-10)
+
+
+@pytest.mark.usefixtures("delays")
+def test_backward_of_a_graph_recorded_on_a_side_stream() -> None:
+    """Forward and backward on a side stream; the caller, on the default stream, reads the
+    gradient after backward returns (the caller's stream waited for the leaf streams)."""
+    rng = np.random.default_rng(1)
+    for _ in range(REPEAT):
+        xv, wv = rng.standard_normal((8, 16)), rng.standard_normal((16, 4))
+        x = ag.tensor(xv, device="cuda")
+        w = leaf(wv)
+        s = ag.cuda.Stream()
+        s.wait_stream(ag.cuda.current_stream())
+        with ag.cuda.stream(s):
+            loss = (x @ w).tanh().sum()
+        ag.cuda.current_stream().wait_stream(s)
+        loss.backward()
+        assert w.grad is not None
+        expect = xv.T @ (1.0 - np.tanh(xv @ wv) ** 2)
+        np.testing.assert_allclose(host(w.grad * 1.0), expect, rtol=1e-10)
+
+
+@pytest.mark.usefixtures("delays")
+def test_backward_called_inside_the_side_stream() -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(REPEAT):
+        xv = rng.standard_normal(32)
+        x = leaf(xv)
+        s = ag.cuda.Stream()
+        s.wait_stream(ag.cuda.current_stream())
+        with ag.cuda.stream(s):
+            (x * x).sum().backward()
+            doubled = x.grad * 1.0  # type: ignore[operator]
+        ag.cuda.current_stream().wait_stream(s)
+        np.testing.assert_allclose(host(doubled), 2.0 * xv, rtol=1e-12)
+
+
+@pytest.mark.usefixtures("delays")
+def test_root_gradient_made_on_the_callers_stream() -> None:
+    """A gradient passed to backward, computed on the caller's stream just before, is ready
+    before the first node (on another stream) reads it."""
+    rng = np.random.default_rng(3)
+    for _ in range(REPEAT):
+        xv, gv = rng.standard_normal(16), rng.standard_normal(16)
+        x = leaf(xv)
+        s = ag.cuda.Stream()
+        s.wait_stream(ag.cuda.current_stream())
+        with ag.cuda.stream(s):
+            y = x.sin()
+        ag.cuda.current_stream().wait_stream(s)
+        g = ag.tensor(gv, device="cuda") * 2.0
+        y.backward(g)
+        np.testing.assert_allclose(host(x.grad), 2.0 * gv * np.cos(xv), rtol=1e-12)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("delays")
+def test_graph_across_two_devices() -> None:
+    """cuda:0 -> cuda:1 -> cuda:0: the copy nodes' gradients cross devices, and each node runs
+    on its own device's worker."""
+    if ag.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    rng = np.random.default_rng(4)
+    for _ in range(REPEAT):
+        xv = rng.standard_normal(24)
+        x = leaf(xv, "cuda:0")
+        y = x.to("cuda:1").exp()
+        z = (y * x.to("cuda:1")).to("cuda:0")
+        loss = (z + x).sum()
+        loss.backward()
+        np.testing.assert_allclose(host(x.grad), np.exp(xv) * (1 + xv) + 1, rtol=1e-12)  # type: ignore[arg-type]
+        assert x.grad.device == ag.device("cuda:0")  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("delays")
+def test_graph_between_cpu_and_cuda() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(REPEAT):
+        xv, wv = rng.standard_normal((4, 3)), rng.standard_normal(3)
+        x = ag.tensor(xv, requires_grad=True)  # on the CPU
+        w = leaf(wv)  # on cuda:0
+        h = (x.cuda() * w).relu()
+        loss = (h.cpu() ** 2).sum()
+        loss.backward()
+        r = np.maximum(xv * wv, 0)
+        np.testing.assert_allclose(host(x.grad), 2 * r * (xv * wv > 0) * wv, rtol=1e-12)  # type: ignore[arg-type]
+        np.testing.assert_allclose(
+            host(w.grad), (2 * r * (xv * wv > 0) * xv).sum(0), rtol=1e-12  # type: ignore[arg-type]
+        )
+
+
+# ----------------------------------------------------------------------------- awaiting
+async def _await_grad(
+    make: Callable[[], tuple[ag.Tensor, ag.Tensor]],
+) -> tuple[ag.Tensor, ag.Tensor]:
+    loss, x = make()
+    (g,) = await asyncio.wait_for(ag.grad(loss, [x]), 10)
+    return g, x
+
+
+@pytest.mark.usefixtures("delays")
+async def test_await_resumes_when_the_gradient_is_computed(sim: Any) -> None:
+    """After ``await ag.grad`` the gradient's memory holds its values: read without any
+    synchronisation (peeking at the simulated device memory), nothing is left to compute."""
+    rng = np.random.default_rng(6)
+    for _ in range(REPEAT):
+        xv = rng.standard_normal(64)
+        x = leaf(xv)
+        (g,) = await asyncio.wait_for(ag.grad(_branches_on_two_streams(x), [x]), 10)
+        np.testing.assert_allclose(g._array._data, _grad_branches(xv), rtol=1e-10)
+
+
+async def test_await_waits_for_the_gpu_without_blocking_the_loop(sim: Any) -> None:
+    x = leaf(np.linspace(-1, 1, 8))
+    loss = (x * x).sum()
+    gate = Gate(ag.cuda.current_stream())  # the GPU is busy before the backward's kernels
+    task = asyncio.ensure_future(ag.grad(loss, [x]))
+    ticks = 0
+    for _ in range(200):  # the loop keeps running while the GPU is held
+        await asyncio.sleep(0)
+        ticks += 1
+    assert not task.done()
+    gate.open()
+    (g,) = await asyncio.wait_for(task, 10)
+    assert ticks == 200
+    np.testing.assert_array_equal(g._array._data, 2 * np.linspace(-1, 1, 8))
+
+
+async def test_event_can_be_awaited(sim: Any) -> None:
+    s = ag.cuda.current_stream()
+    gate = Gate(s)
+    ev = s.record_event()
+    assert not ev.query()
+    waiter = asyncio.ensure_future(_wait(ev))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not waiter.done()
+    gate.open()
+    await asyncio.wait_for(waiter, 10)
+    assert ev.query()
+
+
+async def _wait(ev: ag.cuda.Event) -> None:
+    await ev
+
+
+async def test_cancel_while_gpu_work_is_in_flight_frees_buffers_after_it(sim: Any) -> None:
+    """Cancelling the awaiting caller while kernels it queued have not run: the caller gets
+    CancelledError at once; the graph task's arrays stay allocated until the GPU is done."""
+    x = leaf(np.linspace(-1, 1, 16))
+    loss = _branches_on_two_streams(x)
+    gate = Gate(ag.cuda.current_stream())
+    before = runtime.deferred_count()
+    task = asyncio.ensure_future(ag.grad(loss, [x]))
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert runtime.deferred_count() > before  # held for the kernels still queued
+    gate.open()
+    ag.cuda.synchronize()
+    for i in range(ag.cuda.device_count()):
+        ag.cuda.synchronize(i)
+    runtime.prune_deferred()
+    assert runtime.deferred_count() == 0
+
+
+def test_sync_backward_does_not_wait_for_the_gpu(sim: Any) -> None:
+    """``backward()`` in a script returns once the work is queued (as torch's); the caller's
+    stream is ordered after it, so reading the gradient waits for it."""
+    x = leaf(np.arange(4.0))
+    loss = (x * x).sum()
+    s = ag.cuda.current_stream()
+    gate = Gate(s)
+    loss.backward()  # returns with the stream still held
+    assert not s.query()
+    gate.open()
+    np.testing.assert_array_equal(host(x.grad), 2 * np.arange(4.0))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- ag.cuda
+def test_streams_and_events_api() -> None:
+    s = ag.cuda.Stream()
+    assert s.device == ag.device("cuda:0")
+    assert ag.cuda.current_stream() == ag.cuda.default_stream()
+    with ag.cuda.stream(s):
+        assert ag.cuda.current_stream() == s
+    assert ag.cuda.current_stream() == ag.cuda.default_stream()
+    ev = ag.cuda.Event()
+    assert ev.query()  # never recorded
+    s.record_event(ev)
+    s.synchronize()
+    assert ev.query()
+    assert s.query()
+
+
+def test_device_selection() -> None:
+    n = ag.cuda.device_count()
+    assert n >= 1
+    assert ag.cuda.current_device() == 0
+    ag.cuda.set_device(n - 1)
+    assert ag.cuda.current_device() == n - 1
+    ag.cuda.set_device(0)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        ag.zeros(3, device=f"cuda:{n}")
+
+
+def test_tf32_switch_mirrors_torch() -> None:
+    assert ag.cuda.matmul.allow_tf32 is False
+    ag.cuda.matmul.allow_tf32 = True
+    try:
+        assert ag.cuda.matmul.allow_tf32 is True
+    finally:
+        ag.cuda.matmul.allow_tf32 = False
+
+
+def test_mixing_devices_names_both() -> None:
+    a = ag.ones(3, device="cuda")
+    b = ag.ones(3)
+    with pytest.raises(RuntimeError, match=r"cuda:0 and cpu|cpu and cuda:0"):
+        _ = a + b
+
+
+def test_cuda_tensor_is_not_a_numpy_array() -> None:
+    t = ag.ones(3, device="cuda")
+    with pytest.raises(TypeError, match="cuda:0 device type tensor to numpy"):
+        np.asarray(t)
+    assert t.cpu().tolist() == [1.0, 1.0, 1.0]
+    assert repr(t) == "tensor([1., 1., 1.], device='cuda:0')"
+
+
+def test_random_numbers_are_drawn_on_the_device() -> None:
+    ag.manual_seed(7)
+    a = ag.randn(5, device="cuda")
+    ag.manual_seed(7)
+    b = ag.randn(5, device="cuda")
+    assert a.device == ag.device("cuda:0")
+    np.testing.assert_array_equal(host(a), host(b))
+
