@@ -156,19 +156,30 @@ def interleaved_rounds(
     args_for: Callable[[str, int], Sequence[str]] = lambda lib, r: (),
     timeout: float = 300.0,
     progress: bool = True,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Run every library once per round, in a fresh subprocess each time.
 
     Round r runs the libraries rotated by r, so no library always runs first or last.
     ``args_for(lib, r)`` gives the worker's extra command-line arguments.
     Returns {lib: [result of round 0, result of round 1, ...]}.
+    A failing worker raises WorkerError, unless ``errors`` is given: then the library's
+    message goes to ``errors[lib]``, it leaves the result and the later rounds, and the
+    others go on.
     """
     out: dict[str, list[dict[str, Any]]] = {lib: [] for lib in libs}
     for r in range(rounds):
-        order = rotated(libs, r)
+        order = [lib for lib in rotated(libs, r) if lib in out]
         t0 = time.perf_counter()
         for lib in order:
-            out[lib].append(run_worker(script, lib, args_for(lib, r), timeout=timeout))
+            try:
+                out[lib].append(run_worker(script, lib, args_for(lib, r), timeout=timeout))
+            except (WorkerError, subprocess.TimeoutExpired) as exc:
+                if errors is None:
+                    raise
+                errors[lib] = str(exc)
+                del out[lib]
+                print(f"  {lib} failed: {str(exc).splitlines()[0]}", flush=True)
         if progress:
             print(
                 f"  round {r + 1}/{rounds} ({', '.join(order)}): {time.perf_counter() - t0:.1f} s",
@@ -255,6 +266,16 @@ def verdict_at_most(paired: float | None, of_medians: float | None, limit: float
     if paired is None or of_medians is None:
         return "n/a"
     a, b = paired <= limit, of_medians <= limit
+    if a != b:
+        return "INCONCLUSIVE"
+    return "MET" if a else "NOT MET"
+
+
+def verdict_at_least(paired: float | None, of_medians: float | None, limit: float) -> str:
+    """verdict_at_most's twin for "value >= limit" (throughputs)."""
+    if paired is None or of_medians is None:
+        return "n/a"
+    a, b = paired >= limit, of_medians >= limit
     if a != b:
         return "INCONCLUSIVE"
     return "MET" if a else "NOT MET"

@@ -8,7 +8,8 @@ Usage (from the repository root):
     python benchmarks/run_all.py --only chain,loop --out /tmp/partial.md
 
 PyTorch and HIPS autograd are optional (`pip install -e ".[bench]"`); a missing one is
-skipped with the reason printed and recorded.
+skipped with the reason printed and recorded. The GPU benchmarks (bench_cuda.py) are recorded
+only on a machine with an NVIDIA GPU; elsewhere they are skipped with the reason printed.
 """
 
 from __future__ import annotations
@@ -22,11 +23,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
 import bench_chain
+import bench_cuda
 import bench_loop
 import bench_mlp
 import bench_small
 
-BENCHES = {"chain": bench_chain, "mlp": bench_mlp, "small": bench_small, "loop": bench_loop}
+BENCHES = {
+    "chain": bench_chain,
+    "mlp": bench_mlp,
+    "small": bench_small,
+    "loop": bench_loop,
+    "cuda": bench_cuda,
+}
 
 
 def main() -> None:
@@ -56,7 +64,9 @@ def main() -> None:
     for n in names:
         tb = time.perf_counter()
         mod = BENCHES[n]
-        reports.append(mod.run(mod.ROUNDS if a.rounds is None else a.rounds, a.quick))
+        rep = mod.run(mod.ROUNDS if a.rounds is None else a.rounds, a.quick)
+        if rep is not None:  # None: nothing to record here (bench_cuda without a GPU)
+            reports.append(rep)
         print(f"{n}: {time.perf_counter() - tb:.0f} s\n", flush=True)
     elapsed = time.perf_counter() - t0
 
