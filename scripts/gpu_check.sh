@@ -30,7 +30,7 @@ done
 
 main() {
     cd "$repo" || return 2
-    unset ASYNCGRAD_SIM_CUDA  # the real GPU, not simulated devices
+    export ASYNCGRAD_SIM_CUDA=0  # the real GPU, not simulated devices (tests default to them)
     if [[ -n $wheels ]]; then
         shopt -s nullglob
         local whl=("$wheels"/*.whl)

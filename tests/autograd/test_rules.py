@@ -847,3 +847,39 @@ def test_float32_stays_float32(op: str, cid: str) -> None:
     assert [g.dtype for g in grads if g is not None] == [ag.float32] * sum(
         g is not None for g in grads
     )
+
+
+# ----- the same on a CUDA device (simulated by default: see tests/conftest.py) -----
+def _on_cuda(x: Any) -> Any:
+    if isinstance(x, ag.Tensor):
+        return x.detach().to("cuda").requires_grad_(x.requires_grad)
+    return x
+
+
+def _values_and_grads(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> list[np.ndarray]:
+    out = fn(*inputs)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    leaves = [x for x in inputs if isinstance(x, ag.Tensor) and x.requires_grad]
+    rng = np.random.default_rng(99)
+    gos = [ag.tensor(rng.standard_normal(o.shape), dtype=o.dtype, device=o.device) for o in outs]
+    grads = ag.grad_sync(outs, leaves, gos, allow_unused=True)
+    return [o.detach().cpu().numpy() for o in outs] + [
+        np.full(1, np.nan) if g is None else g.cpu().numpy() for g in grads
+    ]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("op", "cid"), PARAMS)
+def test_same_on_cuda(op: str, cid: str) -> None:
+    """Every case's values and gradients on a CUDA device equal the CPU's."""
+    if not ag.cuda.is_available():
+        pytest.skip("no CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
+    c, inputs = _inputs(op, cid)
+    if c.cuda:
+        pytest.skip("moves between devices itself")
+    want = _values_and_grads(c.fn, inputs)
+    got = _values_and_grads(c.fn, tuple(_on_cuda(x) for x in inputs))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g.dtype == w.dtype, f"result {i}: {g.dtype} on cuda, {w.dtype} on cpu"
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14, err_msg=f"result {i}")
