@@ -224,6 +224,18 @@ def _close_unstarted(aw: Any, gen: Generator[Any, Any, Any]) -> None:
         gen.close()
 
 
+def _launch_for(gt: GraphTask, node: Node) -> Launch | None:
+    """The node's stream made current, for a node that resumes after an await (See NOTE
+    [Streams in the graph])."""
+    st = gt.streams
+    dev = node._device
+    if st is None or dev is None or dev.type != "cuda":
+        return None
+    launch = Launch()
+    launch.enter(st, node)
+    return launch
+
+
 async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: Any) -> None:
     """Finish evaluating a node that awaits, then route its gradients."""
     try:
@@ -241,11 +253,15 @@ async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: 
                     out = stop.value
                     break
                 continue
+            launch = _launch_for(gt, node)
             try:
                 aw = gen.send(val)
             except StopIteration as stop:
                 out = stop.value
                 break
+            finally:
+                if launch is not None:
+                    launch.leave()
     except BaseException as e:
         gen.close()
         if own_cancellation(e):
@@ -257,10 +273,13 @@ async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: 
     try:
         if out is not None:
             tok = _grad_enabled.set(gt.create_graph)
+            launch = _launch_for(gt, node)
             try:
                 route_from_task(gt, node, out)
             finally:
                 _grad_enabled.reset(tok)
+                if launch is not None:
+                    launch.leave()
     except BaseException as e:
         gt.fail(e, node)
         return
