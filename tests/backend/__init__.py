@@ -1,0 +1,1 @@
+"""Backend tests: the simulated CUDA device."""
