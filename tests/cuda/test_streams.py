@@ -161,6 +161,27 @@ def test_graph_between_cpu_and_cuda() -> None:
         )
 
 
+@pytest.mark.usefixtures("delays")
+def test_gradient_copied_to_a_device_whose_consumer_is_on_a_side_stream() -> None:
+    """A copy node's backward copies the gradient onto the destination device's current stream;
+    a consumer there recorded on a side stream must wait for that stream."""
+    rng = np.random.default_rng(8)
+    for dest in ("cpu", "cuda:1"):
+        if dest == "cuda:1" and ag.cuda.device_count() < 2:
+            continue
+        for _ in range(REPEAT):
+            xv = rng.standard_normal(32)
+            x = leaf(xv)
+            s = ag.cuda.Stream()
+            s.wait_stream(ag.cuda.current_stream())
+            with ag.cuda.stream(s):
+                y = (x * 2.0).sin()
+            ag.cuda.current_stream().wait_stream(s)
+            loss = (y.to(dest) * 3.0).sum()
+            loss.backward()
+            np.testing.assert_allclose(host(x.grad), 6.0 * np.cos(2.0 * xv), rtol=1e-12)  # type: ignore[arg-type]
+
+
 # ----------------------------------------------------------------------------- awaiting
 async def _await_grad(
     make: Callable[[], tuple[ag.Tensor, ag.Tensor]],
