@@ -25,7 +25,7 @@ from __future__ import annotations
 from ._tensor import Tensor  # isort: skip
 from . import autograd, cuda, nn, optim
 from .autograd import backward, backward_sync, grad, grad_sync
-from .backend import Device, device
+from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
 from .graph.grad_mode import (
     enable_grad,
@@ -184,6 +184,7 @@ __all__ = [
     "full_like",
     "ge",
     "gelu",
+    "get_default_device",
     "grad",
     "grad_sync",
     "gt",
@@ -230,6 +231,7 @@ __all__ = [
     "remainder",
     "reshape",
     "rsqrt",
+    "set_default_device",
     "set_grad_enabled",
     "sigmoid",
     "sign",

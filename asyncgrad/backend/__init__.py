@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from contextvars import ContextVar
 from collections.abc import Callable
 from typing import Any, ClassVar, Final, ParamSpec, TypeVar
 
@@ -100,6 +101,35 @@ class Device:
     def __reduce__(self) -> tuple[Any, ...]:
         return (Device, (str(self),))
 
+    def __enter__(self) -> Device:
+        """``with ag.device("cuda"):``: factories without ``device=`` make tensors here."""
+        _default_stack.set((*_default_stack.get(), _default_device.get()))
+        _default_device.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack = _default_stack.get()
+        _default_device.set(stack[-1])
+        _default_stack.set(stack[:-1])
+
+
+# The device of new tensors whose factory names none (None: the CPU), per context, so a task
+# or thread that sets it affects only itself.
+_default_device: ContextVar[Device | None] = ContextVar("asyncgrad_default_device", default=None)
+_default_stack: ContextVar[tuple[Device | None, ...]] = ContextVar(
+    "asyncgrad_default_device_stack", default=()
+)
+
+
+def get_default_device() -> Device:
+    return _default_device.get() or CPU
+
+
+def set_default_device(device: Any) -> None:
+    """Make ``device`` (None: the CPU) where factories put tensors when given no ``device=``,
+    in this context (this thread, or this task and the tasks it starts)."""
+    _default_device.set(None if device is None else Device(device))
+
 
 device = Device
 CPU: Final = Device("cpu")
@@ -157,6 +187,27 @@ def shares_base(a: Any, b: Any) -> bool:
     ab = a if a.base is None else a.base
     bb = b if b.base is None else b.base
     return ab is bb
+
+
+def overlaps_itself(a: Any) -> bool:
+    """Whether several elements of ``a`` share one memory location (a broadcast view): writing
+    into it would be ill-defined."""
+    if type(a) is np.ndarray:
+        return not a.flags.writeable
+    return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True))
+
+
+def reshape_view(a: Any, shape: tuple[int, ...]) -> Any:
+    """A view of ``a`` with ``shape``, or None when that needs a copy."""
+    if type(a) is np.ndarray:
+        out = a.view()
+        try:
+            out.shape = shape  # raises instead of copying
+        except AttributeError:
+            return None
+        return out
+    out = a.reshape(shape)
+    return out if shares_base(out, a) else None
 
 
 def can_cast(src: Any, dst: Any) -> bool:

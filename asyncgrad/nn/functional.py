@@ -193,6 +193,13 @@ def scaled_dot_product_attention(
 
 
 # ----------------------------------------------------------------------------- losses
+def _beside(x: Any, input: Tensor) -> Any:
+    """A NumPy array (or list) of class indices on ``input``'s device, as a tensor there."""
+    if isinstance(x, Tensor) or not backend.is_device_array(input._array):
+        return x
+    return ops.as_tensor(x, device=input.device)
+
+
 @silent_fp  # See NOTE [Silent floating point]
 def nll_loss(
     input: Tensor,
@@ -206,7 +213,14 @@ def nll_loss(
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
     la = input._array
-    ta = arr(target)
+    ta = arr(_beside(target, input))
+    for name, other in (("target", ta), ("weight", arr(weight))):
+        if backend.is_array(other) and backend.device_of(other) is not backend.device_of(la):
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{backend.device_of(la)} and {backend.device_of(other)}! (nll_loss: input and "
+                f"{name})"
+            )
     if not hasattr(ta, "dtype") or ta.dtype.kind not in "iu":
         raise RuntimeError(
             f"nll_loss: expected target of integer class indices, got "
@@ -285,6 +299,7 @@ def cross_entropy(
     if input.ndim == 0:
         raise ValueError("cross_entropy: input must have at least one dimension (classes)")
     cls_dim = 1 if input.ndim > 1 else 0
+    target = _beside(target, input)
     logp = log_softmax(input, cls_dim)
     loss = nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing == 0.0:

@@ -8,6 +8,7 @@ from typing import Any
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import Device
+from ..backend import _default_device as _default_device_var
 from ._record import arr, as_array, wrap
 from .convert import to
 
@@ -53,8 +54,11 @@ def _size(size: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
+_default_device = _default_device_var.get
+
+
 def _device(device: Any) -> Device | None:
-    return None if device is None else Device(device)
+    return _default_device() if device is None else Device(device)
 
 
 def _finish(array: Any, device: Any, requires_grad: bool) -> Tensor:

@@ -37,9 +37,26 @@ def _norm_index(index: Any) -> tuple[tuple[Any, ...], bool]:
     return tuple(out), advanced
 
 
+def _on_device_of(idx: tuple[Any, ...], xa: Any) -> tuple[Any, ...]:
+    """Index arrays on the device of the indexed array ``xa``: host index arrays are copied to a
+    CUDA device, as torch does; device index arrays for a host array are an error."""
+    if type(xa) is backend.ndarray:
+        for i in idx:
+            if backend.is_device_array(i):
+                raise RuntimeError(
+                    f"indices should be either on cpu or on the same device as the indexed "
+                    f"tensor (cpu), got indices on {backend.device_of(i)}"
+                )
+        return idx
+    dev = backend.device_of(xa)
+    return tuple(backend.to_device(i, dev) if backend.is_array(i) else i for i in idx)
+
+
 def getitem(input: Tensor, index: Any) -> Tensor:
     idx, advanced = _norm_index(index)
     xa = input._array
+    if advanced:
+        idx = _on_device_of(idx, xa)
     try:
         out = xa[idx]
     except IndexError as e:
@@ -62,6 +79,7 @@ def setitem(input: Tensor, index: Any, value: Any) -> None:
     if not advanced:
         copy_(getitem(input, idx), value)
         return
+    idx = _on_device_of(idx, input._array)
     inplace(input, "index_put", lambda s: _index_put(s, idx, value))
 
 

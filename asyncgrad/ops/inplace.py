@@ -38,7 +38,7 @@ def _write(self: Tensor, res: Any) -> None:
         raise RuntimeError(
             f"result type {res.dtype} can't be cast to the desired output type {dst.dtype}"
         )
-    if not dst.flags.writeable:
+    if backend.overlaps_itself(dst):
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a "
             "single memory location. Please clone() the tensor before performing the operation."

@@ -40,14 +40,12 @@ def reshape_to(x: Tensor, shape: tuple[int, ...], must_view: bool) -> Tensor:
     otherwise, as torch's ``view``)."""
     xa = x._array
     if must_view:
-        try:
-            out = xa.view()
-            out.shape = shape  # raises instead of copying
-        except AttributeError:
+        out = backend.reshape_view(xa, shape)
+        if out is None:
             raise RuntimeError(
                 "view size is not compatible with input tensor's size and stride (at least one "
                 "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
-            ) from None
+            )
     else:
         out = xa.reshape(shape)
     t = make(OPS["reshape"], out, (x,), {"shape": shape, "in_shape": xa.shape})
