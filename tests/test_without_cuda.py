@@ -36,9 +36,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here"
-)
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here")
 def test_cpu_only_install() -> None:
     env = {k: v for k, v in os.environ.items() if k != "ASYNCGRAD_SIM_CUDA"}
     out = subprocess.run(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, ClassVar, Final, ParamSpec, TypeVar
 
 import numpy as np

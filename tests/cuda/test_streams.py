@@ -157,7 +157,9 @@ def test_graph_between_cpu_and_cuda() -> None:
         r = np.maximum(xv * wv, 0)
         np.testing.assert_allclose(host(x.grad), 2 * r * (xv * wv > 0) * wv, rtol=1e-12)  # type: ignore[arg-type]
         np.testing.assert_allclose(
-            host(w.grad), (2 * r * (xv * wv > 0) * xv).sum(0), rtol=1e-12  # type: ignore[arg-type]
+            host(w.grad),
+            (2 * r * (xv * wv > 0) * xv).sum(0),
+            rtol=1e-12,  # type: ignore[arg-type]
         )
 
 
@@ -331,4 +333,3 @@ def test_random_numbers_are_drawn_on_the_device() -> None:
     b = ag.randn(5, device="cuda")
     assert a.device == ag.device("cuda:0")
     np.testing.assert_array_equal(host(a), host(b))
-
