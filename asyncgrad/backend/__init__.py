@@ -169,6 +169,8 @@ def ensure_array(value: Any) -> Any:
 
 def asarray(data: Any, dtype: Any = None) -> Any:
     """An array for ``data`` (no copy when it already is one of that dtype)."""
+    if type(data).__module__.startswith("cupy") and type(data) not in _device_types:
+        cuda.require(None)  # a CuPy array made before asyncgrad first used CUDA
     if type(data) in _device_types:
         return data if dtype is None else data.astype(dtype, copy=False)
     return np.asarray(data, dtype=dtype)

@@ -52,7 +52,9 @@ def _find() -> tuple[Any, str | None]:
         return None, "ASYNCGRAD_SIM_CUDA asks for no simulated device"
     try:
         import cupy
-    except ImportError:
+    except ImportError as e:
+        if getattr(e, "name", None) not in ("cupy", None):
+            return None, f"CuPy is installed but could not be imported ({type(e).__name__}: {e})"
         return None, (
             "CuPy is not installed; install asyncgrad with the CUDA extra matching your "
             "CUDA version: pip install 'asyncgrad[cuda12]' or 'asyncgrad[cuda13]' (or set "

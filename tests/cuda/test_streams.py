@@ -333,3 +333,35 @@ def test_random_numbers_are_drawn_on_the_device() -> None:
     b = ag.randn(5, device="cuda")
     assert a.device == ag.device("cuda:0")
     np.testing.assert_array_equal(host(a), host(b))
+
+
+async def test_worker_runs_at_most_a_bounded_distance_ahead_of_the_gpu(sim: Any) -> None:
+    """With the GPU held, a CUDA worker launches a couple of slices of nodes and then waits
+    (without blocking the loop) instead of queuing the whole backward pass."""
+    from asyncgrad.engine import worker
+
+    x = leaf(np.ones(4))
+    y = x
+    ran: list[int] = []
+    for _ in range(600):
+        y = y * 1.0
+        assert y.grad_fn is not None
+        y.grad_fn.register_prehook(lambda g: ran.append(1))
+    loss = y.sum()
+    old = ag.autograd.engine.config.slice_s
+    ag.autograd.engine.configure(slice_s=1e-9)  # a slice is then the 16 nodes between checks
+    try:
+        gate = Gate(ag.cuda.current_stream())
+        task = asyncio.ensure_future(ag.grad(loss, [x]))
+        for _ in range(300):
+            await asyncio.sleep(0)
+        # Two slices ahead of the held GPU, plus the slice that found them unfinished.
+        assert worker.MAX_SLICES_AHEAD == 2
+        assert 0 < len(ran) <= 4 * 16, len(ran)
+        assert not task.done()
+        gate.open()
+        (g,) = await asyncio.wait_for(task, 10)
+    finally:
+        ag.autograd.engine.configure(slice_s=old)
+    assert len(ran) == 600
+    np.testing.assert_array_equal(g._array._data, np.ones(4))
