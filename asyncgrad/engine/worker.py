@@ -22,6 +22,7 @@ from .streams import Launch, Streams
 
 if TYPE_CHECKING:
     from ..graph.node import Node
+    from ..rules import FunctionNode
     from .graph_task import GraphTask
     from .ready_queue import ReadyQueue
 
@@ -131,6 +132,11 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     if type(buf) is InputBuffer and buf.cross:
                         hold = (node._stream, dev.index, list(buf))
             try:
+                if node._copies_to_host and st is not None and queue.loop is not None:
+                    if cast("FunctionNode", node)._params["device"].type == "cpu":
+                        _spawn_after_gpu(queue, gt, node, buf)
+                        hold = None
+                        continue
                 if node._hooks is not None or node._async_apply:
                     gen = evaluate(gt, node, buf)
                     try:
@@ -216,6 +222,26 @@ def _spawn(queue: ReadyQueue, gt: GraphTask, node: Node, gen: Any, aw: Any) -> N
     # awaited, so a hook's coroutine is not reported as never awaited.
     task.add_done_callback(lambda _: _close_unstarted(aw, gen))
     _own_task(gt, task)
+
+
+# NOTE [Host reads wait off the loop]
+# Copying a gradient from a CUDA device to the host (the backward of ``x.cuda()`` for a CPU
+# ``x``) waits until the GPU has computed it. A worker on a loop must not wait there: such a node
+# first waits in a task of its own, without blocking the loop, for an event recorded on its
+# stream (See NOTE [Waiting for the GPU]), and only then runs, when the copy finds the data
+# ready. A blocking caller (no loop) copies at once, waiting as torch does.
+def _spawn_after_gpu(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> None:
+    gen = _after_gpu(gt, node, buf)
+    _spawn(queue, gt, node, gen, gen.send(None))
+
+
+def _after_gpu(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, Any]:
+    dev = node._device
+    assert dev is not None
+    assert dev.index is not None
+    ev = cuda.record(node._stream, dev.index)
+    yield cuda.wait_until_done([(ev, node._stream)])
+    return (yield from evaluate(gt, node, buf))
 
 
 def _close_unstarted(aw: Any, gen: Generator[Any, Any, Any]) -> None:

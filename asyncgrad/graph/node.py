@@ -57,6 +57,9 @@ class Node:
 
     # Whether ``apply`` may return an awaitable (custom Functions with an ``async def backward``).
     _async_apply = False
+    # Whether ``apply`` copies a CUDA gradient to the host (the backward of a copy to a CUDA
+    # device, when its ``device`` parameter is the CPU): See NOTE [Host reads wait off the loop].
+    _copies_to_host = False
 
     _next_edges: list[Edge | None]
     _input_meta: tuple[tuple[tuple[int, ...], Any], ...]

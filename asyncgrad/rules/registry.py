@@ -68,7 +68,7 @@ class OpDef:
         self.multi_input = multi_input
         self._save_cache: dict[int, tuple[int, ...]] = {}
         cls_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
-        self.node_cls = type(cls_name, (FunctionNode,), {"__slots__": ()})
+        self.node_cls: type[FunctionNode] = type(cls_name, (FunctionNode,), {"__slots__": ()})
 
     def saves_for(self, mask: int) -> tuple[int, ...]:
         """The positions to save when the inputs in bitmask ``mask`` need gradients: only what

@@ -181,7 +181,8 @@ defvjp(
 )
 defvjp("unbind", lambda g, ans, x, *, dim, in_shape: stack_grads(g, dim, in_shape), outputs=-1)
 defvjp("clone", lambda g, ans, x: g)
-defvjp("to_copy", lambda g, ans, x, *, device: copy_to(g, device))  # between devices
+_to_copy = defvjp("to_copy", lambda g, ans, x, *, device: copy_to(g, device))  # between devices
+_to_copy.node_cls._copies_to_host = True  # when ``device`` is the CPU: see Node
 defvjp("cast", lambda g, ans, x: g)  # the rule's result is cast back to x's dtype by _fit
 defvjp("copy", lambda g, ans, x, src: xp.zeros_like(g), lambda g, ans, x, src: g)
 defvjp("fill", lambda g, ans, x, *, value: xp.zeros_like(g))

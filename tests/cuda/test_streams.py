@@ -21,6 +21,8 @@ import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
 REPEAT = 12
+# A gate left closed (a blocked loop cannot open it) opens by itself after this long.
+GATE_TIMEOUT_S = 3.0
 
 
 def host(t: ag.Tensor) -> np.ndarray:
@@ -36,7 +38,11 @@ class Gate:
 
     def __init__(self, stream: ag.cuda.Stream) -> None:
         self.opened = threading.Event()
-        stream.native.launch_host_func(lambda _: self.opened.wait(10), None)
+        self.timed_out = False
+        stream.native.launch_host_func(self._hold, None)
+
+    def _hold(self, _: Any) -> None:
+        self.timed_out = not self.opened.wait(GATE_TIMEOUT_S)
 
     def open(self) -> None:
         self.opened.set()
@@ -365,3 +371,80 @@ async def test_worker_runs_at_most_a_bounded_distance_ahead_of_the_gpu(sim: Any)
         ag.autograd.engine.configure(slice_s=old)
     assert len(ran) == 600
     np.testing.assert_array_equal(g._array._data, np.ones(4))
+
+
+@pytest.mark.usefixtures("delays")
+async def test_abackward_resumes_when_grad_fields_are_computed(sim: Any) -> None:
+    rng = np.random.default_rng(9)
+    for _ in range(REPEAT):
+        xv = rng.standard_normal(64)
+        x = leaf(xv)
+        await asyncio.wait_for(_branches_on_two_streams(x).abackward(), 10)
+        assert x.grad is not None
+        np.testing.assert_allclose(x.grad._array._data, _grad_branches(xv), rtol=1e-10)
+
+
+@pytest.mark.usefixtures("delays")
+async def test_each_device_has_its_own_worker() -> None:
+    """An awaited backward across cuda:0 and cuda:1 runs each node on its device's worker."""
+    if ag.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    from asyncgrad.engine import devices
+
+    seen: dict[str, set[str]] = {"cuda:0": set(), "cuda:1": set()}
+
+    def note(dev: str) -> Callable[[Any], None]:
+        def hook(_: Any) -> None:
+            task = asyncio.current_task()
+            seen[dev].add(task.get_name() if task is not None else "")
+
+        return hook
+
+    xv = np.linspace(-1, 1, 8)
+    x = leaf(xv, "cuda:0")
+    a = x.sin()
+    assert a.grad_fn is not None
+    a.grad_fn.register_prehook(note("cuda:0"))
+    b = a.to("cuda:1").exp()
+    assert b.grad_fn is not None
+    b.grad_fn.register_prehook(note("cuda:1"))
+    (g,) = await asyncio.wait_for(ag.grad(b.sum(), [x]), 10)
+    np.testing.assert_allclose(host(g), np.exp(np.sin(xv)) * np.cos(xv), rtol=1e-12)
+    assert seen == {"cuda:0": {"asyncgrad-worker-cuda:0"}, "cuda:1": {"asyncgrad-worker-cuda:1"}}
+    loop = asyncio.get_running_loop()
+    assert {str(q.device) for q in devices.queues_of(loop)} >= {"cuda:0", "cuda:1"}
+
+
+def test_dlpack_exchange_with_torch_shares_memory() -> None:
+    torch = pytest.importorskip("torch")
+    if runtime.simulated():
+        pytest.skip("simulated device memory cannot be exported through DLPack")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    src = torch.arange(4.0, device="cuda")
+    t = ag.from_dlpack(src)
+    assert t.device == ag.device("cuda:0")
+    src[0] = 7.0
+    torch.cuda.synchronize()
+    assert t.cpu().tolist() == [7.0, 1.0, 2.0, 3.0]
+    back = torch.from_dlpack(ag.ones(3, device="cuda"))
+    assert back.device.type == "cuda"
+    assert back.sum().item() == 3.0
+
+
+async def test_copy_to_the_host_in_an_awaited_backward_does_not_block_the_loop(sim: Any) -> None:
+    """The backward of ``x.cuda()`` for a CPU ``x`` reads the GPU's gradient on the host; an
+    awaiting caller's loop keeps running while the GPU is still computing it."""
+    xv = np.linspace(-1, 1, 8)
+    x = ag.tensor(xv, requires_grad=True)
+    loss = (x.cuda() ** 2).sum()
+    gate = Gate(ag.cuda.current_stream())
+    task = asyncio.ensure_future(ag.grad(loss, [x]))
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not task.done()
+    gate.open()
+    (g,) = await asyncio.wait_for(task, 10)
+    assert not gate.timed_out  # opened by this coroutine: the loop was never blocked
+    assert g.device == ag.device("cpu")
+    np.testing.assert_allclose(g.numpy(), 2 * xv)
