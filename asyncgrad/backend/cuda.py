@@ -173,6 +173,19 @@ def use_stream(stream: Any, index: int) -> Any:
     return prev
 
 
+def use_device(index: int) -> int:
+    """Make ``cuda:index`` this thread's current device (where new arrays go); returns the
+    previous one."""
+    prev = int(rt.cuda.runtime.getDevice())
+    if prev != index:
+        rt.cuda.Device(index).use()
+    return prev
+
+
+def single_device() -> bool:
+    return _single
+
+
 def record(stream: Any, index: int) -> Any:
     """An event marking the work queued on ``stream`` so far."""
     if _single:

@@ -65,16 +65,18 @@ def begin(roots: Sequence[Edge]) -> Streams | None:
 
 
 class Launch:
-    """The streams a draining worker made current, put back when it stops."""
+    """The streams (and device) a draining worker made current, put back when it stops."""
 
-    __slots__ = ("last", "saved")
+    __slots__ = ("device", "last", "saved")
 
     def __init__(self) -> None:
         self.saved: dict[int, Any] = {}
         self.last: Any = None
+        self.device: int | None = None  # the current device before the first switch
 
     def enter(self, st: Streams, node: Node) -> None:
-        """Make ``node``'s stream current on its device (a CUDA one)."""
+        """Make ``node``'s device and stream current (a CUDA device): the arrays its backward
+        makes go there, and its kernels to that stream."""
         s = node._stream
         dev = node._device
         assert dev is not None
@@ -82,6 +84,10 @@ class Launch:
         idx = dev.index
         st.used[s] = idx
         if s is not self.last:
+            if not cuda.single_device():
+                prev_dev = cuda.use_device(idx)
+                if self.device is None:
+                    self.device = prev_dev
             prev = cuda.use_stream(s, idx)
             self.saved.setdefault(idx, prev)
             self.last = s
@@ -91,6 +97,9 @@ class Launch:
             cuda.use_stream(s, idx)
         self.saved.clear()
         self.last = None
+        if self.device is not None:
+            cuda.use_device(self.device)
+            self.device = None
 
 
 def arrive(producer: Node, consumer: Node) -> tuple[Any, int] | None:

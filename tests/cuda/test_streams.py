@@ -448,3 +448,18 @@ async def test_copy_to_the_host_in_an_awaited_backward_does_not_block_the_loop(s
     assert not gate.timed_out  # opened by this coroutine: the loop was never blocked
     assert g.device == ag.device("cpu")
     np.testing.assert_allclose(g.numpy(), 2 * xv)
+
+
+def test_backward_on_the_second_device_makes_its_arrays_there() -> None:
+    """Rules that allocate (the backward of indexing makes zeros) run with their node's device
+    current, whatever device the caller has selected."""
+    if ag.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    xv = np.arange(6.0).reshape(3, 2)
+    x = leaf(xv, "cuda:1")
+    y = x[ag.tensor([0, 2, 0])] * 2.0
+    ag.cuda.set_device(0)
+    y.sum().backward()
+    assert x.grad is not None
+    assert x.grad.device == ag.device("cuda:1")
+    np.testing.assert_array_equal(host(x.grad), [[4.0, 4.0], [0.0, 0.0], [2.0, 2.0]])
