@@ -61,12 +61,15 @@ def main() -> None:
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     reports = []
+    unmeasured = []
     for n in names:
         tb = time.perf_counter()
         mod = BENCHES[n]
         rep = mod.run(mod.ROUNDS if a.rounds is None else a.rounds, a.quick)
         if rep is not None:  # None: nothing to record here (bench_cuda without a GPU)
             reports.append(rep)
+        else:
+            unmeasured.append(n)
         print(f"{n}: {time.perf_counter() - tb:.0f} s\n", flush=True)
     elapsed = time.perf_counter() - t0
 
@@ -106,6 +109,15 @@ def main() -> None:
     lines.append("")
     for rep in reports:
         lines.append(rep.text())
+    if "cuda" in unmeasured:
+        lines += [
+            "## GPU (bench_cuda.py)",
+            "",
+            "Not measured in this run: this machine has no NVIDIA GPU. On one, "
+            "`bash scripts/gpu_check.sh` runs the CUDA tests and these benchmarks side by side "
+            "with PyTorch CUDA and hand-written CuPy.",
+            "",
+        ]
     extra = H.HERE / "instructions.md"  # written by bench_instructions.py (slow: run apart)
     if extra.exists():
         lines.append(extra.read_text(encoding="utf-8"))

@@ -176,6 +176,11 @@ def asarray(data: Any, dtype: Any = None) -> Any:
     return np.asarray(data, dtype=dtype)
 
 
+def scalar(value: Any, dtype: Any) -> Any:
+    """``value`` as a NumPy scalar of ``dtype`` (an operand every array namespace accepts)."""
+    return np.dtype(dtype).type(value)
+
+
 def is_array(value: Any) -> bool:
     return type(value) is np.ndarray or type(value) in _device_types
 

@@ -722,9 +722,8 @@ def _operand(x: Any) -> Any:
     if isinstance(x, (int, float, complex, np.generic)):
         return x
     if isinstance(x, np.ndarray):
-        if x.ndim:
-            raise _host_array_error(x)
-        return x.copy()
+        # CuPy takes Python and NumPy scalars, but no NumPy array, not even a 0-d one.
+        raise _host_array_error(x)
     if _is_foreign(type(x)):
         raise _Defer
     raise TypeError(f"Unsupported type {type(x)}")

@@ -12,6 +12,7 @@ from ..backend import silent_fp
 from ..graph.copy_slices import CopySlices
 from ..graph.grad_mode import _grad_enabled
 from ._record import OPS, arr, make
+from .convert import to
 from .pointwise import _binary, clamp, masked_fill, mul, pow, relu
 
 
@@ -156,9 +157,14 @@ def fill_(self: Tensor, value: Any) -> Tensor:
 
 @silent_fp  # See NOTE [Silent floating point]
 def copy_(self: Tensor, src: Any) -> Tensor:
+    dev = self.device
+    if isinstance(src, Tensor) and src.device is not dev:
+        src = to(src, dev)  # a copy between devices, recorded (ToCopyBackward0)
     sa = arr(src)
     if not hasattr(sa, "shape"):
         sa = backend.asarray(sa)
+    if backend.device_of(sa) is not dev:
+        sa = backend.to_device(sa, dev)  # host data (a NumPy array, a list) into a CUDA tensor
 
     def compute(s: Tensor) -> Tensor:
         try:

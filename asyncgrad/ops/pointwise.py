@@ -507,5 +507,5 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:
 
 def masked_fill(input: Tensor, mask: Any, value: Any) -> Tensor:
     if not isinstance(value, Tensor):
-        value = backend.asarray(value, dtype=input.dtype)
+        value = backend.scalar(value, input.dtype)  # a NumPy scalar: any device takes it
     return where(mask, value, input)

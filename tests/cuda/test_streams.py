@@ -33,6 +33,13 @@ def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
     return ag.tensor(values, device=device, requires_grad=True)
 
 
+def side_stream() -> ag.cuda.Stream:
+    """A new stream whose work follows what is queued on the current stream so far."""
+    s = ag.cuda.Stream()
+    s.wait_stream(ag.cuda.current_stream())
+    return s
+
+
 class Gate:
     """Holds a stream at a point until opened (a host function that waits on the stream)."""
 
@@ -52,9 +59,7 @@ class Gate:
 def _branches_on_two_streams(x: ag.Tensor) -> ag.Tensor:
     """Two branches, each recorded on its own side stream, summed on the default stream: their
     gradients meet in x's input buffer from two streams (same device, other streams)."""
-    s1, s2 = ag.cuda.Stream(), ag.cuda.Stream()
-    s1.wait_stream(ag.cuda.current_stream())
-    s2.wait_stream(ag.cuda.current_stream())
+    s1, s2 = side_stream(), side_stream()
     with ag.cuda.stream(s1):
         a = (x * 3.0).sin()
     with ag.cuda.stream(s2):
@@ -88,8 +93,7 @@ def test_backward_of_a_graph_recorded_on_a_side_stream() -> None:
         xv, wv = rng.standard_normal((8, 16)), rng.standard_normal((16, 4))
         x = ag.tensor(xv, device="cuda")
         w = leaf(wv)
-        s = ag.cuda.Stream()
-        s.wait_stream(ag.cuda.current_stream())
+        s = side_stream()
         with ag.cuda.stream(s):
             loss = (x @ w).tanh().sum()
         ag.cuda.current_stream().wait_stream(s)
@@ -105,8 +109,7 @@ def test_backward_called_inside_the_side_stream() -> None:
     for _ in range(REPEAT):
         xv = rng.standard_normal(32)
         x = leaf(xv)
-        s = ag.cuda.Stream()
-        s.wait_stream(ag.cuda.current_stream())
+        s = side_stream()
         with ag.cuda.stream(s):
             (x * x).sum().backward()
             doubled = x.grad * 1.0  # type: ignore[operator]
@@ -122,8 +125,7 @@ def test_root_gradient_made_on_the_callers_stream() -> None:
     for _ in range(REPEAT):
         xv, gv = rng.standard_normal(16), rng.standard_normal(16)
         x = leaf(xv)
-        s = ag.cuda.Stream()
-        s.wait_stream(ag.cuda.current_stream())
+        s = side_stream()
         with ag.cuda.stream(s):
             y = x.sin()
         ag.cuda.current_stream().wait_stream(s)
@@ -180,8 +182,7 @@ def test_gradient_copied_to_a_device_whose_consumer_is_on_a_side_stream() -> Non
         for _ in range(REPEAT):
             xv = rng.standard_normal(32)
             x = leaf(xv)
-            s = ag.cuda.Stream()
-            s.wait_stream(ag.cuda.current_stream())
+            s = side_stream()
             with ag.cuda.stream(s):
                 y = (x * 2.0).sin()
             ag.cuda.current_stream().wait_stream(s)
@@ -463,3 +464,22 @@ def test_backward_on_the_second_device_makes_its_arrays_there() -> None:
     assert x.grad is not None
     assert x.grad.device == ag.device("cuda:1")
     np.testing.assert_array_equal(host(x.grad), [[4.0, 4.0], [0.0, 0.0], [2.0, 2.0]])
+
+
+def test_copy_between_devices_in_place() -> None:
+    """``dst.copy_(src)`` across devices (as torch): the gradient reaches a CPU source."""
+    src = ag.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    dst = ag.zeros(3, device="cuda")
+    dst.copy_(src * 2.0)
+    assert dst.device == ag.device("cuda:0")
+    (dst * dst).sum().backward()
+    assert src.grad is not None
+    assert src.grad.device == ag.device("cpu")
+    np.testing.assert_allclose(src.grad.numpy(), 8.0 * np.array([1.0, 2.0, 3.0]))
+    host_data = ag.zeros(2, device="cuda")
+    host_data.copy_(np.array([5.0, 6.0]))
+    host_data[0] = 7.0
+    assert host_data.device == ag.device("cuda:0")
+    assert host_data.cpu().tolist() == [7.0, 6.0]
+    filled = ag.ones(3, device="cuda").masked_fill(ag.tensor([True, False, True], device="cuda"), 4)
+    assert filled.cpu().tolist() == [4.0, 1.0, 4.0]
