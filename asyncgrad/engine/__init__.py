@@ -9,9 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from .engine import execute, execute_sync, queue_callback, wait_idle
+from .metrics import reset_stats, stats
 from .reentrant import config, shutdown
 
-__all__ = ["configure", "execute", "execute_sync", "queue_callback", "shutdown", "wait_idle"]
+__all__ = [
+    "configure",
+    "execute",
+    "execute_sync",
+    "queue_callback",
+    "reset_stats",
+    "shutdown",
+    "stats",
+    "wait_idle",
+]
 
 
 def configure(

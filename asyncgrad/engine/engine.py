@@ -13,7 +13,7 @@ from typing import Any, Final
 from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
-from . import streams
+from . import metrics, streams
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
@@ -176,7 +176,7 @@ def build(
     """The one builder of a GraphTask: the task, and the preparation (a generator that yields
     every few hundred nodes, so an awaiting caller can let the loop run) whose value is the start
     node and its input buffer, or None when no output is reachable."""
-    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1])
+    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1], metrics.of(loop))
     gt.loop = loop
     gt.streams = streams.begin(roots)
     return gt, _prepare(gt, roots, root_grads, outputs, accumulate)
@@ -270,21 +270,28 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
     """Prepare and run ``gt`` on its loop, the running one."""
     assert gt.loop is not None
     if gt.cancel_requested:
+        gt.cancel()
         raise asyncio.CancelledError("the backward pass was cancelled before it started")
     gt.future = gt.loop.create_future()
     try:
-        t_end = perf_counter() + config.slice_s
+        t0 = perf_counter()
+        t_end = t0 + config.slice_s
         try:
             while True:
                 next(prep)
-                if perf_counter() > t_end:
+                now = perf_counter()
+                if now > t_end:
+                    gt.stats.stall(now - t0)  # See NOTE [Engine metrics]
                     await asyncio.sleep(0)
-                    t_end = perf_counter() + config.slice_s
+                    t0 = perf_counter()
+                    t_end = t0 + config.slice_s
         except StopIteration as stop:
             start = stop.value
+        gt.stats.stall(perf_counter() - t0)
         if gt.done:  # cancelled through its link while preparing
             raise asyncio.CancelledError("the backward pass was cancelled")
         if start is None:
+            gt.finish()
             return gt.captured
         _start_queue(gt, start[0])
         push(gt, start[0], start[1])
@@ -315,8 +322,30 @@ def execute_sync(
 ) -> list[Any]:
     """Run a backward pass to completion on the calling thread, with no event loop.
 
-    Safe inside a running loop too (the loop waits while this runs; nothing here needs it).
+    Safe inside a running loop too (the loop waits while this runs; nothing here needs it, and
+    the wait counts as a stall of that loop: See NOTE [Engine metrics]).
     """
+    args = (roots, root_grads, keep_graph, create_graph, outputs, accumulate, priority, _depth)
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        return _execute_sync(*args)
+    t0 = perf_counter()
+    try:
+        return _execute_sync(*args)
+    finally:
+        metrics.of(loop).stall(perf_counter() - t0)
+
+
+def _execute_sync(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Any],
+    keep_graph: bool,
+    create_graph: bool,
+    outputs: Sequence[Edge] | None,
+    accumulate: bool,
+    priority: int,
+    _depth: tuple[int, int] | None,
+) -> list[Any]:
     parent = current_graph_task.get()
     depth = _depths(parent) if _depth is None else _depth
     # This thread waits here until the pass is done: a pool loop it runs takes no new work
@@ -353,6 +382,7 @@ def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[
     except StopIteration as stop:
         start = stop.value
     if start is None:
+        gt.finish()
         return gt.captured
     queue = _start_queue(gt, start[0])
     queue.push(gt, start[0], start[1])

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from .metrics import Stats
 from .ready_queue import key_base
 from .streams import Streams, release_later
 
@@ -78,11 +79,18 @@ class GraphTask:
         "queue",
         "queues",
         "remote",
+        "stats",
         "streams",
     )
 
     def __init__(
-        self, keep_graph: bool, create_graph: bool, priority: int, depth: int, local_depth: int
+        self,
+        keep_graph: bool,
+        create_graph: bool,
+        priority: int,
+        depth: int,
+        local_depth: int,
+        stats: Stats,
     ) -> None:
         self.keep_graph = keep_graph
         self.create_graph = create_graph
@@ -113,6 +121,9 @@ class GraphTask:
         self.cancel_requested = False
         # CUDA streams: See NOTE [Streams in the graph] (None in a process without CUDA).
         self.streams: Streams | None = None
+        # Its loop's metrics (See NOTE [Engine metrics]); counted as running until it ends.
+        self.stats = stats
+        stats.running += 1
 
     def __repr__(self) -> str:
         return (
@@ -175,6 +186,11 @@ class GraphTask:
 
     def _stop(self) -> None:
         self.done = True
+        self.stats.running -= 1
+        if self.error is not None:
+            self.stats.failed += 1
+        else:
+            self.stats.cancelled += 1
         dropped = [q.purge(self) for q in self.queues.values()]
         for t in list(self.inflight):
             t.cancel()
@@ -200,6 +216,8 @@ class GraphTask:
         if self.done:
             return
         self.done = True
+        self.stats.running -= 1
+        self.stats.completed += 1
         self._free()
         fut = self.future
         if fut is not None and not fut.done():
@@ -212,12 +230,15 @@ class GraphTask:
         if parent is None:
             return
         with _links:
-            if parent.cancel_requested:
-                raise asyncio.CancelledError(
-                    "the backward pass that started this one was cancelled or failed"
-                )
-            parent.children.add(self)
-            self.parent = parent
+            stopped = parent.cancel_requested
+            if not stopped:
+                parent.children.add(self)
+                self.parent = parent
+        if stopped:
+            self.cancel()  # it never runs
+            raise asyncio.CancelledError(
+                "the backward pass that started this one was cancelled or failed"
+            )
 
     def unlink(self) -> None:
         if self.parent is None:  # never linked (a top-level pass), or already unlinked

@@ -8,6 +8,8 @@ import itertools
 from heapq import heappush
 from typing import TYPE_CHECKING, Any, Final
 
+from . import metrics
+
 if TYPE_CHECKING:
     from ..backend import Device
     from ..graph.node import Node
@@ -56,11 +58,13 @@ class ReadyQueue:
     empty (see devices.start_worker). Without one (``loop is None``) the caller drains it.
     """
 
-    __slots__ = ("device", "heap", "launched", "loop", "tasks", "worker")
+    __slots__ = ("device", "heap", "label", "launched", "loop", "stats", "tasks", "worker")
 
     def __init__(self, device: Device, loop: asyncio.AbstractEventLoop | None) -> None:
         self.device = device
         self.loop = loop
+        self.stats = metrics.of(loop)  # See NOTE [Engine metrics]
+        self.label = str(device)
         self.heap: list[Entry] = []
         self.worker: asyncio.Task[None] | None = None
         # Tasks finishing nodes that await (async hooks or backward) and final callbacks.

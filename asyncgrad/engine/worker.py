@@ -89,9 +89,11 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     # unchanged: a successor is only taken directly when it is the minimum.
     """
     heap = queue.heap
-    deadline = perf_counter() + budget
+    started = perf_counter()
+    deadline = started + budget
     fp_tok = quiet_fp()  # See NOTE [Silent floating point]
     count = 0
+    total = 0  # nodes run, for the metrics (See NOTE [Engine metrics])
     cur: GraphTask | None = None
     mode_tok = gt_tok = None
     create = keep = False
@@ -178,10 +180,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                 on_drained(gt)
             count += 1
             if count == 16:
+                total += 16
                 count = 0
                 if perf_counter() > deadline:
                     break
     finally:
+        queue.stats.add_slice(queue.label, total + count, perf_counter() - started)
         if direct is not None:
             assert cur is not None
             heappush(heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], cur))
@@ -309,6 +313,7 @@ async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: 
     except BaseException as e:
         gt.fail(e, node)
         return
+    gt.stats.add_slice(str(node._device or "cpu"), 1, 0.0)  # its time ran in several steps
     gt.outstanding -= 1
     if gt.outstanding == 0:
         on_drained(gt)

@@ -1,0 +1,105 @@
+"""Engine metrics per event loop (``ag.autograd.engine.stats()``): counters cheap enough to be
+always on.
+
+NOTE [Engine metrics]
+Each event loop has one ``Stats``; graph tasks run by blocking callers (no loop) count in one
+more, ``BLOCKING``. A graph task counts as running from when it is built until it ends, and then
+as completed, failed or cancelled. A device worker adds its nodes and the time it spent running
+them once per slice (not per node), and the longest slice is the longest the engine held the
+loop at once; preparing a graph task counts the same way. A blocking ``backward()`` called on a
+thread whose loop is running holds that loop for the whole pass, which counts as a stall of that
+loop too. Counters only ever grow, except ``running``; ``reset_stats()`` starts them afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+
+class Stats:
+    __slots__ = (
+        "cancelled",
+        "completed",
+        "failed",
+        "longest_stall_s",
+        "node_time_s",
+        "nodes",
+        "running",
+    )
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.completed = 0
+        self.cancelled = 0
+        self.failed = 0
+        self.nodes: dict[str, int] = {}
+        self.node_time_s: dict[str, float] = {}
+        self.longest_stall_s = 0.0
+
+    def add_slice(self, device: str, nodes: int, seconds: float) -> None:
+        """A worker ran ``nodes`` nodes of ``device`` in one stretch of ``seconds``."""
+        self.nodes[device] = self.nodes.get(device, 0) + nodes
+        self.node_time_s[device] = self.node_time_s.get(device, 0.0) + seconds
+        if seconds > self.longest_stall_s:
+            self.longest_stall_s = seconds
+
+    def stall(self, seconds: float) -> None:
+        if seconds > self.longest_stall_s:
+            self.longest_stall_s = seconds
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "graph_tasks": {
+                "running": self.running,
+                "completed": self.completed,
+                "failed": self.failed,
+                "cancelled": self.cancelled,
+            },
+            "nodes": dict(self.nodes),
+            "time_in_nodes_s": dict(self.node_time_s),
+            "longest_stall_s": self.longest_stall_s,
+        }
+
+
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Stats] = weakref.WeakKeyDictionary()
+BLOCKING = Stats()
+
+
+def of(loop: asyncio.AbstractEventLoop | None) -> Stats:
+    """The stats of ``loop`` (None: of blocking callers)."""
+    if loop is None:
+        return BLOCKING
+    st = _per_loop.get(loop)
+    if st is None:
+        st = _per_loop[loop] = Stats()
+    return st
+
+
+def stats(loop: asyncio.AbstractEventLoop | None = None) -> dict[str, Any]:
+    """The engine's metrics on ``loop`` (default: the running loop; with none running, those of
+    blocking callers) as a dict: ``graph_tasks`` (running, completed, failed, cancelled),
+    ``nodes`` and ``time_in_nodes_s`` per device, and ``longest_stall_s``, the longest time the
+    engine held the loop at once. See NOTE [Engine metrics]."""
+    if loop is None:
+        loop = _running_loop()
+    return of(loop).snapshot()
+
+
+def reset_stats(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Start the counters of ``loop`` (default: the running one, else blocking callers') afresh;
+    graph tasks still running stay counted as running."""
+    if loop is None:
+        loop = _running_loop()
+    st = of(loop)
+    running = st.running
+    st.__init__()  # type: ignore[misc]
+    st.running = running
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
