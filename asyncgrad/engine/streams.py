@@ -67,12 +67,22 @@ def begin(roots: Sequence[Edge]) -> Streams | None:
 class Launch:
     """The streams (and device) a draining worker made current, put back when it stops."""
 
-    __slots__ = ("device", "last", "saved")
+    __slots__ = ("device", "held", "last", "saved")
 
     def __init__(self) -> None:
         self.saved: dict[int, Any] = {}
         self.last: Any = None
         self.device: int | None = None  # the current device before the first switch
+        # Arrays to keep until the kernels launched meanwhile have run: (stream, index, refs).
+        self.held: list[tuple[Any, int, Any]] = []
+
+    def hold(self, node: Node, refs: Any) -> None:
+        """Keep ``refs`` until the kernels ``node`` launches have run (See NOTE [Deferred
+        frees]): an event is recorded on its stream when the worker stops."""
+        dev = node._device
+        assert dev is not None
+        assert dev.index is not None
+        self.held.append((node._stream, dev.index, refs))
 
     def enter(self, st: Streams, node: Node) -> None:
         """Make ``node``'s device and stream current (a CUDA device): the arrays its backward
@@ -93,6 +103,9 @@ class Launch:
             self.last = s
 
     def leave(self) -> None:
+        for s, idx, refs in self.held:
+            cuda.defer_free(cuda.record(s, idx), refs)
+        self.held.clear()
         for idx, s in self.saved.items():
             cuda.use_stream(s, idx)
         self.saved.clear()

@@ -100,8 +100,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     direct: tuple[int, Node, list[Any]] | None = None
     gt: GraphTask
     st: Streams | None = None
-    launch: Launch | None = None
-    hold: tuple[Any, Any, list[Any]] | None = None
+    launch = Launch() if cuda.loaded else None
     try:
         while True:
             if direct is not None:
@@ -123,22 +122,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     st = gt.streams
             else:
                 break
-            if st is not None:
-                dev = node._device
-                if dev is not None and dev.type == "cuda":
-                    # See NOTE [Streams in the graph]: the node runs on its forward's stream.
-                    if launch is None:
-                        launch = Launch()
-                    launch.enter(st, node)
-                    queue.launched.add(node._stream)
-                    if type(buf) is InputBuffer and buf.cross:
-                        hold = (node._stream, dev.index, list(buf))
             try:
-                if node._copies_to_host and st is not None and queue.loop is not None:
-                    if cast("FunctionNode", node)._params["device"].type == "cpu":
-                        _spawn_after_gpu(queue, gt, node, buf)
-                        hold = None
-                        continue
+                if st is not None and _on_gpu(queue, gt, st, node, buf, launch):
+                    continue  # it waits for the GPU in a task of its own
                 if node._hooks is not None or node._async_apply:
                     gen = evaluate(gt, node, buf)
                     try:
@@ -150,7 +136,6 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                         # its own task, or block on a helper loop if nobody is serving a loop.
                         if queue.loop is not None:
                             _spawn(queue, gt, node, gen, aw)
-                            hold = None
                             continue
                         out = finish_blocking(gen, aw)
                 elif gt.exec_info is not None:
@@ -162,18 +147,13 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                         node.release_variables()
                 if out is not None:
                     direct = route(gt, node, out, queue)
-                if hold is not None:
-                    # Gradients made on other streams stay allocated until this node's kernels
-                    # have read them (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
-                    cuda.defer_free(cuda.record(hold[0], hold[1]), hold[2])
-                    hold = None
                 # Drop our reference now: AccumulateGrad steals an array that nobody else
                 # holds instead of copying it (see AccumulateGrad.apply).
                 del out, buf
             except BaseException as e:
                 # Whatever a node raises fails its graph task alone; see GraphTask.fail.
                 gt.fail(e, node)
-                direct = hold = None
+                direct = None
                 continue
             gt.outstanding -= 1
             if gt.outstanding == 0:
@@ -195,6 +175,28 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
         restore_fp(fp_tok)
+
+
+def _on_gpu(
+    queue: ReadyQueue, gt: GraphTask, st: Streams, node: Node, buf: list[Any], launch: Any
+) -> bool:
+    """Ready a node of a graph task that uses CUDA: a CUDA node runs on its forward's stream
+    (See NOTE [Streams in the graph]). Returns True when it was handed to a task of its own
+    instead (See NOTE [Host reads wait off the loop])."""
+    dev = node._device
+    if dev is None or dev.type != "cuda":
+        return False
+    if node._copies_to_host and queue.loop is not None:
+        if cast("FunctionNode", node)._params["device"].type == "cpu":
+            _spawn_after_gpu(queue, gt, node, buf)
+            return True
+    launch.enter(st, node)
+    queue.launched.add(node._stream)
+    if type(buf) is InputBuffer and buf.cross:
+        # Gradients made on other streams stay allocated until this node's kernels have read
+        # them (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
+        launch.hold(node, list(buf))
+    return False
 
 
 def on_drained(gt: GraphTask) -> None:
