@@ -354,8 +354,8 @@ def _execute_sync(
         if depth[1] > config.max_reentrant_depth:
             # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
             cf = thread_pool.submit(
-                _execute_offloaded, roots, root_grads, keep_graph, create_graph, outputs,
-                accumulate, priority, depth[0],
+                _execute_sync, roots, root_grads, keep_graph, create_graph, outputs,
+                accumulate, priority, (depth[0], 0),
             )  # fmt: skip
             try:
                 res: list[Any] = cf.result()
@@ -406,28 +406,6 @@ def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[
         streams.finish(gt.streams)
     gt.finish()
     return gt.captured
-
-
-def _execute_offloaded(
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    keep_graph: bool,
-    create_graph: bool,
-    outputs: Sequence[Edge] | None,
-    accumulate: bool,
-    priority: int,
-    depth: int,
-) -> list[Any]:
-    return execute_sync(
-        roots,
-        root_grads,
-        keep_graph=keep_graph,
-        create_graph=create_graph,
-        outputs=outputs,
-        accumulate=accumulate,
-        priority=priority,
-        _depth=(depth, 0),
-    )
 
 
 async def wait_idle() -> None:
