@@ -110,7 +110,8 @@ def route(
         if exec_info is not None and nxt not in exec_info:
             continue
         if st is not None:
-            on = arrive(node, nxt)  # See NOTE [Streams in the graph]
+            # See NOTE [Streams in the graph]; no gradient needs no ordering.
+            on = None if out[i] is None else arrive(node, nxt)
         d = deps[nxt]
         if d != 1:
             deps[nxt] = d - 1
