@@ -24,7 +24,7 @@ from __future__ import annotations
 # both (See NOTE [Tensor delegates upward]).
 from ._tensor import Tensor  # isort: skip
 from . import autograd, cuda, nn, optim
-from .autograd import backward, backward_sync, grad, grad_sync
+from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
 from .graph.grad_mode import (
@@ -231,6 +231,7 @@ __all__ = [
     "remainder",
     "reshape",
     "rsqrt",
+    "run",
     "set_default_device",
     "set_grad_enabled",
     "sigmoid",

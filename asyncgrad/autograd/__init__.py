@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from .. import engine
-from ..engine import queue_callback
+from ..engine import queue_callback, run
 from ..graph.grad_mode import (
     enable_grad,
     inference_mode,
@@ -39,5 +39,6 @@ __all__ = [
     "no_grad",
     "once_differentiable",
     "queue_callback",
+    "run",
     "set_grad_enabled",
 ]

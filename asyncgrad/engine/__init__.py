@@ -10,7 +10,9 @@ from typing import Any
 
 from .engine import execute, execute_sync, queue_callback, wait_idle
 from .metrics import reset_stats, stats
-from .reentrant import config, shutdown
+from .offload import compute_pool, run
+from .reentrant import config
+from .reentrant import shutdown as _shutdown_reentrant
 
 __all__ = [
     "configure",
@@ -18,6 +20,7 @@ __all__ = [
     "execute_sync",
     "queue_callback",
     "reset_stats",
+    "run",
     "shutdown",
     "stats",
     "wait_idle",
@@ -29,6 +32,7 @@ def configure(
     max_reentrant_depth: int | None = None,
     slice_s: float | None = None,
     executor_size: int | None = None,
+    compute_threads: int | None = None,
 ) -> None:
     """Set engine options; ``None`` leaves one unchanged.
 
@@ -40,6 +44,8 @@ def configure(
         executor_size: threads in the pool for reentrant work past the depth limit, and the
             most pool event loops that run awaited levels past it (default 4; extra one-off
             threads are started when all are busy, so nothing can deadlock).
+        compute_threads: threads that run ``ag.run`` calls and large nodes off the loop
+            (default: one per core; See NOTE [Work off the loop]).
     """
     if max_reentrant_depth is not None:
         if not isinstance(max_reentrant_depth, int) or max_reentrant_depth < 0:
@@ -55,9 +61,21 @@ def configure(
         if not isinstance(executor_size, int) or executor_size < 1:
             raise ValueError(f"executor_size must be an int >= 1, got {executor_size!r}")
         config.executor_size = executor_size
+    if compute_threads is not None:
+        if not isinstance(compute_threads, int) or compute_threads < 1:
+            raise ValueError(f"compute_threads must be an int >= 1, got {compute_threads!r}")
+        compute_pool.resize(compute_threads)
+
+
+def shutdown() -> None:
+    """Stop the engine's helper and compute threads (they restart on demand)."""
+    _shutdown_reentrant()
+    compute_pool.shutdown()
 
 
 def __getattr__(name: str) -> Any:
     if name in ("max_reentrant_depth", "slice_s", "executor_size"):
         return getattr(config, name)
+    if name == "compute_threads":
+        return compute_pool.size
     raise AttributeError(f"module 'asyncgrad.engine' has no attribute {name!r}")
