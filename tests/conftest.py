@@ -28,8 +28,8 @@ except ModuleNotFoundError as exc:  # only a missing package is tolerated, not a
 THREAD_JOIN_TIMEOUT_S: Final = 2.0
 # How many loop iterations a test's own tasks get to finish after it returns.
 TASK_SETTLE_ITERATIONS: Final = 50
-# The engine's thread pool outlives single tests on purpose.
-PERSISTENT_THREAD_PREFIX: Final = "asyncgrad-pool"
+# The engine's thread pools (reentrant levels, compute threads) outlive single tests on purpose.
+PERSISTENT_THREAD_PREFIX: Final = ("asyncgrad-pool", "asyncgrad-compute")
 
 
 def _loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:

@@ -172,7 +172,7 @@ class _FunctionMeta(type):
         cls._backward_cls = type(
             f"{name}Backward",
             (BackwardCFunction,),
-            {"__slots__": (), "_async_apply": is_async},
+            {"__slots__": (), "_async_apply": is_async, "_special": is_async},
         )
 
 

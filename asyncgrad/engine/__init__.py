@@ -27,12 +27,23 @@ __all__ = [
 ]
 
 
+class _Unset:
+    pass
+
+
+_UNSET = _Unset()
+
+
 def configure(
     *,
     max_reentrant_depth: int | None = None,
     slice_s: float | None = None,
     executor_size: int | None = None,
     compute_threads: int | None = None,
+    max_running: int | _Unset | None = _UNSET,
+    quantum_s: float | None = None,
+    window_s: float | None = None,
+    offload_threshold: float | None = None,
 ) -> None:
     """Set engine options; ``None`` leaves one unchanged.
 
@@ -46,6 +57,15 @@ def configure(
             threads are started when all are busy, so nothing can deadlock).
         compute_threads: threads that run ``ag.run`` calls and large nodes off the loop
             (default: one per core; See NOTE [Work off the loop]).
+        max_running: the most top-level graph tasks that run at once on each event loop; the
+            rest wait in priority order (See NOTE [Admission]). ``None``: no cap (the default).
+        quantum_s: node time after which a graph task counts as large and later arrivals may
+            pass it (default 0.002 s; See NOTE [Fair order]).
+        window_s: how much later a large graph task's turn comes: graph tasks built more than
+            this after it wait behind it (default 0.5 s).
+        offload_threshold: the estimated multiply-adds from which a CPU node (a matmul, say)
+            runs on a compute thread instead of the loop (default 2**20, about 0.3 ms; See
+            NOTE [Large nodes]). ``float("inf")`` keeps every node on the loop.
     """
     if max_reentrant_depth is not None:
         if not isinstance(max_reentrant_depth, int) or max_reentrant_depth < 0:
@@ -65,6 +85,22 @@ def configure(
         if not isinstance(compute_threads, int) or compute_threads < 1:
             raise ValueError(f"compute_threads must be an int >= 1, got {compute_threads!r}")
         compute_pool.resize(compute_threads)
+    if not isinstance(max_running, _Unset):
+        if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
+            raise ValueError(f"max_running must be None or an int >= 1, got {max_running!r}")
+        config.max_running = max_running
+    if quantum_s is not None:
+        if not quantum_s > 0:
+            raise ValueError(f"quantum_s must be > 0, got {quantum_s!r}")
+        config.quantum_s = float(quantum_s)
+    if window_s is not None:
+        if not window_s >= 0:
+            raise ValueError(f"window_s must be >= 0, got {window_s!r}")
+        config.window_s = float(window_s)
+    if offload_threshold is not None:
+        if not offload_threshold >= 0:
+            raise ValueError(f"offload_threshold must be >= 0, got {offload_threshold!r}")
+        config.offload_threshold = float(offload_threshold)
 
 
 def shutdown() -> None:
@@ -74,7 +110,15 @@ def shutdown() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("max_reentrant_depth", "slice_s", "executor_size"):
+    if name in (
+        "max_reentrant_depth",
+        "slice_s",
+        "executor_size",
+        "max_running",
+        "quantum_s",
+        "window_s",
+        "offload_threshold",
+    ):
         return getattr(config, name)
     if name == "compute_threads":
         return compute_pool.size

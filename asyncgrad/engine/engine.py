@@ -13,7 +13,7 @@ from typing import Any, Final
 from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
-from . import metrics, streams
+from . import admission, metrics, streams
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
@@ -217,14 +217,24 @@ async def execute(
                 target.loop, parent, roots, root_grads, outputs, accumulate, keep_graph,
                 create_graph, priority, depth,
             )  # fmt: skip
-    gt, prep = build(
-        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
-    )
-    gt.link(parent)
+    if parent is not None:  # nested: never held back (See NOTE [Admission])
+        gt, prep = build(
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
+        )
+        gt.link(parent)
+        try:
+            return await _run(gt, prep)
+        finally:
+            gt.unlink()
+    adm = admission.of(loop)
+    await admission.enter(loop, adm, priority)
     try:
+        gt, prep = build(
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
+        )
         return await _run(gt, prep)
     finally:
-        gt.unlink()
+        admission.leave(adm)
 
 
 async def _execute_on(

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from .metrics import Stats
-from .ready_queue import key_base
+from .ready_queue import key_base, now_us
 from .streams import Streams, release_later
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class GraphTask:
         "inflight",
         "keep_graph",
         "key_base",
+        "large",
         "local_depth",
         "loop",
         "not_ready",
@@ -79,8 +80,10 @@ class GraphTask:
         "queue",
         "queues",
         "remote",
+        "service",
         "stats",
         "streams",
+        "turn",
     )
 
     def __init__(
@@ -97,7 +100,11 @@ class GraphTask:
         self.priority = priority
         self.depth = depth
         self.local_depth = local_depth
-        self.key_base = key_base(priority, depth)
+        # See NOTE [Fair order]: its turn, the node time it has had, whether it counts as large.
+        self.turn = now_us()
+        self.service = 0.0
+        self.large = False
+        self.key_base = key_base(priority, depth, self.turn)
         self.dependencies: dict[Node, int] = {}
         self.not_ready: dict[Node, Any] = {}
         self.exec_info: dict[Node, ExecInfo] | None = None

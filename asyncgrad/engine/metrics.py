@@ -4,11 +4,14 @@ always on.
 NOTE [Engine metrics]
 Each event loop has one ``Stats``; graph tasks run by blocking callers (no loop) count in one
 more, ``BLOCKING``. A graph task counts as running from when it is built until it ends, and then
-as completed, failed or cancelled. A device worker adds its nodes and the time it spent running
-them once per slice (not per node), and the longest slice is the longest the engine held the
-loop at once; preparing a graph task counts the same way. A blocking ``backward()`` called on a
-thread whose loop is running holds that loop for the whole pass, which counts as a stall of that
-loop too. Counters only ever grow, except ``running``; ``reset_stats()`` starts them afresh.
+as completed, failed or cancelled; one held back by the cap on running graph tasks counts as
+waiting until it is let in (See NOTE [Admission]). A device worker adds its nodes and the time
+it spent running them once per slice (not per node), and the longest slice is the longest the
+engine held the loop at once; preparing a graph task counts the same way (a node run on a
+compute thread adds its time but holds no loop). A blocking ``backward()`` called on a thread
+whose loop is running holds that loop for the whole pass, which counts as a stall of that loop
+too. Counters only ever grow, except ``running`` and ``waiting``; ``reset_stats()`` starts them
+afresh.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ class Stats:
         "node_time_s",
         "nodes",
         "running",
+        "waiting",
     )
 
     def __init__(self) -> None:
         self.running = 0
+        self.waiting = 0  # See NOTE [Admission]
         self.completed = 0
         self.cancelled = 0
         self.failed = 0
@@ -45,6 +50,10 @@ class Stats:
         if seconds > self.longest_stall_s:
             self.longest_stall_s = seconds
 
+    def add_off_loop(self, seconds: float) -> None:
+        """A CPU node ran for ``seconds`` on a compute thread (counted as a node elsewhere)."""
+        self.node_time_s["cpu"] = self.node_time_s.get("cpu", 0.0) + seconds
+
     def stall(self, seconds: float) -> None:
         if seconds > self.longest_stall_s:
             self.longest_stall_s = seconds
@@ -53,6 +62,7 @@ class Stats:
         return {
             "graph_tasks": {
                 "running": self.running,
+                "waiting": self.waiting,
                 "completed": self.completed,
                 "failed": self.failed,
                 "cancelled": self.cancelled,
@@ -79,7 +89,7 @@ def of(loop: asyncio.AbstractEventLoop | None) -> Stats:
 
 def stats(loop: asyncio.AbstractEventLoop | None = None) -> dict[str, Any]:
     """The engine's metrics on ``loop`` (default: the running loop; with none running, those of
-    blocking callers) as a dict: ``graph_tasks`` (running, completed, failed, cancelled),
+    blocking callers) as a dict: ``graph_tasks`` (running, waiting, completed, failed, cancelled),
     ``nodes`` and ``time_in_nodes_s`` per device, and ``longest_stall_s``, the longest time the
     engine held the loop at once. See NOTE [Engine metrics]."""
     if loop is None:
@@ -93,9 +103,9 @@ def reset_stats(loop: asyncio.AbstractEventLoop | None = None) -> None:
     if loop is None:
         loop = _running_loop()
     st = of(loop)
-    running = st.running
+    running, waiting = st.running, st.waiting
     st.__init__()  # type: ignore[misc]
-    st.running = running
+    st.running, st.waiting = running, waiting
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

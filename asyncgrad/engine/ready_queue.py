@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 from heapq import heappush
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 from . import metrics
@@ -17,22 +18,49 @@ if TYPE_CHECKING:
 
 # NOTE [Ready order]
 # Heap entries are (key, tie, node, input_buffer, graph_task), smallest first, with
-#   key = -(priority << 80 | reentrant_depth << 64 | sequence_nr)
+#   key = (-priority, -reentrant_depth, turn, -sequence_nr)
+# packed into one int (sequence numbers in the low 64 bits, below them nothing: see key_base),
 # so a higher graph-task priority runs first, then deeper reentrant work (a nested backward must
-# finish before the node waiting on it can), then the newest node (largest sequence_nr: a node's
-# outputs feed older nodes, and AccumulateGrad has the largest so gradients land early). The
-# counter `tie` breaks equal keys in push order, never by comparing nodes.
-PRIORITY_SHIFT: Final = 80
-DEPTH_SHIFT: Final = 64
+# finish before the node waiting on it can), then the graph task whose turn comes first (See NOTE
+# [Fair order]), and within a graph task the newest node (largest sequence_nr: a node's outputs
+# feed older nodes, and AccumulateGrad has the largest so gradients land early). The counter
+# `tie` breaks equal keys in push order, never by comparing nodes.
+#
+# NOTE [Fair order]
+# Graph tasks of equal priority and depth take turns by arrival, with small ones first:
+#   - a graph task's turn is the time it was built (in microseconds);
+#   - once it has run `quantum_s` of node time it counts as large, and its turn moves `window_s`
+#     later (once; its queued nodes are re-keyed).
+# So small graph tasks (under a quantum: most requests) run in arrival order, each to the end,
+# and pass a large one that is running at the next slice; large ones run one at a time in
+# arrival order, so a burst of them finishes as if run in turn rather than all late together;
+# and a graph task built more than `window_s` after a large one queues behind it, so an old
+# large backward is never overtaken forever by a stream of new requests. Timings and tests:
+# tests/engine/test_fairness.py (driven by the engine's counters, not by sleeps).
+SEQ_BITS: Final = 64
+TURN_BITS: Final = 48
+DEPTH_BITS: Final = 16
+DEPTH_MAX: Final = (1 << DEPTH_BITS) - 1
+TURN_MAX: Final = (1 << TURN_BITS) - 1
+_T0: Final = perf_counter()
+
+
+def now_us() -> int:
+    """The engine's clock for turns: microseconds since the engine was imported."""
+    return int((perf_counter() - _T0) * 1e6)
+
+
+def key_base(priority: int, depth: int, turn: int) -> int:
+    """The key of a graph task's nodes, less their sequence number (See NOTE [Ready order])."""
+    d = DEPTH_MAX - min(depth, DEPTH_MAX)
+    t = min(turn, TURN_MAX)
+    return (((((-priority) << DEPTH_BITS) + d) << TURN_BITS) + t) << SEQ_BITS
+
 
 _tie = itertools.count()
 next_tie = _tie.__next__
 
 Entry = tuple[int, int, "Node", list[Any], "GraphTask"]
-
-
-def key_base(priority: int, depth: int) -> int:
-    return -((priority << PRIORITY_SHIFT) + (depth << DEPTH_SHIFT))
 
 
 def shuffle_ties(seed: int | None) -> None:
@@ -88,6 +116,17 @@ class ReadyQueue:
         heap[:] = keep
         heapq.heapify(heap)
         return dropped
+
+    def rekey(self, gt: GraphTask, delta: int) -> None:
+        """Add ``delta`` to the keys of ``gt``'s entries (See NOTE [Fair order])."""
+        heap = self.heap
+        changed = False
+        for i, e in enumerate(heap):
+            if e[4] is gt:
+                heap[i] = (e[0] + delta, e[1], e[2], e[3], gt)
+                changed = True
+        if changed:
+            heapq.heapify(heap)
 
     def __len__(self) -> int:
         return len(self.heap)

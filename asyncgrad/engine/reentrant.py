@@ -19,17 +19,34 @@ if TYPE_CHECKING:
 DEFAULT_MAX_REENTRANT_DEPTH: Final = 32
 DEFAULT_SLICE_S: Final = 0.001
 DEFAULT_EXECUTOR_SIZE: Final = 4
+# See NOTE [Fair order].
+DEFAULT_QUANTUM_S: Final = 0.002
+# See NOTE [Large nodes] (multiply-adds); measured in benchmarks/bench_offload.py.
+DEFAULT_OFFLOAD_THRESHOLD: Final = float(1 << 20)
+DEFAULT_WINDOW_S: Final = 0.5
 # How long stopping a helper loop waits for the tasks still on it before cancelling them.
 LOOP_STOP_TIMEOUT_S: Final = 5.0
 
 
 class _Config:
-    __slots__ = ("executor_size", "max_reentrant_depth", "slice_s")
+    __slots__ = (
+        "executor_size",
+        "max_reentrant_depth",
+        "max_running",
+        "offload_threshold",
+        "quantum_s",
+        "slice_s",
+        "window_s",
+    )
 
     def __init__(self) -> None:
         self.max_reentrant_depth = DEFAULT_MAX_REENTRANT_DEPTH
         self.slice_s = DEFAULT_SLICE_S
         self.executor_size = DEFAULT_EXECUTOR_SIZE
+        self.quantum_s = DEFAULT_QUANTUM_S
+        self.window_s = DEFAULT_WINDOW_S
+        self.max_running: int | None = None  # See NOTE [Admission]
+        self.offload_threshold = DEFAULT_OFFLOAD_THRESHOLD  # See NOTE [Large nodes]
 
 
 config: Final = _Config()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections import deque
 from collections.abc import Generator
@@ -17,6 +18,7 @@ from . import ready_queue
 from .devices import install_waker, route, route_from_task
 from .evaluate import complete, evaluate, evaluate_plain, finish_blocking, own_cancellation
 from .input_buffer import InputBuffer
+from .offload import compute_pool
 from .reentrant import config, current_graph_task
 from .streams import Launch, Streams
 
@@ -101,6 +103,8 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     gt: GraphTask
     st: Streams | None = None
     launch = Launch() if cuda.loaded else None
+    fair = queue.loop is not None  # a blocking caller's queue holds one graph task
+    since = started
     try:
         while True:
             if direct is not None:
@@ -114,6 +118,14 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     if mode_tok is not None:
                         _grad_enabled.reset(mode_tok)
                         current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
+                    if fair:
+                        # See NOTE [Fair order]: charge the one that ran until now.
+                        now = perf_counter()
+                        if cur is not None:
+                            cur.service += now - since
+                            if not cur.large and cur.service >= config.quantum_s:
+                                demote(cur)
+                        since = now
                     mode_tok = _grad_enabled.set(gt.create_graph)
                     gt_tok = current_graph_task.set(gt)
                     cur = gt
@@ -125,7 +137,11 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             try:
                 if st is not None and _on_gpu(queue, gt, st, node, buf, launch):
                     continue  # it waits for the GPU in a task of its own
-                if node._hooks is not None or node._async_apply:
+                special = node._hooks is not None or node._special
+                if special and fair and node._work is not None and _goes_off_loop(node, buf):
+                    _spawn_off_loop(queue, gt, node, buf)  # See NOTE [Large nodes]
+                    continue
+                if special and (node._hooks is not None or node._async_apply):
                     gen = evaluate(gt, node, buf)
                     try:
                         aw = gen.send(None)
@@ -162,10 +178,19 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             if count == 16:
                 total += 16
                 count = 0
-                if perf_counter() > deadline:
+                now = perf_counter()
+                if fair and not gt.large and gt.service + (now - since) >= config.quantum_s:
+                    # See NOTE [Fair order]; the direct successor is gt's too.
+                    delta = demote(gt)
+                    if direct is not None:
+                        direct = (direct[0] + delta, direct[1], direct[2])
+                if now > deadline:
                     break
     finally:
-        queue.stats.add_slice(queue.label, total + count, perf_counter() - started)
+        end = perf_counter()
+        queue.stats.add_slice(queue.label, total + count, end - started)
+        if fair and cur is not None:
+            cur.service += end - since
         if direct is not None:
             assert cur is not None
             heappush(heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], cur))
@@ -175,6 +200,17 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
         restore_fp(fp_tok)
+
+
+def demote(gt: GraphTask) -> int:
+    """``gt`` has had its quantum: it counts as large, and its turn moves ``window_s`` later
+    (See NOTE [Fair order]). Returns the change of its keys."""
+    gt.large = True
+    delta = int(config.window_s * 1e6) << ready_queue.SEQ_BITS
+    gt.key_base += delta
+    for q in gt.queues.values():
+        q.rekey(gt, delta)
+    return delta
 
 
 def _on_gpu(
@@ -197,6 +233,63 @@ def _on_gpu(
         # them (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
         launch.hold(node, list(buf))
     return False
+
+
+# NOTE [Large nodes]
+# A CPU node whose work is large (a matmul of big operands: `Node._work` estimates its
+# multiply-adds from the shapes) would hold the loop for its whole duration. From
+# `configure(offload_threshold=...)` multiply-adds on, the worker hands such a node to a compute
+# thread (See NOTE [Work off the loop] in offload.py) in a task of its own and goes on with the
+# other ready nodes: the loop keeps serving, and independent branches and other graph tasks run
+# on the other cores meanwhile (NumPy releases the GIL in BLAS). The node runs in the worker's
+# context (grad mode, current graph task); its gradients are routed back on the loop. Nodes
+# with hooks stay on the loop (hooks are user code), and so does everything of a blocking
+# caller, which has no loop to keep free. The default threshold, 2**20 multiply-adds (about
+# 0.1-0.3 ms of BLAS work here), is where the hand-off (about 40-80 us) stops mattering:
+# benchmarks/bench_offload.py measures both.
+def _goes_off_loop(node: Node, buf: list[Any]) -> bool:
+    dev = node._device
+    if node._hooks is not None or (dev is not None and dev.type != "cpu"):
+        return False
+    work = node._work
+    assert work is not None
+    return work(node, buf) >= config.offload_threshold
+
+
+def _spawn_off_loop(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> None:
+    assert queue.loop is not None
+    # The worker's context: grad mode and the current graph task are set for gt.
+    ctx = contextvars.copy_context()
+    fut = queue.loop.run_in_executor(compute_pool.get(), ctx.run, _run_off_loop, gt, node, buf)
+    gen = _off_loop(gt, fut)
+    _spawn(queue, gt, node, gen, gen.send(None))
+
+
+def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float]:
+    """On a compute thread: run the node as the worker would (See NOTE [Large nodes])."""
+    if gt.done:  # cancelled or failed while it waited for a thread
+        return None, 0.0
+    t0 = perf_counter()
+    fp_tok = quiet_fp()
+    try:
+        if gt.exec_info is not None:
+            out = evaluate_plain(gt, node, buf)
+        else:
+            out = node.apply(buf, None, gt.create_graph)
+            if not gt.keep_graph:
+                node.release_variables()
+    finally:
+        restore_fp(fp_tok)
+    return out, perf_counter() - t0
+
+
+def _off_loop(gt: GraphTask, fut: Any) -> Generator[Any, Any, Any]:
+    out, seconds = yield fut
+    gt.stats.add_off_loop(seconds)
+    gt.service += seconds  # See NOTE [Fair order]
+    if not gt.large and gt.service >= config.quantum_s:
+        demote(gt)
+    return out
 
 
 def on_drained(gt: GraphTask) -> None:

@@ -57,6 +57,12 @@ class Node:
 
     # Whether ``apply`` may return an awaitable (custom Functions with an ``async def backward``).
     _async_apply = False
+    # For nodes whose work can be large (matmuls): an estimate of the multiply-adds ``apply``
+    # would do with these gradients (See NOTE [Large nodes] in asyncgrad/engine/worker.py).
+    _work: Callable[[Node, list[Any]], float] | None = None
+    # Whether the device worker must look closer before running the node inline: set when
+    # ``_async_apply`` is or ``_work`` is given, so a plain node costs the worker one check.
+    _special = False
     # Whether ``apply`` copies a CUDA gradient to the host (the backward of a copy to a CUDA
     # device, when its ``device`` parameter is the CPU): See NOTE [Host reads wait off the loop].
     _copies_to_host = False

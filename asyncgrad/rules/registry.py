@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ from .. import backend
 from ..backend import xp
 from ..graph.node import Node
 from ..graph.saved_tensor import FREED as _FREED
-from ..graph.saved_tensor import raise_freed, unpack_saved
+from ..graph.saved_tensor import SavedTensor, raise_freed, unpack_saved
 
 __all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "sum_to"]
 
@@ -177,6 +178,31 @@ def _fit(g: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     if g.dtype != dtype and dtype is not None:
         g = g.astype(dtype) if hasattr(g, "astype") else g.to(dtype)  # Tensor: create_graph
     return g
+
+
+def mark_heavy(
+    op: OpDef, inner: Callable[[tuple[int, ...] | None, tuple[int, ...] | None], int]
+) -> None:
+    """Mark a matmul-like op whose backward may be large enough to leave the event loop (See
+    NOTE [Large nodes] in asyncgrad/engine/worker.py). ``inner(shape0, shape1)`` gives the
+    contracted size from the shapes of the first two inputs (None where that input was not
+    saved, never both); each gradient the node computes costs about (gradient size) x (inner
+    size) multiply-adds."""
+
+    def work(node: Node, grads: list[Any]) -> float:
+        g = grads[0] if grads else None
+        saved = node._saved  # type: ignore[attr-defined]
+        if g is None or saved is _FREED:
+            return 0.0
+        shapes = [sv.array.shape if isinstance(sv, SavedTensor) else None for sv in saved[1:3]]
+        if shapes[0] is None and shapes[1] is None:
+            return 0.0
+        needed = sum(e is not None for e in node._next_edges[:2])
+        return float(math.prod(g.shape) * inner(shapes[0], shapes[1]) * needed)
+
+    cls = op.node_cls
+    cls._work = staticmethod(work)
+    cls._special = True
 
 
 class FunctionNode(Node):

@@ -45,7 +45,7 @@ from .formulas import (
     stack_grads,
     unstack_grad,
 )
-from .registry import defvjp
+from .registry import defvjp, mark_heavy
 
 # ----- Binary arithmetic -----
 defvjp("add", lambda g, ans, x, y: g, lambda g, ans, x, y: g)
@@ -88,12 +88,22 @@ defvjp(
     lambda g, ans, c, x, y: xp.where(c, 0.0, g),
     save="c",
 )
-defvjp(
+_matmul = defvjp(
     "matmul",
     lambda g, ans, x, y: matmul_grad_x(g, x, y),
     lambda g, ans, x, y: matmul_grad_y(g, x, y),
     save="x y",
 )
+
+
+def _matmul_inner(x: tuple[int, ...] | None, y: tuple[int, ...] | None) -> int:
+    if x is not None:
+        return x[-1]
+    assert y is not None
+    return y[-2] if len(y) > 1 else y[0]
+
+
+mark_heavy(_matmul, _matmul_inner)
 
 # ----- Unary math -----
 defvjp("neg", lambda g, ans, x: -g)
@@ -188,13 +198,22 @@ defvjp("copy", lambda g, ans, x, src: xp.zeros_like(g), lambda g, ans, x, src: g
 defvjp("fill", lambda g, ans, x, *, value: xp.zeros_like(g))
 
 # ----- Neural-network functions -----
-defvjp(
+_linear = defvjp(
     "linear",  # y = x @ w.T + b
     lambda g, ans, x, w, b: xp.matmul(g, w),
     lambda g, ans, x, w, b: linear_grad_w(g, x),
     lambda g, ans, x, w, b: g,
     save="x w",
 )
+
+
+def _linear_inner(x: tuple[int, ...] | None, w: tuple[int, ...] | None) -> int:
+    shape = x if x is not None else w
+    assert shape is not None
+    return shape[-1]
+
+
+mark_heavy(_linear, _linear_inner)
 defvjp(
     "softmax",
     lambda g, ans, x, *, dim: ans * (g - xp.sum(g * ans, axis=dim, keepdims=True)),

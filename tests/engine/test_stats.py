@@ -21,7 +21,13 @@ def test_blocking_backward_counts_its_nodes() -> None:
     x = leaf([1.0, 2.0])
     scale_chain(x, 50).sum().backward()  # 50 MulBackward0, SumBackward0, AccumulateGrad
     s = stats()
-    assert s["graph_tasks"] == {"running": 0, "completed": 1, "failed": 0, "cancelled": 0}
+    assert s["graph_tasks"] == {
+        "running": 0,
+        "waiting": 0,
+        "completed": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
     assert s["nodes"] == {"cpu": 52}
     assert s["time_in_nodes_s"]["cpu"] > 0
     assert 0 < s["longest_stall_s"] <= s["time_in_nodes_s"]["cpu"]
@@ -55,7 +61,13 @@ async def test_outcomes_on_the_loop() -> None:
         await asyncio.wait_for(task, TIMEOUT_S)
     await asyncio.wait_for(ag.autograd.engine.wait_idle(), TIMEOUT_S)
     s = stats()
-    assert s["graph_tasks"] == {"running": 0, "completed": 1, "failed": 1, "cancelled": 1}
+    assert s["graph_tasks"] == {
+        "running": 0,
+        "waiting": 0,
+        "completed": 1,
+        "failed": 1,
+        "cancelled": 1,
+    }
     # 10 + 2 nodes of the first pass and the 2 that ran before the failing hook (the hook runs
     # before the node that receives its gradient)
     assert s["nodes"]["cpu"] == 12 + 2
