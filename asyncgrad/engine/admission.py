@@ -4,10 +4,10 @@ NOTE [Admission]
 ``configure(max_running=N)`` caps the graph tasks that run at once on each event loop, so a
 burst of requests cannot fill memory with the input buffers of thousands of backward passes in
 flight. The rest wait, before they are even prepared, in priority order (then arrival order);
-``stats()`` counts them as ``waiting``. A waiting caller that is cancelled leaves the line and
-never starts. Nested backward passes (started by a node, a hook or a callback of a running graph
-task) are never held back: their parent holds a place already and waits for them, so holding
-them back could deadlock. The default is no cap.
+``stats()`` counts them as ``waiting``. A waiting caller that is cancelled leaves the line,
+never starts, and counts as cancelled. Nested backward passes (started by a node, a hook or a
+callback of a running graph task) are never held back: their parent holds a place already and
+waits for them, so holding them back could deadlock. The default is no cap.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ async def enter(loop: asyncio.AbstractEventLoop, adm: Admission, priority: int) 
     except asyncio.CancelledError:
         if fut.done() and not fut.cancelled():
             leave(adm)  # admitted just as it was cancelled: pass the place on
+        st.cancelled += 1  # a graph task that never started
         raise
     finally:
         st.waiting -= 1

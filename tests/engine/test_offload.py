@@ -1,0 +1,268 @@
+"""Work off the loop: ``ag.run`` and large CPU nodes on compute threads (NOTE [Work off the
+loop], NOTE [Large nodes]). Compute threads are held on gates the tests control, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad.engine.offload import compute_pool
+
+from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close, leaf
+
+engine = ag.autograd.engine
+
+
+class GatedPool(concurrent.futures.ThreadPoolExecutor):
+    """A compute pool whose jobs record their thread and wait for ``gate`` before running."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2, thread_name_prefix="asyncgrad-compute-test")
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.threads: list[str] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        def job() -> Any:
+            self.threads.append(threading.current_thread().name)
+            self.entered.set()
+            assert self.gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
+            return fn(*args, **kwargs)
+
+        return super().submit(job)
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedPool]:
+    p = GatedPool()
+    monkeypatch.setattr(compute_pool, "_pool", p)
+    yield p
+    p.gate.set()
+    p.shutdown(wait=True)
+
+
+@pytest.fixture
+def threshold() -> Iterator[Callable[[float], None]]:
+    old = engine.offload_threshold
+    yield lambda v: engine.configure(offload_threshold=v)
+    engine.configure(offload_threshold=old)
+
+
+async def wait_entered(pool: GatedPool) -> None:
+    ok = await asyncio.to_thread(pool.entered.wait, THREAD_TIMEOUT_S)
+    assert ok, "no node reached a compute thread"
+
+
+def matmul_graph() -> tuple[ag.Tensor, ag.Tensor, ag.Tensor]:
+    rng = np.random.default_rng(0)
+    x = leaf(rng.standard_normal((4, 3)))
+    w = leaf(rng.standard_normal((3, 2)))
+    return x, w, (x @ w).sum()
+
+
+# ----------------------------------------------------------------------------- large nodes
+async def test_a_large_matmul_runs_on_a_compute_thread(pool: GatedPool, threshold: Any) -> None:
+    threshold(0)
+    x, w, loss = matmul_graph()
+    gx, gw = await asyncio.wait_for(ag.grad(loss, [x, w], retain_graph=True), TIMEOUT_S)
+    assert_close(gx, np.ones((4, 2)) @ w.detach().numpy().T)
+    assert_close(gw, x.detach().numpy().T @ np.ones((4, 2)))
+    assert len(pool.threads) == 1
+    assert pool.threads[0].startswith("asyncgrad-compute")
+    await asyncio.wait_for(ag.backward(loss), TIMEOUT_S)  # accumulating, without exec_info
+    assert_close(w.grad, gw)
+    assert len(pool.threads) == 2
+
+
+async def test_linear_layer_nodes_go_off_loop_and_match_inline(
+    pool: GatedPool, threshold: Any
+) -> None:
+    ag.manual_seed(0)
+    model = ag.nn.Sequential(ag.nn.Linear(5, 7), ag.nn.Tanh(), ag.nn.Linear(7, 2))
+    x = leaf(np.random.default_rng(1).standard_normal((3, 5)), dtype=ag.float32)
+    threshold(float("inf"))
+    inline = await ag.grad(model(x).sum(), [x, *model.parameters()])
+    assert pool.threads == []
+    threshold(0)
+    off = await asyncio.wait_for(ag.grad(model(x).sum(), [x, *model.parameters()]), TIMEOUT_S)
+    assert len(pool.threads) == 2
+    for a, b in zip(inline, off, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+async def test_the_loop_serves_while_a_large_node_runs(pool: GatedPool, threshold: Any) -> None:
+    threshold(0)
+    x, w, loss = matmul_graph()
+    pool.gate.clear()
+    big = asyncio.create_task(ag.grad(loss, [w]))
+    try:
+        await wait_entered(pool)
+        # The matmul node is held on its thread; the loop and the CPU worker go on.
+        z = leaf(np.array([1.0, 2.0]))
+        (gz,) = await asyncio.wait_for(ag.grad((z * z).sum(), [z]), TIMEOUT_S)
+        assert_close(gz, [2.0, 4.0])
+        assert not big.done()
+    finally:
+        pool.gate.set()
+    (gw,) = await asyncio.wait_for(big, TIMEOUT_S)
+    assert_close(gw, x.detach().numpy().T @ np.ones((4, 2)))
+
+
+async def test_cancelling_while_a_large_node_runs_leaves_grads_untouched(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    engine.reset_stats()
+    x, w, loss = matmul_graph()
+    pool.gate.clear()
+    task = asyncio.create_task(ag.backward(loss))
+    try:
+        await wait_entered(pool)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, TIMEOUT_S)
+    finally:
+        pool.gate.set()
+    await asyncio.wait_for(engine.wait_idle(), TIMEOUT_S)
+    await asyncio.to_thread(pool.shutdown, True)  # the node's thread has finished
+    assert x.grad is None
+    assert w.grad is None
+    assert engine.stats()["graph_tasks"]["cancelled"] == 1
+
+
+async def test_double_backward_through_offloaded_matmuls(pool: GatedPool, threshold: Any) -> None:
+    threshold(0)
+    x, w, _ = matmul_graph()
+    f = ((x @ w) ** 2).sum()
+    (gx,) = await asyncio.wait_for(ag.grad(f, [x], create_graph=True), TIMEOUT_S)
+    (gw,) = await asyncio.wait_for(ag.grad(gx.sum(), [w]), TIMEOUT_S)
+    # gx = 2 (x w) w^T, so d sum(gx) / dw[m, j] = 2 colsum(x)[m] colsum(w)[j] + 2 colsum(x w)[j]
+    xv, wv = x.detach().numpy(), w.detach().numpy()
+    ones = np.ones_like(xv)
+    expected = 2 * (xv.T @ ones @ wv) + 2 * (ones.T @ xv @ wv)
+    assert_close(gw, expected)
+    assert pool.threads, "no node went off the loop"
+
+
+async def test_an_error_in_an_offloaded_node_names_it(pool: GatedPool, threshold: Any) -> None:
+    threshold(0)
+    x, w, loss = matmul_graph()
+    with ag.no_grad():
+        w.mul_(2.0)  # modifies a value the matmul saved
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
+        await asyncio.wait_for(ag.grad(loss, [x]), TIMEOUT_S)
+    assert "MmBackward0" in str(info.value) or "MatmulBackward0" in str(info.value)
+
+
+def test_a_blocking_backward_keeps_every_node_on_its_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x, w, loss = matmul_graph()
+    loss.backward()
+    assert pool.threads == []
+    assert_close(w.grad, x.detach().numpy().T @ np.ones((4, 2)))
+
+
+async def test_small_matmuls_stay_on_the_loop(pool: GatedPool) -> None:
+    _, _, loss = matmul_graph()  # 24 multiply-adds, far below the default threshold
+    await asyncio.wait_for(ag.backward(loss), TIMEOUT_S)
+    assert pool.threads == []
+
+
+def test_configure_checks_offload_settings() -> None:
+    with pytest.raises(ValueError, match="offload_threshold must be >= 0"):
+        engine.configure(offload_threshold=-1)
+    with pytest.raises(ValueError, match="compute_threads must be an int >= 1"):
+        engine.configure(compute_threads=0)
+
+
+# ----------------------------------------------------------------------------- ag.run
+async def test_run_uses_a_compute_thread_and_returns_the_result() -> None:
+    loop_thread = threading.current_thread().name
+    name = await asyncio.wait_for(ag.run(lambda: threading.current_thread().name), TIMEOUT_S)
+    assert name != loop_thread
+    assert name.startswith("asyncgrad-compute")
+    assert await asyncio.wait_for(ag.run(divmod, 7, 3), TIMEOUT_S) == (2, 1)
+    assert await asyncio.wait_for(ag.run(sorted, [3, 1, 2], reverse=True), TIMEOUT_S) == [3, 2, 1]
+
+
+async def test_run_carries_grad_mode_and_context_variables() -> None:
+    model = ag.nn.Linear(3, 2)
+    x = ag.ones(4, 3)
+    y = await asyncio.wait_for(ag.run(model, x), TIMEOUT_S)
+    assert y.requires_grad
+    assert y.grad_fn is not None
+    with ag.no_grad():
+        y = await asyncio.wait_for(ag.run(model, x), TIMEOUT_S)
+    assert not y.requires_grad
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+    var.set("req-42")
+
+    def read_and_set() -> str:
+        seen = var.get()
+        var.set("changed on the thread")
+        return seen
+
+    assert await asyncio.wait_for(ag.run(read_and_set), TIMEOUT_S) == "req-42"
+    assert var.get() == "req-42"  # the thread ran in a copy
+
+
+async def test_gradients_of_a_forward_run_off_the_loop() -> None:
+    w = leaf(np.array([1.0, -2.0, 3.0]))
+    x = ag.tensor(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    y = await asyncio.wait_for(ag.run(lambda: (x * w).sum()), TIMEOUT_S)
+    (g,) = await asyncio.wait_for(ag.grad(y, [w]), TIMEOUT_S)
+    assert_close(g, [5.0, 7.0, 9.0])
+
+
+async def test_run_raises_what_the_function_raises() -> None:
+    def boom() -> None:
+        raise ValueError("bad input shape (3, 4)")
+
+    with pytest.raises(ValueError, match=r"bad input shape \(3, 4\)"):
+        await asyncio.wait_for(ag.run(boom), TIMEOUT_S)
+
+
+async def test_run_rejects_what_it_cannot_run() -> None:
+    async def forward() -> None:
+        return None
+
+    with pytest.raises(TypeError, match="forward is a coroutine function: await it directly"):
+        await ag.run(forward)
+    with pytest.raises(TypeError, match="needs a callable, got int"):
+        await ag.run(3)  # type: ignore[arg-type]
+
+
+async def test_cancelling_run_abandons_the_result() -> None:
+    gate, started, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        gate.wait(THREAD_TIMEOUT_S)
+        finished.set()
+        return "late"
+
+    task = asyncio.create_task(ag.run(slow))
+    try:
+        assert await asyncio.to_thread(started.wait, THREAD_TIMEOUT_S)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, TIMEOUT_S)
+        assert not finished.is_set()  # the caller did not wait for the thread
+    finally:
+        gate.set()
+    assert await asyncio.to_thread(finished.wait, THREAD_TIMEOUT_S)
+
+
+def test_run_in_a_script() -> None:
+    assert asyncio.run(ag.run(sum, [1, 2, 3])) == 6
