@@ -30,8 +30,8 @@ def many_leaves() -> tuple[list[ag.Tensor], ag.Tensor, list[ag.Tensor]]:
     return xs, total, mids
 
 
-@pytest.mark.parametrize("timeout", [False, True])
-async def test_cancel_leaves_each_grad_whole_and_runs_no_more_hooks(timeout: bool) -> None:
+@pytest.mark.parametrize("by_timeout", [False, True])
+async def test_cancel_leaves_each_grad_whole_and_runs_no_more_hooks(by_timeout: bool) -> None:
     xs, total, mids = many_leaves()
     for x in xs[::2]:
         x.grad = ag.ones(3, dtype=ag.float64)  # some leaves accumulate onto an old gradient
@@ -56,7 +56,7 @@ async def test_cancel_leaves_each_grad_whole_and_runs_no_more_hooks(timeout: boo
 
     mids[N_LEAVES // 2].register_hook(park)
     async with asyncio.timeout(TIMEOUT_S):
-        if timeout:
+        if by_timeout:
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.05):  # fires while the pass is parked (or before)
                     await ag.backward(total)
