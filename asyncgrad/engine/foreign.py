@@ -8,30 +8,39 @@ the running asyncio loop; uvloop's loop is an asyncio loop and needs nothing mor
 ``execute_foreign`` here, which
   - runs the graph task with the blocking executor (``_execute_sync``, as ``t.backward()``
     does) on one of anyio's worker threads (``anyio.to_thread.run_sync``), in a copy of the
-    caller's context (grad mode and every other context variable flow along), and awaits it
-    without blocking the loop; errors raised by nodes reach the caller unchanged, with the same
-    notes naming the node as on asyncio;
+    caller's context (grad mode and every other context variable flow along, but sniffio's
+    "current library" is cleared: the pass is not on trio, and async hooks it runs on helper
+    asyncio loops must be taken for asyncio's), and awaits it without blocking the loop.
+    Errors raised by nodes reach the caller unchanged, with the same notes naming the node as
+    on asyncio;
   - when the awaiting task is cancelled (a ``trio.fail_after``/``anyio.fail_after`` timeout, a
     cancel scope) or interrupted, marks the graph task cancelled (``request_cancel``: See NOTE
-    [Cancellation links]), which the blocking executor sees at its next slice boundary, or when
-    the node running then returns; waits, shielded and for at most STOP_TIMEOUT_S, until the
-    thread has actually left the graph task, so nothing writes into ``.grad`` after the
-    cancellation reached the caller (a leaf's ``.grad`` is untouched or complete); then lets
-    the cancellation go on. A node still running after STOP_TIMEOUT_S (a hook blocked on
-    something that never comes) is left to finish on its thread, with a RuntimeWarning: the
-    graph task stops when it returns.
-  - The wait for the thread is signalled through ``anyio.from_thread.run_sync`` with the loop's
-    token, and only when there is a waiter: an uncancelled pass costs one thread hand-off.
+    [Cancellation links]), which the blocking executor sees while preparing, between slices
+    of its drain loop, or when the node running then returns (an async hook or backward it
+    awaits on a helper loop is cancelled at once); waits, shielded and for at most
+    STOP_TIMEOUT_S, until the thread has left the graph task, so nothing writes into
+    ``.grad`` once the cancellation has reached the caller: each leaf's ``.grad`` is untouched
+    or complete (nodes that ran in the slice before the flag was seen may have accumulated);
+    then lets the cancellation go on. A pass still waiting for a worker thread never starts.
+    A node still running after STOP_TIMEOUT_S (a hook blocked on something that never comes)
+    is left to finish on its thread, with a RuntimeWarning: the pass stops at the end of the
+    slice in which it returns, and only then may the leaves' ``.grad`` change after the
+    cancellation has reached the caller;
+  - the cancelled caller learns that the thread has left through ``anyio.from_thread.run_sync``
+    with its loop's token; only a cancelled pass pays for it, an uncancelled one costs one
+    thread hand-off.
 Limitations:
   - Async hooks, async custom Function backwards and async final callbacks run where the
     blocking executor runs them: on the engine's helper asyncio loops (See NOTE [Pool loops]).
     One that awaits asyncgrad (``await ag.grad(...)``), asyncio, or anyio (which finds asyncio
     running there) works; one that awaits trio's own primitives (``trio.sleep``, a trio
-    channel or event made in the caller's task) cannot run there and fails its graph task
-    with the error trio raises, named as any node's error is.
+    channel or event made in the caller's task) cannot run there: it fails its graph task with
+    asyncio's RuntimeError ("Task got bad yield"), the node named as for any node's error.
   - At most as many passes run at once as anyio's default thread limiter allows (40); more
     wait for a thread, cancellably.
-  - ``ag.autograd.engine.wait_idle()`` and the per-loop metrics are asyncio's: graph tasks run
+  - ``ag.grad(...)`` not awaited (unpacked, as in a script) runs the pass on trio's own thread,
+    blocking it, as ``grad_sync`` does.
+  - ``ag.autograd.engine.wait_idle()`` and the per-loop metrics are asyncio's: passes awaited
     from trio count among the blocking callers' (``metrics.BLOCKING``).
 Only this path imports anyio and sniffio, so ``import asyncgrad`` never does.
 """
@@ -180,7 +189,8 @@ async def _stop(box: _Handoff) -> None:
     if not done.is_set():
         warnings.warn(
             f"a cancelled backward pass is still running on its thread after {STOP_TIMEOUT_S} s "
-            "(a node or hook that does not return); it stops when that returns",
+            "(a node or hook that does not return); it stops soon after that returns, and may "
+            "still accumulate into .grad until then",
             RuntimeWarning,
             stacklevel=2,
         )
