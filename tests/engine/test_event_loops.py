@@ -30,8 +30,16 @@ from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, arr, assert_close, leaf, scale
 
 anyio = pytest.importorskip("anyio")
 
-HAVE_TRIO: Final = importlib.util.find_spec("trio") is not None
-HAVE_UVLOOP: Final = importlib.util.find_spec("uvloop") is not None
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: blocked by a None in sys.modules
+        return False
+
+
+HAVE_TRIO: Final = _installed("trio")
+HAVE_UVLOOP: Final = _installed("uvloop")
 
 BACKENDS: Final = [
     pytest.param(("asyncio", {"debug": True}), id="asyncio"),
