@@ -376,6 +376,11 @@ def grad(
     thread (a plain script), the result may also be unpacked or indexed directly, as in torch:
     ``(gx,) = ag.grad(y, [x])`` runs the backward pass then and there.
 
+    It may be awaited on asyncio's loop, uvloop's, or trio's (through anyio): under trio the
+    pass runs on a worker thread, and cancelling the awaiting task stops it at its next node;
+    async hooks then run on a helper asyncio loop, where they cannot await trio's primitives
+    (NOTE [Other event loops] in asyncgrad/engine/foreign.py).
+
     Args:
         outputs: tensor(s) to differentiate.
         inputs: tensor(s) to differentiate with respect to.
@@ -526,6 +531,9 @@ async def backward(
     priority: int = 0,
 ) -> None:
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of graph leaves.
+
+    A coroutine, for asyncio's loop, uvloop's or trio's, as :func:`grad` (under trio: a
+    cancelled caller leaves each leaf's ``.grad`` untouched or complete, never half-written).
 
     Args:
         tensors: tensor(s) to differentiate.

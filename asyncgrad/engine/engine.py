@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from time import perf_counter
 from typing import Any, Final
 
@@ -204,7 +204,14 @@ async def execute(
     priority: int = 0,
 ) -> list[Any]:
     """Run a backward pass on the running loop; returns the captured gradients (for outputs)."""
-    loop = asyncio.get_running_loop()
+    loop = asyncio._get_running_loop()
+    if loop is None:  # trio, say: See NOTE [Other event loops] in foreign.py
+        from .foreign import execute_foreign
+
+        return await execute_foreign(
+            roots, root_grads, keep_graph=keep_graph, create_graph=create_graph,
+            outputs=outputs, accumulate=accumulate, priority=priority,
+        )  # fmt: skip
     parent = current_graph_task.get()
     depth = _depths(parent)
     if depth[1] > config.max_reentrant_depth:
@@ -355,6 +362,7 @@ def _execute_sync(
     accumulate: bool,
     priority: int,
     _depth: tuple[int, int] | None,
+    _on_task: Callable[[GraphTask], None] | None = None,  # gets the GraphTask, to cancel it
 ) -> list[Any]:
     parent = current_graph_task.get()
     depth = _depths(parent) if _depth is None else _depth
@@ -365,7 +373,7 @@ def _execute_sync(
             # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
             cf = thread_pool.submit(
                 _execute_sync, roots, root_grads, keep_graph, create_graph, outputs,
-                accumulate, priority, (depth[0], 0),
+                accumulate, priority, (depth[0], 0), _on_task,
             )  # fmt: skip
             try:
                 res: list[Any] = cf.result()
@@ -376,6 +384,8 @@ def _execute_sync(
             roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, None
         )
         gt.link(parent)
+        if _on_task is not None:
+            _on_task(gt)
         try:
             return _run_sync(gt, prep)
         finally:
@@ -389,6 +399,8 @@ def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[
     try:
         while True:
             next(prep)
+            if gt.cancel_requested:  # from another thread, while preparing a large graph
+                raise asyncio.CancelledError("the backward pass was cancelled")
     except StopIteration as stop:
         start = stop.value
     if start is None:
