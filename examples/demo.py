@@ -1,45 +1,74 @@
-"""Train a digit classifier and serve saliency maps from it, in one event loop.
+"""Train a digit classifier and serve saliency maps from it, in one event loop, four ways.
 
 One asyncio event loop (uvloop when it is installed) runs these tasks side by side:
 
-* the trainer: an MLP (64-128-10) on scikit-learn's bundled digits, one
-  ``await ag.backward(loss)`` and one Adam step per mini-batch;
-* clients: each repeatedly asks the current model which pixels matter for one test image,
-  the gradient of that image's loss with respect to its pixels (``await ag.grad(loss, [x])``),
-  like requests to a model server;
+* the trainer: an MLP (64-512-512-10) on scikit-learn's bundled digits, one Adam step per
+  mini-batch;
+* clients: each repeatedly asks the live model which pixels matter for one test image, the
+  gradient of that image's loss with respect to its pixels, like requests to a model server;
 * a ticker: sleeps 1 ms in a loop and records how late it wakes up, that is how long the loop
-  was kept from running anything else.
+  was kept from running anything else (a stall: every other request waits that long).
 
-Backward passes are coroutines: while one runs, the others and the ticker keep running.
-Requests are awaited with a higher priority than training steps, so if more of them arrive
-than the engine can finish (try --clients 8), training slows down and requests do not.
+The same work is done each way, and measured:
 
-    python examples/demo.py [--epochs 100] [--clients 4]
+* asyncgrad, awaited: ``await ag.backward(loss)`` and ``await ag.grad(...)``, the trainer's
+  forward on a compute thread with ``await ag.run(...)``. Backward passes are coroutines that
+  yield to the loop about every millisecond; requests are awaited with a higher priority than
+  training steps. The clients use the live model while it trains: an optimizer step never
+  changes the weights a pending backward pass saved (See NOTE [Serving while training]).
+* asyncgrad, blocking: ``loss.backward()`` and ``ag.grad_sync(...)`` called inside the loop,
+  which is what calling PyTorch inline does: the loop waits for each whole step.
+* with PyTorch installed, PyTorch inline, and PyTorch through ``asyncio.to_thread`` (where a
+  lock keeps torch's in-place optimizer step from racing the requests' backward passes).
+
+    python examples/demo.py [--epochs 15] [--clients 4] [--no-torch]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+import itertools
+import os
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from tqdm import tqdm
+# One thread per BLAS call (set before NumPy and PyTorch load; the environment can override):
+# the loop, the engine's compute threads and PyTorch's threads already share the cores, and
+# BLAS's own threads on top of them oversubscribe a small machine, which then crawls.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import asyncgrad as ag
+import numpy as np  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import asyncgrad as ag  # noqa: E402
 
 F = ag.nn.functional
 SEED = 0
-BATCH_SIZE = 32
+SIZES = (64, 512, 512, 10)
+BATCH_SIZE = 64
+LR = 1e-3
 TICK_S = 0.001
 CLIENT_PRIORITY = 1  # requests overtake training steps when both wait for the CPU worker
+
+AWAITED = "asyncgrad, awaited"
+BLOCKING = "asyncgrad, blocking"
+TORCH_INLINE = "PyTorch, inline"
+TORCH_THREAD = "PyTorch, to_thread"
+ASYNCGRAD_WAYS = (AWAITED, BLOCKING)
+TORCH_WAYS = (TORCH_INLINE, TORCH_THREAD)
 
 
 @dataclass
 class Stats:
+    way: str = AWAITED
     steps: int = 0
     served: int = 0
     loss: float = 0.0  # of the last training batch
@@ -52,9 +81,17 @@ class Stats:
     def max_stall_s(self) -> float:
         return max(self.stalls_s, default=0.0)
 
+    @property
+    def p99_stall_s(self) -> float:
+        return float(np.percentile(self.stalls_s, 99)) if self.stalls_s else 0.0
 
-def make_model() -> ag.nn.Sequential:
-    return ag.nn.Sequential(ag.nn.Linear(64, 128), ag.nn.ReLU(), ag.nn.Linear(128, 10))
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def served_per_s(self) -> float:
+        return self.served / self.wall_s if self.wall_s else 0.0
 
 
 def load_data() -> list[np.ndarray]:
@@ -65,57 +102,161 @@ def load_data() -> list[np.ndarray]:
     return train_test_split(images, labels, test_size=0.25, random_state=SEED, stratify=labels)
 
 
-async def saliency(model: ag.nn.Module, image: np.ndarray, label: int) -> np.ndarray:
-    """d loss / d pixels for one image: what a client asks for."""
-    x = ag.tensor(image[None], requires_grad=True)
-    loss = F.cross_entropy(model(x), ag.tensor([label]))
-    (grad,) = await ag.grad(loss, [x], priority=CLIENT_PRIORITY)
-    return grad.numpy()[0]
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
 
 
+# ============================================================================ the model, two ways
+class Model:
+    """What a way needs from its library: a training step and a request, both on the live
+    model. ``step`` and ``serve`` return awaitables; how they run is the way's business."""
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> Awaitable[float]:
+        raise NotImplementedError
+
+    def serve(self, image: np.ndarray, label: int) -> Awaitable[np.ndarray]:
+        raise NotImplementedError
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+def asyncgrad_mlp() -> ag.nn.Sequential:
+    layers: list[ag.nn.Module] = []
+    for fan_in, fan_out in itertools.pairwise(SIZES):
+        layers += [ag.nn.Linear(fan_in, fan_out), ag.nn.ReLU()]
+    return ag.nn.Sequential(*layers[:-1])
+
+
+class AsyncgradModel(Model):
+    def __init__(self, awaited: bool) -> None:
+        ag.manual_seed(SEED)
+        self.net = asyncgrad_mlp()
+        self.optimizer = ag.optim.Adam(self.net.parameters(), lr=LR)
+        self.awaited = awaited
+
+    def _loss(self, x: np.ndarray, y: np.ndarray) -> ag.Tensor:
+        return F.cross_entropy(self.net(ag.from_numpy(x)), ag.from_numpy(y))
+
+    async def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.optimizer.zero_grad()
+        if self.awaited:
+            # The forward on a compute thread (NumPy releases the GIL in its matmuls), the
+            # backward as a coroutine: the loop serves clients while both run.
+            loss = await ag.run(self._loss, x, y)
+            await ag.backward(loss)
+        else:
+            loss = self._loss(x, y)
+            loss.backward()  # blocks the loop until the whole backward pass is done
+        self.optimizer.step()
+        return loss.item()
+
+    async def serve(self, image: np.ndarray, label: int) -> np.ndarray:
+        """d loss / d pixels for one image: what a client asks for."""
+        x = ag.tensor(image[None], requires_grad=True)
+        loss = F.cross_entropy(self.net(x), ag.tensor([label]))
+        if self.awaited:
+            (grad,) = await ag.grad(loss, [x], priority=CLIENT_PRIORITY)
+        else:
+            (grad,) = ag.grad_sync(loss, [x])
+        return grad.numpy()[0]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        with ag.no_grad():
+            return self.net(ag.from_numpy(x)).argmax(dim=1).numpy()
+
+
+class TorchModel(Model):
+    def __init__(self, threaded: bool) -> None:
+        import torch
+
+        self.torch = torch
+        torch.manual_seed(SEED)
+        layers: list[Any] = []
+        for fan_in, fan_out in itertools.pairwise(SIZES):
+            layers += [torch.nn.Linear(fan_in, fan_out), torch.nn.ReLU()]
+        self.net = torch.nn.Sequential(*layers[:-1])
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=LR)
+        self.threaded = threaded
+        # torch's optimizer step updates the weights in place, so a request whose backward runs
+        # on another thread at that moment would fail: the threads take turns.
+        self.lock = threading.Lock()
+
+    def _step(self, x: np.ndarray, y: np.ndarray) -> float:
+        torch = self.torch
+        with self.lock:
+            self.optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(
+                self.net(torch.from_numpy(x)), torch.from_numpy(y)
+            )
+            loss.backward()
+            self.optimizer.step()
+            return float(loss.item())
+
+    def _serve(self, image: np.ndarray, label: int) -> np.ndarray:
+        torch = self.torch
+        with self.lock:
+            x = torch.from_numpy(image[None]).requires_grad_()
+            loss = torch.nn.functional.cross_entropy(self.net(x), torch.tensor([label]))
+            (grad,) = torch.autograd.grad(loss, [x])
+            return grad.numpy()[0]
+
+    async def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        if self.threaded:
+            return await asyncio.to_thread(self._step, x, y)
+        return self._step(x, y)
+
+    async def serve(self, image: np.ndarray, label: int) -> np.ndarray:
+        if self.threaded:
+            return await asyncio.to_thread(self._serve, image, label)
+        return self._serve(image, label)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        with self.torch.no_grad():
+            return self.net(self.torch.from_numpy(x)).argmax(dim=1).numpy()
+
+
+def make_model(way: str) -> Model:
+    if way in ASYNCGRAD_WAYS:
+        return AsyncgradModel(awaited=way == AWAITED)
+    if way in TORCH_WAYS:
+        return TorchModel(threaded=way == TORCH_THREAD)
+    raise ValueError(f"unknown way {way!r}; the ways are {ASYNCGRAD_WAYS + TORCH_WAYS}")
+
+
+# ============================================================================ the tasks
 async def train(
-    model: ag.nn.Module,
+    model: Model,
     x_train: np.ndarray,
     y_train: np.ndarray,
     epochs: int,
     stats: Stats,
     progress: bool,
 ) -> None:
-    optimizer = ag.optim.Adam(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(SEED)
-    bar = tqdm(range(epochs), desc="training", unit="epoch", disable=not progress)
+    bar = tqdm(range(epochs), desc=stats.way, unit="epoch", disable=not progress, leave=False)
     for _ in bar:
         order = rng.permutation(len(x_train))
         for start in range(0, len(order), BATCH_SIZE):
             batch = order[start : start + BATCH_SIZE]
-            logits = model(ag.from_numpy(x_train[batch]))
-            loss = F.cross_entropy(logits, ag.from_numpy(y_train[batch]))
-            optimizer.zero_grad()
-            await ag.backward(loss)  # the clients and the ticker run while this runs
-            optimizer.step()
+            stats.loss = await model.step(x_train[batch], y_train[batch])
             stats.steps += 1
-        stats.loss = loss.item()
-        stall_ms = f"{stats.max_stall_s * 1e3:.1f}"
-        bar.set_postfix(loss=f"{stats.loss:.3f}", served=stats.served, max_stall_ms=stall_ms)
+            await asyncio.sleep(0)  # a turn for the others, whichever way the step ran
+        bar.set_postfix(loss=f"{stats.loss:.3f}", served=stats.served)
 
 
 async def client(
     k: int,
     n_clients: int,
-    model: ag.nn.Module,
+    model: Model,
     x_test: np.ndarray,
     y_test: np.ndarray,
     stop: asyncio.Event,
     stats: Stats,
 ) -> None:
-    # The optimizer updates the weights in place. A request whose backward pass is still
-    # pending would then find the weights it saved modified, which asyncgrad reports as an
-    # error (as torch does), so each request first copies the current weights (copy on read).
-    replica = make_model().requires_grad_(False)
     i = k
     while not stop.is_set():
-        replica.load_state_dict(model.state_dict())
-        await saliency(replica, x_test[i], int(y_test[i]))
+        await model.serve(x_test[i], int(y_test[i]))  # on the live model, while it trains
         stats.served += 1
         i = (i + n_clients) % len(x_test)
         await asyncio.sleep(0)  # let the others in before the next request
@@ -128,14 +269,16 @@ async def ticker(stop: asyncio.Event, stats: Stats) -> None:
         stats.stalls_s.append(time.perf_counter() - start - TICK_S)
 
 
-async def run(epochs: int = 100, clients: int = 4, progress: bool = True) -> Stats:
-    """Train for ``epochs`` while ``clients`` tasks request saliency maps; return the stats."""
-    start = time.perf_counter()
-    ag.manual_seed(SEED)
+async def run(
+    epochs: int = 15, clients: int = 4, progress: bool = True, way: str = AWAITED
+) -> Stats:
+    """Train for ``epochs`` while ``clients`` tasks request saliency maps, the ``way`` given;
+    return the stats."""
     x_train, x_test, y_train, y_test = load_data()
-    model = make_model()
-    stats = Stats(loop=type(asyncio.get_running_loop()).__module__.split(".")[0])
+    model = make_model(way)
+    stats = Stats(way=way, loop=type(asyncio.get_running_loop()).__module__.split(".")[0])
     stop = asyncio.Event()
+    start = time.perf_counter()
     async with asyncio.TaskGroup() as tg:
         tg.create_task(ticker(stop, stats))
         for k in range(clients):
@@ -145,33 +288,64 @@ async def run(epochs: int = 100, clients: int = 4, progress: bool = True) -> Sta
         finally:
             stop.set()  # the clients and the ticker finish their current round and return
     stats.wall_s = time.perf_counter() - start
-    with ag.no_grad():
-        predicted = model(ag.from_numpy(x_test)).argmax(dim=1).numpy()
-    stats.accuracy = float((predicted == y_test).mean())
+    stats.accuracy = float((model.predict(x_test) == y_test).mean())
     return stats
+
+
+async def compare(
+    epochs: int = 15, clients: int = 4, progress: bool = True, torch: bool | None = None
+) -> list[Stats]:
+    """The same work (``run``) done each way: asyncgrad's two, and PyTorch's two when ``torch``
+    (by default: when it is installed)."""
+    ways = ASYNCGRAD_WAYS
+    if torch is None:
+        torch = torch_available()
+    if torch:
+        ways += TORCH_WAYS
+    return [await run(epochs, clients, progress, way) for way in ways]
+
+
+def report(rows: list[Stats], epochs: int, clients: int) -> str:
+    first = rows[0]
+    lines = [
+        f"A {'-'.join(map(str, SIZES))} MLP trained on scikit-learn's digits for {epochs} epochs "
+        f"({first.steps} Adam steps) while {clients} clients request saliency maps from it, "
+        f"in one {first.loop} event loop:",
+        "",
+        f"{'way':<20} {'steps/s':>8} {'served/s':>9} {'p99 stall':>10} {'longest stall':>14} "
+        f"{'accuracy':>9}",
+    ]
+    for s in rows:
+        lines.append(
+            f"{s.way:<20} {s.steps_per_s:>8.0f} {s.served_per_s:>9.0f} "
+            f"{s.p99_stall_s * 1e3:>7.1f} ms {s.max_stall_s * 1e3:>11.1f} ms {s.accuracy:>9.1%}"
+        )
+    lines += [
+        "",
+        "A stall is how late a 1 ms timer fired: while the loop is stalled, nothing else in the",
+        "process is served. Blocking calls hold the loop for a whole training step; awaited",
+        "backward passes give it back about every millisecond and take no lock or weight copy.",
+    ]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
+    parser.add_argument("--epochs", type=int, default=15, help="training epochs (default 15)")
     parser.add_argument("--clients", type=int, default=4, help="client tasks (default 4)")
+    parser.add_argument(
+        "--no-torch", action="store_true", help="leave out the PyTorch ways even if installed"
+    )
     args = parser.parse_args()
+    runner: Callable[[Any], list[Stats]]
     try:
         import uvloop
     except ImportError:
-        stats = asyncio.run(run(args.epochs, args.clients))
+        runner = asyncio.run
     else:
-        stats = uvloop.run(run(args.epochs, args.clients))
-    median_stall_ms = float(np.median(stats.stalls_s)) * 1e3 if stats.stalls_s else 0.0
-    print(f"event loop:          {stats.loop}, {args.clients} clients")
-    print(f"test accuracy:       {stats.accuracy:.1%}")
-    print(f"gradients served:    {stats.served} ({stats.served / stats.wall_s:.0f}/s)")
-    print(f"training steps:      {stats.steps} ({args.epochs} epochs)")
-    print(f"wall time:           {stats.wall_s:.1f} s")
-    print(
-        f"longest loop stall:  {stats.max_stall_s * 1e3:.1f} ms "
-        f"(median {median_stall_ms:.2f} ms over {len(stats.stalls_s)} ticks)"
-    )
+        runner = uvloop.run
+    rows = runner(compare(args.epochs, args.clients, torch=False if args.no_torch else None))
+    print(report(rows, args.epochs, args.clients))
 
 
 if __name__ == "__main__":

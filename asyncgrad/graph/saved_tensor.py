@@ -44,12 +44,32 @@ class SavedTensor:
 
     def unpack(self, node: Node, output_nr: int = 0) -> Tensor:
         self.check(node)
-        if self.tensor is not None:
-            return self.tensor
+        saved = self.tensor
+        if saved is not None:
+            if saved._array is self.array:
+                return saved
+            return self._rebound(saved)
         t = Tensor._wrap(self.array)
         t._vc = self.vc
         t._grad_fn = node
         t._output_nr = output_nr
+        return t
+
+    def _rebound(self, saved: Tensor) -> Tensor:
+        # The input has been given a new array since it was saved (an optimizer step that found
+        # the array shared, See NOTE [Serving while training] in asyncgrad/optim/optimizers.py):
+        # a tensor over the saved array, at the saved version, with the input's gradient edge,
+        # so that gradients computed from it still reach the input (its AccumulateGrad for a
+        # leaf).
+        t = Tensor._wrap(self.array)
+        t._vc = self.vc
+        edge = saved._edge()
+        if edge is not None:
+            if saved._grad_fn is None:
+                t._requires_grad = True
+                t._get_meta().grad_accumulator = edge[0]  # type: ignore[assignment]
+            else:
+                t._grad_fn, t._output_nr = edge
         return t
 
 

@@ -1,19 +1,79 @@
-"""Optimizers: torch's update rules, applied in place to the parameters' arrays.
+"""Optimizers: torch's update rules, applied to the parameters' arrays.
 
 The updates follow the algorithms documented for ``torch.optim`` (single-tensor, non-fused
-versions). Each update bumps the parameter's version counter, as an in-place op would, so a
-graph that saved a parameter before the step refuses to backpropagate through the stale value.
+versions). A step updates a parameter's array in place unless something else may still read
+that array, such as a recorded graph whose backward has not run yet; then it gives the parameter
+a new array instead (See NOTE [Serving while training]).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
 from ..graph.grad_mode import enable_grad
+
+
+# NOTE [Serving while training]
+# A server may run requests (forward, then `await ag.grad(...)`) while a trainer steps the same
+# model in the same event loop. A request's graph saves the weights its forward read; its
+# backward may run after an optimizer step. torch updates in place and that backward raises
+# "modified by an inplace operation". Here the step checks each parameter first:
+#
+# * The rule. A step updates parameter `p` in place when nothing but `p` refers to `p`'s array
+#   (the reference count says so, and the array owns its memory). Otherwise it first binds `p`
+#   to a copy of its array and to a new version counter, then updates that copy in place.
+#   Everything that held the old array keeps it, with its old values and at its old version:
+#   a graph's saved tensors (whose backward then computes the exact gradient of the forward it
+#   recorded, with the weights that forward used), views of `p` and detached tensors made
+#   before the step (`p.t()`, `p[0]`, `p.detach()`, `model.state_dict()`), and arrays users
+#   hold (`p.array`, `p.numpy(force=True)`). Either way the new values are bit for bit the
+#   same, the arithmetic being the same, and `p`'s version goes up by one.
+# * The difference from torch: torch always updates in place, so a stale graph raises and a
+#   view, detached tensor or state_dict taken before the step sees the new values. Here those
+#   stay as they were when the step found the parameter's array held (a snapshot), and only
+#   what is made from `p` after the step shares its new array. A parameter that is itself a
+#   view of another tensor (`p._base` is set) is always updated in place, so that its base
+#   sees the update, as in torch.
+# * Who may hold the array. A saved tensor holds the array it saved; a view's NumPy (or CuPy)
+#   array holds its base array through `.base`, so views count too. A parameter's array that
+#   is itself a view (`.base` set, e.g. made by `from_numpy` on a slice) has views that hold
+#   the base array instead, invisible in its own count: it is treated as shared, copied once,
+#   and owns its memory from then on. The optimizer's own state (momentum buffers, Adam's
+#   moments) and `p.grad` are separate arrays and don't count.
+# * The cost. In a plain loop (`zero_grad`, forward, `backward()`, `step()`) backward has
+#   released the saved tensors before the step, so the count is 1 and the step allocates no
+#   new parameter array (`p._array` stays the same object). The check is `sys.getrefcount`
+#   per parameter per step, nothing on the forward or backward path. A graph kept with
+#   `retain_graph=True`, a stray view, or a reference cycle not yet collected costs one copy
+#   of that parameter per step while it lives, never a wrong value.
+# * Saved leaves. A SavedTensor keeps the leaf tensor itself as well as its array (See
+#   asyncgrad/graph/saved_tensor.py); once the step has rebound the leaf, unpacking (custom
+#   Functions, create_graph) gives a tensor over the saved array that feeds the leaf's own
+#   AccumulateGrad, so higher-order gradients still reach the parameter.
+# * A user's own in-place op (`w.mul_(2)` under no_grad, `load_state_dict`) still modifies the
+#   shared array and bumps the shared version counter, so a pending backward that saved it
+#   raises, as in torch. CUDA arrays follow the same rule (CuPy views hold `.base` too; the
+#   copy runs on the current stream, ahead of the update).
+def _array_refs(t: Tensor) -> int:
+    return sys.getrefcount(t._array)
+
+
+# What _array_refs() gives for a tensor whose array nothing else refers to (measured with the
+# same call, so it holds across Python versions).
+_SOLE_REFS = _array_refs(Tensor([0.0]))
+
+
+def _detach_if_shared(p: Tensor) -> None:
+    """Before a step: bind ``p`` to a copy of its array and a new version counter when anything
+    besides ``p`` may read its array (See NOTE [Serving while training])."""
+    if p._base is None and (p._array.base is not None or _array_refs(p) > _SOLE_REFS):
+        p._array = p._array.copy()
+        p._vc = [p._vc[0]]
 
 
 class Optimizer:
@@ -102,6 +162,7 @@ class Optimizer:
                 g = p.grad._array
                 if group.get("maximize", False):
                     g = -g
+                _detach_if_shared(p)
                 self._update(p, g, self.state.setdefault(p, {}), group)
                 p._vc[0] += 1
         return loss
