@@ -378,6 +378,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "test_accuracy": server.accuracy,
                 "lr": server.settings.lr,
             },
+            # See NOTE [Freeze the start-up heap]
+            "gc": {"frozen_objects": gc.get_freeze_count(), "collections": gc.get_stats()},
         }
 
     @app.get("/metrics")
