@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import numpy as np
@@ -27,6 +27,7 @@ TIMEOUT_S: Final = 60.0  # the bound on each test's HTTP traffic as a whole
 SALIENCY_REQUESTS: Final = 200
 ADAPT_REQUESTS: Final = 20
 SLOW_SAMPLES: Final = 65536  # the most the server allows: seconds of backward pass
+POLL_S: Final = 0.01
 Weights = dict[str, np.ndarray]
 
 
@@ -44,7 +45,10 @@ async def client(server: Server) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def fetch_weights(client: httpx.AsyncClient) -> tuple[int, Weights]:
-    res = await client.get("/weights")
+    return weights_of(await client.get("/weights"))
+
+
+def weights_of(res: httpx.Response) -> tuple[int, Weights]:
     res.raise_for_status()
     with np.load(io.BytesIO(res.content)) as arrays:
         weights = {name: arrays[name].astype(np.float64) for name in arrays.files}
@@ -56,6 +60,18 @@ async def engine_stats(client: httpx.AsyncClient) -> dict[str, Any]:
     res.raise_for_status()
     stats: dict[str, Any] = res.json()["engine"]
     return stats
+
+
+async def poll_stats(
+    client: httpx.AsyncClient, until: Callable[[dict[str, int]], bool]
+) -> dict[str, int]:
+    """The server's graph task counts, once ``until`` holds for them; the caller's timeout
+    bounds the wait (a remote process: nothing to await but its answers)."""
+    while True:
+        tasks: dict[str, int] = (await engine_stats(client))["graph_tasks"]
+        if until(tasks):
+            return tasks
+        await asyncio.sleep(POLL_S)
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -225,15 +241,15 @@ IMAGE: Final = [[0.5] * 8 for _ in range(8)]
         ("/adapt", {"image": IMAGE, "label": 3, "lr": 0}, ["body", "lr"], "greater_than"),
     ],
 )
-async def test_invalid_requests_get_a_422_and_change_nothing(
-    client: httpx.AsyncClient, path: str, content: Any, loc: list[Any] | None, kind: str
+def test_invalid_requests_get_a_422_and_change_nothing(
+    server: Server, path: str, content: Any, loc: list[Any] | None, kind: str
 ) -> None:
     raw = content if isinstance(content, bytes) else json.dumps(content).encode()
     headers = {"content-type": "application/json"}
-    async with asyncio.timeout(TIMEOUT_S):
-        version, before = await fetch_weights(client)
-        stats = await engine_stats(client)
-        res = await client.post(path, content=raw, headers=headers)
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+        version, before = weights_of(client.get("/weights"))
+        stats = client.get("/stats").json()["engine"]
+        res = client.post(path, content=raw, headers=headers)
         assert res.status_code == 422, res.text
         out = res.json()
         assert kind in {e["type"] for e in out["detail"]}, out
@@ -244,12 +260,12 @@ async def test_invalid_requests_get_a_422_and_change_nothing(
         where = ".".join(map(str, error["loc"]))
         assert f"{where}: {error['msg']}" in out["message"]
         # Nothing ran, nothing changed, and the next valid request is served.
-        assert (await engine_stats(client))["graph_tasks"] == stats["graph_tasks"]
-        version_after, after = await fetch_weights(client)
+        assert client.get("/stats").json()["engine"]["graph_tasks"] == stats["graph_tasks"]
+        version_after, after = weights_of(client.get("/weights"))
         assert version_after == version
         for name, value in before.items():
             np.testing.assert_array_equal(after[name], value)
-        ok = await client.post("/saliency", json={"image": IMAGE})
+        ok = client.post("/saliency", json={"image": IMAGE})
         assert ok.status_code == 200, ok.text
 
 
@@ -271,24 +287,22 @@ async def test_client_disconnect_cancels_its_graph_task(server: Server) -> None:
             writer.write(request)
             await writer.drain()
             # Its backward pass is running once the engine counts a running graph task.
-            while (await engine_stats(client))["graph_tasks"]["running"] == 0:
-                await asyncio.sleep(0.01)  # a polling interval, bounded by the timeout above
+            await poll_stats(client, lambda tasks: tasks["running"] > 0)
         finally:
             writer.close()  # the client goes away without reading the response
             await writer.wait_closed()
-        while (now := (await engine_stats(client))["graph_tasks"])["running"] > 0:
-            await asyncio.sleep(0.01)
+        now = await poll_stats(client, lambda tasks: tasks["running"] == 0)
     assert now["cancelled"] == before["cancelled"] + 1, (before, now)
     assert now["completed"] == before["completed"], "the backward pass ran to the end"
     assert now["failed"] == before["failed"]
     assert await reader.read() == b"", "the server answered a client that had gone"
 
 
-async def test_stats_and_prometheus_metrics(client: httpx.AsyncClient) -> None:
-    async with asyncio.timeout(TIMEOUT_S):
-        assert (await client.post("/saliency", json={"image": IMAGE})).status_code == 200
-        stats = (await client.get("/stats")).json()
-        res = await client.get("/metrics")
+def test_stats_and_prometheus_metrics(server: Server) -> None:
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+        assert client.post("/saliency", json={"image": IMAGE}).status_code == 200
+        stats = client.get("/stats").json()
+        res = client.get("/metrics")
     assert res.status_code == 200
     assert res.headers["content-type"].startswith("text/plain")
     engine = stats["engine"]
@@ -312,10 +326,10 @@ async def test_stats_and_prometheus_metrics(client: httpx.AsyncClient) -> None:
     assert ("asyncgrad_longest_stall_seconds", ()) in samples
 
 
-async def test_page_and_weights(client: httpx.AsyncClient) -> None:
-    async with asyncio.timeout(TIMEOUT_S):
-        page = await client.get("/")
-        version, weights = await fetch_weights(client)
+def test_page_and_weights(server: Server) -> None:
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+        page = client.get("/")
+        version, weights = weights_of(client.get("/weights"))
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert '<canvas id="pad"' in page.text
