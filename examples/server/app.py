@@ -133,9 +133,6 @@ class Server:
     optimizer: ag.optim.SGD
     accuracy: float
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    admission: contextlib.AbstractAsyncContextManager[Any] = field(
-        default_factory=contextlib.nullcontext
-    )
     commits: set[asyncio.Task[Snapshot]] = field(default_factory=set)
 
 
@@ -160,10 +157,8 @@ async def start(settings: Settings) -> Server:
         optimizer=ag.optim.SGD(model.parameters(), lr=settings.lr),
         accuracy=accuracy,
     )
-    if settings.max_running > 0:
-        # Until the engine caps running graph tasks itself; then this becomes
-        # ag.autograd.engine.configure(max_running=settings.max_running).
-        server.admission = asyncio.Semaphore(settings.max_running)
+    # The rest wait in the engine, in priority order, and count as waiting in /stats.
+    ag.autograd.engine.configure(max_running=settings.max_running or None)
     # NOTE [Freeze the start-up heap]
     # A full collection walks every tracked object; with a large heap that takes long enough
     # to stall the loop, and the many small objects of a large backward pass make full
@@ -191,8 +186,7 @@ async def saliency(server: Server, req: SaliencyRequest) -> dict[str, Any]:
     graph = await ag.run(
         digits.saliency_forward, snap.model, image, req.target, req.samples, req.noise, req.seed
     )
-    async with server.admission:
-        (grad,) = await ag.grad(graph.score, [graph.image])
+    (grad,) = await ag.grad(graph.score, [graph.image])
     probabilities = digits.to_numpy(ag.nn.functional.softmax(graph.logits.detach(), dim=1))[0]
     return {
         "prediction": int(probabilities.argmax()),
@@ -209,8 +203,7 @@ async def adapt(server: Server, req: AdaptRequest) -> dict[str, Any]:
     image = np.asarray(req.image, dtype=np.float32)
     graph = await ag.run(digits.step_forward, snap.model, image, req.label)
     # Each request gets its own gradients from ag.grad; none goes through the shared .grad.
-    async with server.admission:
-        grads = await ag.grad(graph.loss, graph.params)
+    grads = await ag.grad(graph.loss, graph.params)
     lr = server.settings.lr if req.lr is None else req.lr
     # NOTE [Committed updates]
     # Up to here a cancelled request (its client gone) changes nothing. From here on the update
