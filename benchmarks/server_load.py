@@ -247,6 +247,16 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
     clock = time.perf_counter
     res: dict[str, Any] = {}
 
+    # Reference: the ticker's lag with nothing else on the loop (the machine's own noise).
+    ticker = Ticker()
+    tick_task = asyncio.create_task(ticker.run())
+    await asyncio.sleep(0.05)
+    a = clock()
+    await asyncio.sleep(0.3)
+    idle = [v * 1e3 for v in ticker.lags(a, clock())]
+    res["idle_lag_p99"] = percentile(idle, 99)
+    res["idle_lag_max"] = max(idle)
+
     # (a) one gradient alone.
     x = L.inputs(1)[0]
     for _ in range(200):
@@ -261,9 +271,13 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
 
     # (b) N_GATHER calls at once vs one after another; ticker running for the loop's lag.
     xs = L.inputs(N_GATHER)
-    ticker = Ticker()
-    tick_task = asyncio.create_task(ticker.run())
-    turn, gath, gath_lag = [], [], []
+    turn, gath, gath_lag, first_done = [], [], [], []
+    done_at: list[float] = []
+
+    async def timed(x: Any) -> None:
+        await L.grad_call(x)
+        done_at.append(clock())
+
     for _ in range(int(t["gather_reps"]) + 1):  # the first pass of each is a warm-up
         await asyncio.sleep(0.01)
         a = clock()
@@ -271,19 +285,31 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
             await L.grad_call(x)
         turn.append((clock() - a) / N_GATHER * 1e6)
         await asyncio.sleep(0.01)
+        done_at.clear()
         a = clock()
-        await asyncio.gather(*(L.grad_call(x) for x in xs))
+        await asyncio.gather(*(timed(x) for x in xs))
         b = clock()
         gath.append((b - a) / N_GATHER * 1e6)
+        first_done.append((min(done_at) - a) / (b - a))
         await asyncio.sleep(0.005)
         gath_lag.append(max(ticker.lags(a, b)) * 1e3)
     res["turn_us"] = H.median(turn[1:])
     res["gather_us"] = H.median(gath[1:])
     res["gather_lag_max"] = max(gath_lag[1:])
+    res["gather_first_done"] = H.median(first_done[1:])
     del xs
 
     # (c) small requests (one gradient each, SMALL_CLIENTS clients) unloaded, then while one
     # large backward runs.
+    big_alone = []
+    for _ in range(2):  # the large backward with nothing else running; the first is a warm-up
+        loss, leaf = L.build_chain(N_BIG)
+        await asyncio.sleep(0.01)
+        a = clock()
+        await L.big_backward(loss, leaf)
+        big_alone.append((clock() - a) * 1e3)
+        del loss, leaf
+    res["big_alone_ms"] = big_alone[-1]
     xs = L.inputs(SMALL_CLIENTS)
     records: list[tuple[float, float]] = []
     stop = False
@@ -555,7 +581,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     rows = []
     ref = ext.get("torch-inline")
     for lib, n in ext.items():
-        s = {k: med(n, k) for k in ("alone_p50", "alone_p99")}
+        s = {k: med(n, k) for k in ("alone_p50", "alone_p99", "idle_lag_p99")}
+        s["idle_lag_max"] = worst(n, "idle_lag_max")
         summary[n] = s
         target = ""
         if lib == "asyncgrad" and ref:
@@ -578,18 +605,28 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt_ratio(H.paired_ratio(per_round(n, "alone_p50"), per_round(ref, "alone_p50")))
                 if ref
                 else "n/a",
+                H.fmt(s["idle_lag_p99"]),
+                H.fmt(s["idle_lag_max"]),
                 target,
             ]
         )
     alone_tab = H.table(
-        ["(a) one gradient alone", "µs p50", "µs p99", "p50 vs PyTorch inline", "target"],
+        [
+            "(a) one gradient alone",
+            "µs p50",
+            "µs p99",
+            "p50 vs PyTorch inline",
+            "idle loop lag p99 ms",
+            "idle loop lag max ms",
+            "target",
+        ],
         rows,
-        align=["l", "r", "r", "r", "l"],
+        align=["l", "r", "r", "r", "r", "r", "l"],
     )
 
     rows = []
     for lib, n in ext.items():
-        s = {k: med(n, k) for k in ("turn_us", "gather_us")}
+        s = {k: med(n, k) for k in ("turn_us", "gather_us", "gather_first_done")}
         s["gather_lag_max"] = worst(n, "gather_lag_max")
         r = H.paired_ratio(per_round(n, "gather_us"), per_round(n, "turn_us"))
         s["ratio"] = r
@@ -612,6 +649,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt(s["turn_us"], ".1f"),
                 H.fmt(s["gather_us"], ".1f"),
                 H.fmt_ratio(r),
+                f"{s['gather_first_done'] * 100:.0f}%",
                 H.fmt(s["gather_lag_max"], ".1f"),
                 target,
             ]
@@ -622,11 +660,12 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "in turn µs/grad",
             "gather µs/grad",
             "gather / in turn",
+            "first answer at",
             "loop lag max ms during gather",
             "target",
         ],
         rows,
-        align=["l", "r", "r", "r", "r", "l"],
+        align=["l", "r", "r", "r", "r", "r", "l"],
     )
 
     rows = []
@@ -640,6 +679,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 "small_loaded_p99",
                 "small_loaded_n",
                 "big_ms",
+                "big_alone_ms",
             )
         }
         s["big_lag_max"] = worst(n, "big_lag_max")
@@ -666,6 +706,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt(s["small_loaded_p50"]),
                 H.fmt(s["small_loaded_p99"]),
                 H.fmt_ratio(r),
+                H.fmt(s["big_alone_ms"], ".1f"),
                 H.fmt(s["big_ms"], ".1f"),
                 H.fmt(s["big_lag_max"], ".1f"),
                 f"{s['small_loaded_n']:.0f}",
@@ -680,13 +721,14 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "during large p50 ms",
             "during large p99 ms",
             "p99 ratio",
-            "large backward ms",
+            "large alone ms",
+            "large during ms",
             "loop lag max ms",
             "samples during",
             "target",
         ],
         rows,
-        align=["l"] + ["r"] * 8 + ["l"],
+        align=["l"] + ["r"] * 9 + ["l"],
     )
 
     rows = []
@@ -718,19 +760,25 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         "Extras, each library in its own process on the default asyncio loop, "
         f"{rounds} interleaved rounds, medians over rounds. "
         f"(a) one gradient of the same MLP with nothing else running: {int(t['alone'])} timed "
-        "calls after 200 warm-up calls; p50 and p99 of the single calls. "
+        "calls after 200 warm-up calls; p50 and p99 of the single calls. The idle loop lag "
+        "columns are the ticker's lag over 0.3 s with nothing else on the loop in the same "
+        "process (worst round for max): the floor set by the machine and the OS. "
         f"(b) {N_GATHER:,} gradient calls (forward + gradient, each its own input) launched at "
         "once with `asyncio.gather`, against the same calls awaited one after another; time "
         "per gradient (median of "
         f"{int(t['gather_reps'])} passes after one warm-up pass of each); the loop-lag column "
         "is the worst ticker lag during a gather (the forwards of all the launched calls run on "
-        "the loop before their first await, so part of it is forward, not backward). "
+        "the loop before their first await, so part of it is forward, not backward); `first "
+        "answer at` is when the first of the gathered calls returned, as a share of the "
+        "gather's wall time. "
         f"(c) {SMALL_CLIENTS} clients sending small requests (one gradient each) in a closed "
         f"loop: their latency with nothing else running (0.3 s) vs the requests in flight while "
         f"one {N_BIG:,}-op chain backward (the graph of bench_chain.py, built beforehand, "
         f"followed by a 50 ms pause so the graph's construction is not counted) runs; "
         f"{int(t['big_reps'])} large backwards per process; `p99 ratio` is the median of "
-        "per-round ratios. The order table launches two "
+        "per-round ratios; `large alone` is the same backward's wall time with nothing else "
+        "running, `large during` its wall time among the small requests. The order table "
+        "launches two "
         f"{N_ORDER:,}-op chain backwards as tasks, A then B, with nothing else running, 3 runs "
         "per process; finish times in ms after the launch (medians)."
     )
@@ -774,11 +822,14 @@ def notes(summary: dict[str, Any]) -> list[str]:
     if a:
         out.append(
             f"Gather of {N_GATHER:,} asyncgrad gradients: {a['gather_us']:.1f} µs each against "
-            f"{a['turn_us']:.1f} µs in turn; the loop stalls up to {a['gather_lag_max']:.1f} ms "
-            "during it, mostly the launched calls' forwards running back to back on the loop."
+            f"{a['turn_us']:.1f} µs in turn; the first answer comes at "
+            f"{a['gather_first_done'] * 100:.0f}% of the gather's wall time and the loop stalls "
+            f"up to {a['gather_lag_max']:.1f} ms during it (every launched call runs its forward "
+            "and the start of its ag.grad on the loop before its first await)."
         )
         out.append(
-            f"While one {N_BIG:,}-op asyncgrad backward runs ({a['big_ms']:.1f} ms), small "
+            f"While one {N_BIG:,}-op asyncgrad backward runs ({a['big_ms']:.1f} ms; "
+            f"{a['big_alone_ms']:.1f} ms with nothing else running), small "
             f"requests' p99 goes from {a['small_unloaded_p99']:.2f} ms to "
             f"{a['small_loaded_p99']:.2f} ms; two {N_ORDER:,}-op backwards started A then B "
             f"finish {' '.join(a['orders'])} (A at {a['fin_a']:.1f} ms, B at {a['fin_b']:.1f} "
