@@ -256,6 +256,8 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
     idle = [v * 1e3 for v in ticker.lags(a, clock())]
     res["idle_lag_p99"] = percentile(idle, 99)
     res["idle_lag_max"] = max(idle)
+    ticker.stop = True
+    await tick_task
 
     # (a) one gradient alone.
     x = L.inputs(1)[0]
@@ -271,6 +273,8 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
 
     # (b) N_GATHER calls at once vs one after another; ticker running for the loop's lag.
     xs = L.inputs(N_GATHER)
+    ticker = Ticker()
+    tick_task = asyncio.create_task(ticker.run())
     turn, gath, gath_lag, first_done = [], [], [], []
     done_at: list[float] = []
 
