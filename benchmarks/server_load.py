@@ -71,7 +71,7 @@ def variants() -> list[str]:
 def timings(quick: bool) -> dict[str, float]:
     if quick:
         return {"warm": 0.3, "window": 0.6, "alone": 300, "gather_reps": 1, "big_reps": 2}
-    return {"warm": 0.5, "window": 1.5, "alone": 1000, "gather_reps": 2, "big_reps": 4}
+    return {"warm": 0.5, "window": 1.2, "alone": 1000, "gather_reps": 2, "big_reps": 4}
 
 
 # ---------------------------------------------------------------------------------------------
