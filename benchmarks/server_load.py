@@ -441,6 +441,8 @@ ROUNDS = 3
 
 
 def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
+    if quick:
+        rounds = 1  # a smoke check: every worker once
     cmd = (
         "python benchmarks/server_load.py"
         + (f" --rounds {rounds}" if rounds != ROUNDS else "")
@@ -843,7 +845,13 @@ def notes(summary: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    H.bench_main(__doc__, ROUNDS, run, worker_main, quick_help="shorter windows, fewer reps")
+    H.bench_main(
+        __doc__,
+        ROUNDS,
+        run,
+        worker_main,
+        quick_help="shorter windows, fewer reps, one round (a smoke check)",
+    )
 
 
 if __name__ == "__main__":

@@ -190,6 +190,8 @@ ROUNDS = 2
 
 
 def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
+    if quick:
+        rounds = 1  # a smoke check: every worker once
     cmd = (
         "python benchmarks/server_smoothgrad.py"
         + (f" --rounds {rounds}" if rounds != ROUNDS else "")
@@ -328,7 +330,13 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
 
 
 def main() -> None:
-    H.bench_main(__doc__, ROUNDS, run, worker_main, quick_help="one request per client")
+    H.bench_main(
+        __doc__,
+        ROUNDS,
+        run,
+        worker_main,
+        quick_help="one request per client, one round (a smoke check)",
+    )
 
 
 if __name__ == "__main__":
