@@ -2,7 +2,7 @@
 
 Usage (from the repository root):
 
-    python benchmarks/run_all.py                 # full run, about 6 minutes on 2 cores
+    python benchmarks/run_all.py                 # full run, about 10 minutes on 2 cores
     python benchmarks/run_all.py --quick         # fewer reps, for a smoke test
     python benchmarks/run_all.py --rounds 9      # more interleaved rounds (slower)
     python benchmarks/run_all.py --only chain,loop --out /tmp/partial.md
@@ -27,6 +27,8 @@ import bench_cuda
 import bench_loop
 import bench_mlp
 import bench_small
+import server_load
+import server_smoothgrad
 
 BENCHES = {
     "chain": bench_chain,
@@ -34,6 +36,8 @@ BENCHES = {
     "small": bench_small,
     "loop": bench_loop,
     "cuda": bench_cuda,
+    "server_load": server_load,
+    "smoothgrad": server_smoothgrad,
 }
 
 

@@ -1,0 +1,209 @@
+"""A FastAPI app serving SmoothGrad saliency maps, for benchmarks/server_smoothgrad.py.
+
+    python benchmarks/_smoothgrad_app.py --lib asyncgrad|torch-inline|torch-thread --port P
+
+POST /saliency {"x": [64 floats], "seed": int} answers {"saliency": [64 floats], "classes":
+[...]}: the input gradient of the predicted class's score, averaged over SAMPLES noisy copies
+of x (Gaussian noise, SIGMA times the range of x), all copies in one batch through one forward
+and one backward. The model is an MLP 64-1024-1024-1024-10 (ReLU, float32) whose weights
+require grad, as nn.Linear parameters do.
+
+  - asyncgrad: forward with ``await ag.run(model, x)`` (on the engine's compute threads), then
+    ``await ag.grad(score, [x])``;
+  - torch-inline: forward and ``torch.autograd.grad`` in the handler, blocking the loop;
+  - torch-thread: the whole computation in ``await asyncio.to_thread(...)``.
+
+A ticker task sleeps 1 ms at a time and records how late it wakes; GET /lag answers the lag
+statistics since the last POST /lag/reset. No gc.collect() and no gc.freeze().
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import time
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H
+
+SIZES = (64, 1024, 1024, 1024, 10)
+SAMPLES = 32
+SIGMA = 0.15
+TICK = 0.001
+LIBS = ("asyncgrad", "torch-inline", "torch-thread")
+
+
+class SaliencyRequest(BaseModel):
+    x: list[float]
+    seed: int
+
+
+def weights() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = []
+    for fan_in, fan_out in pairwise(SIZES):
+        bound = 1.0 / np.sqrt(fan_in)
+        out.append(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32))
+        out.append(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32))
+    return out
+
+
+def noisy(x: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    scale = SIGMA * float(x.max() - x.min())
+    noise = rng.standard_normal((SAMPLES, x.shape[0]), dtype=np.float32)
+    return x[None, :] + np.float32(scale) * noise
+
+
+def one_hot(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    cls = logits.argmax(axis=1)
+    mask = np.zeros_like(logits)
+    mask[np.arange(len(cls)), cls] = 1.0
+    return mask, cls
+
+
+def make_saliency(lib: str) -> Any:
+    """An ``async def saliency(x, seed) -> (saliency, classes)`` for the library."""
+    w = weights()
+    if lib == "asyncgrad":
+        import asyncgrad as ag
+        import asyncgrad.nn.functional as F
+
+        p = [ag.nn.Parameter(a) for a in w]
+
+        def model(x: Any) -> Any:
+            for i in range(0, len(p) - 2, 2):
+                x = F.relu(F.linear(x, p[i], p[i + 1]))
+            return F.linear(x, p[-2], p[-1])
+
+        async def saliency(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+            xb = ag.tensor(noisy(x, seed), requires_grad=True)
+            logits = await ag.run(model, xb)
+            mask, cls = one_hot(logits.detach().numpy())
+            (g,) = await ag.grad((logits * ag.tensor(mask)).sum(), [xb])
+            return g.numpy().mean(axis=0), cls
+
+        return saliency
+
+    import torch
+    import torch.nn.functional as F
+
+    H.pin_torch_threads()
+    p = [torch.nn.Parameter(torch.from_numpy(a)) for a in w]
+
+    def compute(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        with torch.enable_grad():  # grad mode is thread-local in PyTorch
+            xb = torch.from_numpy(noisy(x, seed)).requires_grad_(True)
+            h = xb
+            for i in range(0, len(p) - 2, 2):
+                h = F.relu(F.linear(h, p[i], p[i + 1]))
+            logits = F.linear(h, p[-2], p[-1])
+            mask, cls = one_hot(logits.detach().numpy())
+            (g,) = torch.autograd.grad((logits * torch.from_numpy(mask)).sum(), [xb])
+            return g.numpy().mean(axis=0), cls
+
+    if lib == "torch-inline":
+
+        async def saliency(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+            return compute(x, seed)
+
+        return saliency
+
+    async def saliency_thread(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return await asyncio.to_thread(compute, x, seed)
+
+    return saliency_thread
+
+
+class Ticker:
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        clock = time.perf_counter
+        while True:
+            t = clock()
+            await asyncio.sleep(TICK)
+            self.lags.append(clock() - t - TICK)
+
+    def stats(self) -> dict[str, Any]:
+        lags = np.asarray(self.lags) * 1e3
+        if len(lags) == 0:
+            return {"ticks": 0}
+        return {
+            "ticks": len(lags),
+            "p50_ms": float(np.percentile(lags, 50)),
+            "p99_ms": float(np.percentile(lags, 99)),
+            "max_ms": float(lags.max()),
+        }
+
+
+def make_app(lib: str) -> Any:
+    from fastapi import FastAPI
+
+    saliency = make_saliency(lib)
+    ticker = Ticker()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        ticker.task = asyncio.create_task(ticker.run())
+        yield
+        ticker.task.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/saliency")
+    async def post_saliency(req: SaliencyRequest) -> dict[str, Any]:
+        x = np.asarray(req.x, dtype=np.float32)
+        if x.shape != (SIZES[0],):
+            from fastapi import HTTPException
+
+            raise HTTPException(422, f"x must hold {SIZES[0]} numbers")
+        sal, cls = await saliency(x, req.seed)
+        return {"saliency": sal.tolist(), "classes": cls.tolist()}
+
+    @app.get("/lag")
+    async def get_lag() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        return {"lib": lib, "loop": type(loop).__module__, **ticker.stats()}
+
+    @app.post("/lag/reset")
+    async def reset_lag() -> dict[str, Any]:
+        ticker.lags.clear()
+        return {"ok": True}
+
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", choices=LIBS, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"))
+    a = ap.parse_args()
+    import uvicorn
+
+    uvicorn.run(
+        make_app(a.lib),
+        host="127.0.0.1",
+        port=a.port,
+        loop=a.loop,
+        log_level="warning",
+        access_log=False,
+        # Keep idle connections open: under load a request can otherwise meet a connection the
+        # server is closing after the default 5 s keep-alive.
+        timeout_keep_alive=300,
+    )
+
+
+if __name__ == "__main__":
+    main()

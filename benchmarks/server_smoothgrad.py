@@ -1,0 +1,343 @@
+"""A real server under load: SmoothGrad saliency over HTTP (FastAPI on uvicorn).
+
+Each library's server (benchmarks/_smoothgrad_app.py) runs as its own fresh process on
+127.0.0.1 and a free port; a client process (this script's worker, httpx.AsyncClient) sends
+CONCURRENCY concurrent requests, each client REQUESTS_PER_CLIENT requests one after another.
+A request asks for the SmoothGrad saliency of a 64-value input: the input gradient of the
+predicted class's score averaged over 32 noisy copies, batched in one forward and one
+backward of an MLP 64-1024-1024-1024-10 (float32). Servers:
+
+  - asyncgrad: ``await ag.run(model, x)`` for the forward, then ``await ag.grad(...)``;
+  - PyTorch inline: forward and ``torch.autograd.grad`` in the async handler (blocks the loop);
+  - PyTorch via ``asyncio.to_thread``: the whole computation on the loop's default thread pool.
+
+Each server runs a 1 ms ticker on its loop; after the timed run the client reads its lag
+statistics from GET /lag (reset after the warm-up). Reported: requests per second, latency
+p50/p99 seen by the client, the server loop's lag p99 and longest stall, and the CPU the
+server process used (cores busy on average). No gc.collect() and no gc.freeze() in client or
+server.
+
+Usage: python benchmarks/server_smoothgrad.py [--rounds R] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H
+from _smoothgrad_app import SAMPLES, SIZES
+
+APP = H.HERE / "_smoothgrad_app.py"
+CONCURRENCY = 200
+WARMUP_REQUESTS = 24
+LIBS = ["asyncgrad", "torch-inline", "torch-thread"]
+LABELS = {
+    "asyncgrad": "asyncgrad await ag.run + await ag.grad",
+    "torch-inline": "PyTorch inline (blocks the loop)",
+    "torch-thread": "PyTorch via asyncio.to_thread",
+}
+BASELINE = "torch-thread"
+# uvicorn's default: uvloop when it is installed.
+SERVER_LOOP = "auto"
+
+
+def requests_per_client(quick: bool) -> int:
+    return 1 if quick else 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker: starts the server, is its client
+# ---------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def request_body(i: int) -> dict[str, Any]:
+    import numpy as np
+
+    x = np.random.default_rng(1000 + i).standard_normal(SIZES[0]).astype(np.float32)
+    return {"x": x.tolist(), "seed": i}
+
+
+async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[str, Any]:
+    import asyncio
+
+    import httpx
+    import numpy as np
+
+    base = f"http://127.0.0.1:{port}"
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=300.0) as http:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                (await http.get("/lag")).raise_for_status()
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+        first = await http.post("/saliency", json=request_body(0))
+        first.raise_for_status()
+        for k in range(0, WARMUP_REQUESTS, 4):
+            rs = await asyncio.gather(
+                *(http.post("/saliency", json=request_body(k + j)) for j in range(4))
+            )
+            for r in rs:
+                r.raise_for_status()
+        bodies = [request_body(i) for i in range(CONCURRENCY)]
+        lat: list[float] = []
+        clock = time.perf_counter
+
+        async def one_client(body: dict[str, Any]) -> None:
+            for _ in range(per_client):
+                t = clock()
+                r = await http.post("/saliency", json=body)
+                r.raise_for_status()
+                lat.append((clock() - t) * 1e3)
+
+        (await http.post("/lag/reset")).raise_for_status()
+        cpu0, cc0 = cpu_seconds(server_pid), time.process_time()
+        t0 = clock()
+        await asyncio.gather(*(one_client(b) for b in bodies))
+        wall = clock() - t0
+        cpu1, cc1 = cpu_seconds(server_pid), time.process_time()
+        lag = (await http.get("/lag")).json()
+    n = len(lat)
+    return {
+        "rps": n / wall,
+        "p50": float(np.percentile(lat, 50)),
+        "p99": float(np.percentile(lat, 99)),
+        "requests": n,
+        "wall_s": wall,
+        "lag_p99": lag.get("p99_ms"),
+        "lag_max": lag.get("max_ms"),
+        "ticks": lag.get("ticks"),
+        "server_loop": lag.get("loop"),
+        "server_cores": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / wall,
+        "client_cores": (cc1 - cc0) / wall,
+        "saliency": first.json()["saliency"],
+    }
+
+
+def worker_main(lib: str, argv: list[str]) -> None:
+    import asyncio
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+    if lib not in LIBS:
+        raise SystemExit(f"unknown library {lib!r}")
+    port = free_port()
+    cmd = [sys.executable, str(APP), "--lib", lib, "--port", str(port), "--loop", SERVER_LOOP]
+    with tempfile.TemporaryFile() as err:
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            res = asyncio.run(client(lib, port, requests_per_client(a.quick), server.pid))
+        except BaseException:
+            server.terminate()
+            server.wait(10)
+            err.seek(0)
+            sys.stderr.write(err.read().decode(errors="replace")[-3000:])
+            raise
+        server.terminate()
+        server.wait(30)
+    H.emit({"lib": lib, **res})
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent
+# ---------------------------------------------------------------------------------------------
+def check_saliency(first_round: dict[str, dict[str, Any]]) -> str:
+    import numpy as np
+
+    ref_lib = "torch-inline" if "torch-inline" in first_round else next(iter(first_round))
+    ref = np.asarray(first_round[ref_lib]["saliency"])
+    scale = float(np.max(np.abs(ref))) or 1.0
+    worst = 0.0
+    for lib, r in first_round.items():
+        g = np.asarray(r["saliency"])
+        if g.shape != ref.shape or not np.allclose(g, ref, rtol=1e-3, atol=1e-4 * scale):
+            raise SystemExit(f"server_smoothgrad: the saliency from {lib} differs from {ref_lib}'s")
+        worst = max(worst, float(np.max(np.abs(g - ref))) / scale)
+    return (
+        "Saliency check passed: the first request's saliency map from every server matches "
+        f"{LABELS[ref_lib]}'s (max difference {worst:.1e} relative to its largest magnitude)."
+    )
+
+
+ROUNDS = 2
+
+
+def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
+    if quick:
+        rounds = 1  # a smoke check: every worker once
+    cmd = (
+        "python benchmarks/server_smoothgrad.py"
+        + (f" --rounds {rounds}" if rounds != ROUNDS else "")
+        + (" --quick" if quick else "")
+    )
+    per = requests_per_client(quick)
+    print(
+        f"server_smoothgrad: SmoothGrad over HTTP, MLP {'-'.join(map(str, SIZES))}, "
+        f"{SAMPLES} samples per request, {CONCURRENCY} concurrent clients x {per} requests, "
+        f"{rounds} interleaved rounds",
+        flush=True,
+    )
+    libs = H.available_libs(LIBS, LABELS)
+    skipped = [LABELS[lib] + ": " + str(H.missing_reason(lib)) for lib in LIBS if lib not in libs]
+    args = ["--quick"] if quick else []
+    results = H.interleaved_rounds(Path(__file__), libs, rounds, lambda lib, r: args)
+    check = check_saliency({lib: results[lib][0] for lib in libs})
+    print(check)
+
+    def per_round(lib: str, key: str) -> list[float]:
+        return [r[key] for r in results[lib]]
+
+    def med(lib: str, key: str) -> float:
+        return H.median(per_round(lib, key))
+
+    rep = H.Report(title="SmoothGrad server over HTTP (FastAPI on uvicorn)", command=cmd)
+    summary: dict[str, Any] = {}
+    base = BASELINE if BASELINE in results else None
+    rows = []
+    for lib in libs:
+        s = {k: med(lib, k) for k in ("rps", "p50", "p99", "lag_p99", "client_cores")}
+        s["lag_max"] = max(per_round(lib, "lag_max"))
+        cores = [c for c in per_round(lib, "server_cores") if c is not None]
+        s["server_cores"] = H.median(cores) if cores else None
+        s["loop"] = results[lib][0]["server_loop"]
+        summary[lib] = s
+        target = ""
+        if lib == "asyncgrad" and base:
+            verdicts = []
+            r = H.paired_ratio(per_round(lib, "rps"), per_round(base, "rps"))
+            v = H.verdict_at_least(r, s["rps"] / med(base, "rps"), 1.3)
+            verdicts.append(f"req/s >=1.3x: {v}")
+            rep.targets.append(
+                (
+                    f"SmoothGrad server req/s >= 1.3x {LABELS[base]}",
+                    v,
+                    f"paired ratio {H.fmt_ratio(r)}; medians {s['rps']:.1f} vs "
+                    f"{med(base, 'rps'):.1f} req/s",
+                )
+            )
+            for key in ("p50", "p99"):
+                r = H.paired_ratio(per_round(lib, key), per_round(base, key))
+                v = H.verdict_at_most(r, s[key] / med(base, key), 1.0)
+                verdicts.append(f"{key} <=: {v}")
+                rep.targets.append(
+                    (
+                        f"SmoothGrad server latency {key} <= {LABELS[base]}",
+                        v,
+                        f"paired ratio {H.fmt_ratio(r)}; medians {s[key]:.0f} vs "
+                        f"{med(base, key):.0f} ms",
+                    )
+                )
+            v = "MET" if s["lag_max"] < 5.0 else "NOT MET"
+            verdicts.append(f"stall <5 ms: {v}")
+            rep.targets.append(
+                (
+                    "SmoothGrad server loop stall max < 5 ms",
+                    v,
+                    f"worst over rounds {s['lag_max']:.1f} ms, median {med(lib, 'lag_max'):.1f} ms",
+                )
+            )
+            target = "; ".join(verdicts)
+        rows.append(
+            [
+                LABELS[lib],
+                H.fmt(s["rps"], ".1f"),
+                H.fmt_ratio(H.paired_ratio(per_round(lib, "rps"), per_round(base, "rps")))
+                if base
+                else "n/a",
+                H.fmt(s["p50"], ".0f"),
+                H.fmt(s["p99"], ".0f"),
+                H.fmt(s["lag_p99"], ".1f"),
+                H.fmt(s["lag_max"], ".1f"),
+                H.fmt(s["server_cores"]),
+                H.fmt(s["client_cores"]),
+                target,
+            ]
+        )
+    tab = H.table(
+        [
+            "server",
+            "req/s",
+            "vs to_thread",
+            "p50 ms",
+            "p99 ms",
+            "loop lag p99 ms",
+            "loop stall max ms",
+            "server cores",
+            "client cores",
+            "target",
+        ],
+        rows,
+        align=["l"] + ["r"] * 8 + ["l"],
+    )
+    loops = sorted({s["loop"] for s in summary.values()})
+    legend = (
+        f"Each server is a fresh uvicorn process (loop `{SERVER_LOOP}`: "
+        f"{', '.join(loops)} in this run; httptools or h11 as uvicorn picks) on 127.0.0.1; the "
+        "client is a separate fresh process (httpx.AsyncClient, no connection limit) on the "
+        f"same machine. {WARMUP_REQUESTS + 1} warm-up requests, then {CONCURRENCY} clients "
+        f"send {per} request{'s' if per > 1 else ''} each, one after another; req/s = requests "
+        "/ wall time of the run; p50/p99 of the latencies the client saw. The server's 1 ms "
+        "ticker's lag p99 and max (longest stall) over the run, read from GET /lag. `server "
+        "cores` / `client cores`: CPU seconds each process used during the run / wall time. "
+        f"Median over {rounds} interleaved rounds (stall max: the worst round). The to_thread "
+        "server uses the loop's default pool (min(32, cores + 4) threads); asyncgrad's "
+        "compute threads are left at their default (one per core). " + H.THREADS_NOTE
+    )
+    print()
+    print(tab)
+    print()
+    rep.sections += [legend, tab, check]
+    if skipped:
+        rep.sections.append("Skipped: " + "; ".join(skipped))
+    a, th, i = (summary.get(k) for k in ("asyncgrad", "torch-thread", "torch-inline"))
+    if a and th and i:
+        rep.notes.append(
+            f"asyncgrad {a['rps']:.1f} req/s with server cores {H.fmt(a['server_cores'])}, "
+            f"PyTorch via to_thread {th['rps']:.1f} req/s with {H.fmt(th['server_cores'])}, "
+            f"PyTorch inline {i['rps']:.1f} req/s with {H.fmt(i['server_cores'])} (the loop "
+            f"stalls up to {i['lag_max']:.0f} ms there, one request's compute at a time). "
+            f"The client process uses about {a['client_cores']:.2f} of the 2 cores itself."
+        )
+    rep.data = {"summary": summary}
+    return rep
+
+
+def main() -> None:
+    H.bench_main(
+        __doc__,
+        ROUNDS,
+        run,
+        worker_main,
+        quick_help="one request per client, one round (a smoke check)",
+    )
+
+
+if __name__ == "__main__":
+    main()
