@@ -174,6 +174,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             gt.outstanding -= 1
             if gt.outstanding == 0:
                 on_drained(gt)
+                if fair and heap and heap[0][4].large:
+                    # Its caller may go on to a next request (See NOTE [Fair order]): let it
+                    # run before the rest of this slice goes to a large graph task.
+                    total += count + 1
+                    count = 0
+                    break
             count += 1
             if count == 16:
                 total += 16
