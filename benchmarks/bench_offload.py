@@ -94,7 +94,7 @@ def main() -> None:
         "One awaited `ag.grad` of `(x @ w).sum()` for x and w (float32), the matmul's backward "
         "run inline (`offload_threshold=inf`) and on a compute thread (`offload_threshold=0`); "
         f"median of {reps} after 3 warm-up passes, and the longest lag of a 1 ms ticker over "
-        "all of them. The default threshold is 2**20 multiply-adds (1,048,576). BLAS threads: "
+        "all of them. The default threshold is 2**25 multiply-adds (33,554,432). BLAS threads: "
         f"{H.blas_threads()}.",
         "",
         table,

@@ -64,7 +64,7 @@ def configure(
         window_s: how much later a large graph task's turn comes: graph tasks built more than
             this after it wait behind it (default 0.5 s).
         offload_threshold: the estimated multiply-adds from which a CPU node (a matmul, say)
-            runs on a compute thread instead of the loop (default 2**20, about 0.3 ms; See
+            runs on a compute thread instead of the loop (default 2**25, about 1 ms; See
             NOTE [Large nodes]). ``float("inf")`` keeps every node on the loop.
     """
     if max_reentrant_depth is not None:

@@ -22,7 +22,7 @@ DEFAULT_EXECUTOR_SIZE: Final = 4
 # See NOTE [Fair order].
 DEFAULT_QUANTUM_S: Final = 0.002
 # See NOTE [Large nodes] (multiply-adds); measured in benchmarks/bench_offload.py.
-DEFAULT_OFFLOAD_THRESHOLD: Final = float(1 << 20)
+DEFAULT_OFFLOAD_THRESHOLD: Final = float(1 << 25)
 DEFAULT_WINDOW_S: Final = 0.5
 # How long stopping a helper loop waits for the tasks still on it before cancelling them.
 LOOP_STOP_TIMEOUT_S: Final = 5.0

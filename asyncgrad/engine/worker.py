@@ -250,9 +250,11 @@ def _on_gpu(
 # on the other cores meanwhile (NumPy releases the GIL in BLAS). The node runs in the worker's
 # context (grad mode, current graph task); its gradients are routed back on the loop. Nodes
 # with hooks stay on the loop (hooks are user code), and so does everything of a blocking
-# caller, which has no loop to keep free. The default threshold, 2**20 multiply-adds (about
-# 0.1-0.3 ms of BLAS work here), is where the hand-off (about 40-80 us) stops mattering:
-# benchmarks/bench_offload.py measures both.
+# caller, which has no loop to keep free. The hand-off is not free: measured on a 2-core VM
+# (benchmarks/bench_offload.py), it adds 0.15-0.6 ms to an awaited pass. So the default
+# threshold, 2**25 multiply-adds, is about 1 ms of single-threaded BLAS work: a node shorter
+# than that holds the loop no longer than one worker slice does anyway, and a longer one pays
+# a hand-off that is small against its own time.
 def _goes_off_loop(node: Node, buf: list[Any]) -> bool:
     dev = node._device
     if node._hooks is not None or (dev is not None and dev.type != "cpu"):
