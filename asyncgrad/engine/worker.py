@@ -174,9 +174,11 @@ def drain(queue: ReadyQueue, budget: float) -> None:
             gt.outstanding -= 1
             if gt.outstanding == 0:
                 on_drained(gt)
-                if fair and heap and heap[0][4].large:
+                if fair and heap and heap[0][4].large and heap[0][4].priority == gt.priority:
                     # Its caller may go on to a next request (See NOTE [Fair order]): let it
-                    # run before the rest of this slice goes to a large graph task.
+                    # run before the rest of this slice goes to a large graph task of the same
+                    # priority. (Lower-priority work keeps the rest of the slice, so a steady
+                    # stream of higher-priority requests leaves it some time.)
                     total += count + 1
                     count = 0
                     break

@@ -162,3 +162,31 @@ def test_configure_rejects_bad_fairness_settings() -> None:
         engine.configure(quantum_s=0)
     with pytest.raises(ValueError, match="window_s must be >= 0"):
         engine.configure(window_s=-1)
+
+
+async def test_lower_priority_work_progresses_under_a_stream_of_higher_priority_requests() -> None:
+    """Serving while training: clients at priority 1 ask again as soon as they are answered;
+    the trainer's passes (priority 0, large) still finish, on what the clients leave of each
+    slice."""
+    done = False
+    served = 0
+
+    async def client() -> None:
+        nonlocal served
+        while not done:
+            xs, small = chain_loss(30, factor=1.0)
+            (g,) = await ag.grad(small, [xs], priority=1)
+            assert_close(g, np.ones(4))
+            served += 1
+
+    clients = [asyncio.create_task(client()) for _ in range(4)]
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            for _ in range(3):
+                x, loss = chain_loss(4_000)
+                await ag.backward(loss)
+                assert_close(x.grad, np.ones(4))
+    finally:
+        done = True
+        await asyncio.wait_for(asyncio.gather(*clients), TIMEOUT_S)
+    assert served > 0
