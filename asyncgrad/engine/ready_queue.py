@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 # Graph tasks of equal priority and depth take turns by arrival, with small ones first:
 #   - a graph task's turn is the time it was built (in microseconds);
 #   - once it has run `quantum_s` of node time it counts as large, and its turn moves `window_s`
-#     later (once; its queued nodes are re-keyed).
+#     later (once; its queued nodes are re-keyed);
+#   - when a graph task ends and a large one of the same priority is next, the worker yields to
+#     the loop at once, so the caller that was answered can send its next request first.
 # So small graph tasks (under a quantum: most requests) run in arrival order, each to the end,
 # and pass a large one that is running at the next slice; large ones run one at a time in
 # arrival order, so a burst of them finishes as if run in turn rather than all late together;
