@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 TIMEOUT_S: Final = 60.0  # the bound on each test's HTTP traffic as a whole
 SALIENCY_REQUESTS: Final = 200
 ADAPT_REQUESTS: Final = 20
-SLOW_SAMPLES: Final = 16384  # noisy copies: a backward pass of seconds on a small CPU
+SLOW_SAMPLES: Final = 65536  # noisy copies (the most a request may ask): a long backward pass
 POLL_S: Final = 0.01
 Weights = dict[str, np.ndarray]
 
