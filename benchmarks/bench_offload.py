@@ -8,7 +8,8 @@ the threshold is where it stops mattering (a few tens of percent of the node's o
 the stall it removes is still small. Everything runs in one process, asyncgrad only: there is
 no peer for this row.
 
-Usage: python benchmarks/bench_offload.py [--quick] [--out FILE]
+Usage: python benchmarks/bench_offload.py [--quick] [--out benchmarks/offload.md]
+(run_all.py copies benchmarks/offload.md into RESULTS.md)
 """
 
 from __future__ import annotations

@@ -122,9 +122,10 @@ def main() -> None:
             "with PyTorch CUDA and hand-written CuPy.",
             "",
         ]
-    extra = H.HERE / "instructions.md"  # written by bench_instructions.py (slow: run apart)
-    if extra.exists():
-        lines.append(extra.read_text(encoding="utf-8"))
+    # Written by bench_instructions.py (slow) and bench_offload.py (asyncgrad alone): run apart.
+    for extra in (H.HERE / "offload.md", H.HERE / "instructions.md"):
+        if extra.exists():
+            lines.append(extra.read_text(encoding="utf-8"))
     out = Path(a.out)
     out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     print(f"wrote {out} ({elapsed:.0f} s in all)")
