@@ -32,17 +32,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
-import digits
-import numpy as np
-from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
-from PIL import Image
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+# One thread per BLAS call (before NumPy loads; the environment can override): requests already
+# run on the engine's compute threads, one per core, and a multi-threaded BLAS call on top of
+# them serialises its callers and takes the cores the loop needs (see "Serving gradients" in
+# the project's README).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import asyncgrad as ag
-from asyncgrad.engine.prometheus import EngineCollector
+import digits  # noqa: E402
+import numpy as np  # noqa: E402
+from fastapi import FastAPI, HTTPException, Query, Request  # noqa: E402
+from fastapi.exceptions import RequestValidationError  # noqa: E402
+from fastapi.responses import FileResponse, JSONResponse, Response  # noqa: E402
+from PIL import Image  # noqa: E402
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+
+import asyncgrad as ag  # noqa: E402
+from asyncgrad.engine.prometheus import EngineCollector  # noqa: E402
 
 T = TypeVar("T")
 log = logging.getLogger("asyncgrad.server")
