@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import itertools
+import sys
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -319,6 +320,12 @@ class _LoopPool:
             loop = lt.loop
             gt = current_graph_task.get()
             ctx = contextvars.copy_context()
+            sniffio = sys.modules.get("sniffio")
+            if sniffio is not None:
+                # The coroutine runs on an asyncio loop: a caller inside trio (anyio.run sets
+                # sniffio's variable for its whole run) must not make anyio in it take trio's
+                # path (See NOTE [Other event loops] in foreign.py).
+                ctx.run(sniffio.current_async_library_cvar.set, None)
             done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
             def start() -> None:

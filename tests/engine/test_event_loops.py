@@ -569,6 +569,26 @@ def test_async_hooks_and_nested_grads(loop: Loop) -> None:
     loop.run(body)
 
 
+def test_blocking_backward_inside_a_trio_task_runs_anyio_hooks() -> None:
+    """``t.backward()`` called from a trio task runs async hooks on a helper asyncio loop, where
+    anyio must see asyncio, not the trio of the caller's context."""
+    if not HAVE_TRIO:
+        pytest.skip("trio is not installed")
+
+    async def body() -> None:
+        x = leaf([1.0, 2.0])
+
+        async def hook(g: ag.Tensor) -> ag.Tensor:
+            await anyio.sleep(0)
+            return g * 3.0
+
+        x.register_hook(hook)
+        (x * x).sum().backward()
+        assert_close(x.grad, [6.0, 12.0], rtol=0, atol=0)
+
+    Loop("trio", {}).run(body)
+
+
 def test_a_hook_that_awaits_trio_cannot_run_under_trio() -> None:
     """The limitation of NOTE [Other event loops]: async hooks run on a helper asyncio loop,
     where trio's primitives cannot run; the pass fails with the node named."""
