@@ -82,6 +82,12 @@ def push(gt: GraphTask, node: Node, buf: list[Any]) -> None:
         _wake(q)
 
 
+def wake_idle(q: ReadyQueue) -> None:
+    """Start the worker of a loop's queue that has work but none (See NOTE [Waking workers])."""
+    if q.heap and q.worker is None and q.loop is not None:
+        _wake(q)
+
+
 def route(
     gt: GraphTask, node: Node, out: Any, queue: ReadyQueue
 ) -> tuple[int, Node, list[Any]] | None:
@@ -156,5 +162,4 @@ def route_from_task(gt: GraphTask, node: Node, out: Any) -> None:
     if direct is not None:
         heappush(q.heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], gt))
     for dq in gt.queues.values():
-        if dq.heap and dq.worker is None and dq.loop is not None:
-            _wake(dq)
+        wake_idle(dq)

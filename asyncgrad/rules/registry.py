@@ -194,11 +194,14 @@ def mark_heavy(
         saved = node._saved  # type: ignore[attr-defined]
         if g is None or saved is _FREED:
             return 0.0
-        shapes = [sv.array.shape if isinstance(sv, SavedTensor) else None for sv in saved[1:3]]
-        if shapes[0] is None and shapes[1] is None:
+        a, b = saved[1], saved[2]
+        sa = a.array.shape if type(a) is SavedTensor else None
+        sb = b.array.shape if type(b) is SavedTensor else None
+        if sa is None and sb is None:
             return 0.0
-        needed = sum(e is not None for e in node._next_edges[:2])
-        return float(math.prod(g.shape) * inner(shapes[0], shapes[1]) * needed)
+        edges = node._next_edges
+        needed = (edges[0] is not None) + (len(edges) > 1 and edges[1] is not None)
+        return float(math.prod(g.shape) * inner(sa, sb) * needed)
 
     cls = op.node_cls
     cls._work = staticmethod(work)
