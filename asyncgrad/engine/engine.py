@@ -14,7 +14,7 @@ from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
 from . import admission, metrics, streams
-from .devices import push, queue_for, queues_of, wake_idle
+from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
 from .ready_queue import ReadyQueue
@@ -304,35 +304,19 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
                     t_end = t0 + config.slice_s
         except StopIteration as stop:
             start = stop.value
+        gt.stats.stall(perf_counter() - t0)
         if gt.done:  # cancelled through its link while preparing
-            gt.stats.stall(perf_counter() - t0)
             raise asyncio.CancelledError("the backward pass was cancelled")
         if start is None:
-            gt.stats.stall(perf_counter() - t0)
             gt.finish()
             return gt.captured
-        q = _start_queue(gt, start[0])
-        if q.worker is None and not q.heap and gt.streams is None:
-            # NOTE [Inline start]
-            # Nothing else is queued for this device: run the first slice here, in the rest of
-            # the preparation's slice, instead of starting a worker task and waiting a loop
-            # turn for it. A small pass ends here; what is left of a larger one goes to a
-            # worker as usual. Either way the caller yields to the loop at least once, as it
-            # would waiting for a worker: a coroutine that awaits backward passes in a loop
-            # must not keep the loop to itself.
-            q.push(gt, start[0], start[1])
-            del start
-            budget = t_end - perf_counter()
-            if budget > 0:
-                drain(q, budget)
-            wake_idle(q)
-            gt.stats.stall(perf_counter() - t0)
-            if gt.future.done():
-                await asyncio.sleep(0)
-        else:
-            push(gt, start[0], start[1])
-            del start
-            gt.stats.stall(perf_counter() - t0)
+        _start_queue(gt, start[0])
+        # Always through the device's worker, even when it is idle: running a small pass right
+        # here would save a task and a loop turn, but many callers doing so each take a share
+        # of every loop iteration with no common bound, where the worker's slices share one
+        # (measured: loop lag p99 2.6 ms became 46 ms under benchmarks/server_load.py).
+        push(gt, start[0], start[1])
+        del start
         await gt.future
     except asyncio.CancelledError:
         gt.cancel()
