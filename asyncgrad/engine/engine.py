@@ -17,7 +17,8 @@ from . import admission, metrics, streams
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
-from .ready_queue import ReadyQueue
+from .offload import request_turn
+from .ready_queue import ReadyQueue, now_us
 from .reentrant import (
     blocking,
     config,
@@ -172,11 +173,12 @@ def build(
     priority: int,
     depth: tuple[int, int],
     loop: asyncio.AbstractEventLoop | None,
+    turn: int | None = None,
 ) -> tuple[GraphTask, Generator[None, None, Start | None]]:
     """The one builder of a GraphTask: the task, and the preparation (a generator that yields
     every few hundred nodes, so an awaiting caller can let the loop run) whose value is the start
     node and its input buffer, or None when no output is reachable."""
-    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1], metrics.of(loop))
+    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1], metrics.of(loop), turn)
     gt.loop = loop
     gt.streams = streams.begin(roots)
     return gt, _prepare(gt, roots, root_grads, outputs, accumulate)
@@ -237,11 +239,22 @@ async def execute(
     await admission.enter(loop, adm, priority)
     try:
         gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
-        )
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop,
+            _request_turn(),
+        )  # fmt: skip
         return await _run(gt, prep)
     finally:
         admission.leave(adm)
+
+
+def _request_turn() -> int | None:
+    """The turn of this caller's latest ``ag.run``, if recent, which a top-level graph task it
+    builds now takes (See NOTE [Turns on compute threads] in offload.py); read once."""
+    turn = request_turn.get()
+    if turn is None:
+        return None
+    request_turn.set(None)
+    return turn if now_us() - turn <= config.window_s * 1e6 else None
 
 
 async def _execute_on(

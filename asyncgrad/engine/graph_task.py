@@ -94,6 +94,7 @@ class GraphTask:
         depth: int,
         local_depth: int,
         stats: Stats,
+        turn: int | None = None,
     ) -> None:
         self.keep_graph = keep_graph
         self.create_graph = create_graph
@@ -101,7 +102,7 @@ class GraphTask:
         self.depth = depth
         self.local_depth = local_depth
         # See NOTE [Fair order]: its turn, the node time it has had, whether it counts as large.
-        self.turn = now_us()
+        self.turn = now_us() if turn is None else turn
         self.service = 0.0
         self.large = False
         self.key_base = key_base(priority, depth, self.turn)

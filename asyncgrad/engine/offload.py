@@ -21,32 +21,115 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import heapq
 import inspect
+import itertools
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from contextvars import ContextVar
 from typing import Any, TypeVar
+
+from .ready_queue import key_base, now_us
 
 T = TypeVar("T")
 
+# NOTE [Turns on compute threads]
+# Compute threads take their jobs in the ready queues' order (See NOTE [Fair order]), not first
+# come first served: a large node of a graph task goes ahead of the forward passes of requests
+# that came after it, so a burst of requests that each run a forward with ``ag.run`` and then a
+# backward does not finish all late together. A request's backward takes the turn of its
+# forward: ``ag.run`` records its turn in the caller's context (``request_turn``), and the next
+# top-level graph task that caller builds starts from that turn (and clears it).
+request_turn: ContextVar[int | None] = ContextVar("asyncgrad_request_turn", default=None)
+
 DEFAULT_COMPUTE_THREADS = max(1, os.cpu_count() or 1)
+
+
+class TurnPool(concurrent.futures.Executor):
+    """Compute threads that take jobs smallest key first (See NOTE [Turns on compute threads]),
+    not in submission order."""
+
+    def __init__(self, size: int, name: str = "asyncgrad-compute") -> None:
+        self._size = size
+        self._name = name
+        self._cond = threading.Condition()
+        self._heap: list[tuple[int, int, Any, Any]] = []
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return self.submit_keyed(key_base(0, 0, now_us()), fn, *args, **kwargs)
+
+    def submit_keyed(
+        self, key: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> Future[T]:
+        fut: Future[T] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("cannot schedule new work after the compute pool shut down")
+            heapq.heappush(self._heap, (key, next(_jobs), fut, (fn, args, kwargs)))
+            if len(self._threads) < self._size:
+                t = threading.Thread(
+                    target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
+                )
+                self._threads.append(t)
+                t.start()
+            else:
+                self._cond.notify()
+        return fut
+
+    def _work(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._heap and not self._closed:
+                    cond.wait()
+                if not self._heap:
+                    return  # closed and drained
+                _, _, fut, (fn, args, kwargs) = heapq.heappop(self._heap)
+            if not fut.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                fut.set_exception(exc)
+                del fut, exc  # the error's traceback holds this frame
+            else:
+                fut.set_result(result)
+                del fut, result
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._cond:
+            self._closed = True
+            if cancel_futures:
+                for _, _, fut, _ in self._heap:
+                    fut.cancel()
+                self._heap.clear()
+            self._cond.notify_all()
+            threads = list(self._threads)
+        if wait:
+            for t in threads:
+                t.join()
+
+
+_jobs = itertools.count()
 
 
 class _ComputePool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool: TurnPool | None = None
         self.size = DEFAULT_COMPUTE_THREADS
 
-    def get(self) -> concurrent.futures.ThreadPoolExecutor:
+    def get(self) -> TurnPool:
         pool = self._pool
         if pool is None:
             with self._lock:
                 pool = self._pool
                 if pool is None:
-                    pool = self._pool = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=self.size, thread_name_prefix="asyncgrad-compute"
-                    )
+                    pool = self._pool = TurnPool(self.size)
         return pool
 
     def resize(self, size: int) -> None:
@@ -54,7 +137,7 @@ class _ComputePool:
             self.size = size
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False)  # its running jobs finish; new ones go to the new pool
+            pool.shutdown(wait=False)  # its queued jobs finish; new ones go to the new pool
 
     def shutdown(self) -> None:
         with self._lock:
@@ -97,6 +180,8 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             f"ag.run runs a plain function on a thread, but {_name(fn)} is a coroutine "
             "function: await it directly instead"
         )
+    turn = now_us()
+    request_turn.set(turn)  # See NOTE [Turns on compute threads]
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, fn, *args, **kwargs)
     loop = asyncio._get_running_loop()
@@ -105,7 +190,8 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         import anyio.to_thread
 
         return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-    return await loop.run_in_executor(compute_pool.get(), call)
+    cf = compute_pool.get().submit_keyed(key_base(0, 0, turn), call)
+    return await asyncio.wrap_future(cf, loop=loop)
 
 
 def _name(fn: Any) -> str:

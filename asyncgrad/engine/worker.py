@@ -270,8 +270,10 @@ def _spawn_off_loop(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]
     assert queue.loop is not None
     # The worker's context: grad mode and the current graph task are set for gt.
     ctx = contextvars.copy_context()
-    fut = queue.loop.run_in_executor(compute_pool.get(), ctx.run, _run_off_loop, gt, node, buf)
-    gen = _off_loop(gt, fut)
+    # In the graph task's turn among the compute threads' jobs (See NOTE [Turns on compute
+    # threads] in offload.py).
+    cf = compute_pool.get().submit_keyed(gt.key_base, ctx.run, _run_off_loop, gt, node, buf)
+    gen = _off_loop(gt, asyncio.wrap_future(cf, loop=queue.loop))
     _spawn(queue, gt, node, gen, gen.send(None))
 
 

@@ -4,7 +4,6 @@ loop], NOTE [Large nodes]). Compute threads are held on gates the tests control,
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import threading
 from collections.abc import Callable, Iterator
@@ -14,31 +13,31 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine.offload import compute_pool
+from asyncgrad.engine.offload import TurnPool, compute_pool
 
 from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close, leaf
 
 engine = ag.autograd.engine
 
 
-class GatedPool(concurrent.futures.ThreadPoolExecutor):
+class GatedPool(TurnPool):
     """A compute pool whose jobs record their thread and wait for ``gate`` before running."""
 
-    def __init__(self) -> None:
-        super().__init__(max_workers=2, thread_name_prefix="asyncgrad-compute-test")
+    def __init__(self, size: int = 2) -> None:
+        super().__init__(size, name="asyncgrad-compute-test")
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()
         self.threads: list[str] = []
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    def submit_keyed(self, key: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         def job() -> Any:
             self.threads.append(threading.current_thread().name)
             self.entered.set()
             assert self.gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
             return fn(*args, **kwargs)
 
-        return super().submit(job)
+        return super().submit_keyed(key, job)
 
 
 @pytest.fixture
@@ -266,3 +265,96 @@ async def test_cancelling_run_abandons_the_result() -> None:
 
 def test_run_in_a_script() -> None:
     assert asyncio.run(ag.run(sum, [1, 2, 3])) == 6
+
+
+# ----------------------------------------------------------------------------- turns
+def test_compute_threads_take_jobs_smallest_key_first() -> None:
+    pool = TurnPool(1, name="asyncgrad-compute-test")
+    gate, started = threading.Event(), threading.Event()
+    order: list[int] = []
+
+    def blocker() -> None:
+        started.set()
+        assert gate.wait(THREAD_TIMEOUT_S)
+
+    try:
+        held = pool.submit_keyed(0, blocker)
+        assert started.wait(THREAD_TIMEOUT_S)
+        futs = [pool.submit_keyed(k, order.append, k) for k in (50, 10, 30, 20)]
+        dropped = pool.submit_keyed(15, order.append, 15)
+        assert dropped.cancel()  # cancelled before it started: never runs
+        gate.set()
+        held.result(THREAD_TIMEOUT_S)
+        for f in futs:
+            f.result(THREAD_TIMEOUT_S)
+        assert order == [10, 20, 30, 50]
+    finally:
+        gate.set()
+        pool.shutdown(wait=True)
+    with pytest.raises(RuntimeError, match="after the compute pool shut down"):
+        pool.submit(order.append, 1)
+
+
+async def test_a_backward_takes_the_turn_of_its_forward(threshold: Any) -> None:
+    """The graph task built after ``ag.run`` in one task starts from that call's turn, so its
+    large nodes go ahead of the forwards of requests that came after it; a later pass without
+    a new ``ag.run`` gets a turn of its own."""
+    from asyncgrad.engine.ready_queue import now_us
+    from asyncgrad.engine.reentrant import current_graph_task
+
+    turns: list[int] = []
+
+    def record(g: Any) -> None:
+        gt = current_graph_task.get()
+        assert gt is not None
+        turns.append(gt.turn)
+
+    x, w, _ = matmul_graph()
+    before = now_us()
+    async with asyncio.timeout(TIMEOUT_S):  # not wait_for: it would run ag.run in a new task
+        y = await ag.run(lambda: (x @ w).sum())
+    after_forward = now_us()
+    y.register_hook(record)
+    async with asyncio.timeout(TIMEOUT_S):
+        await ag.grad(y, [x])
+        y2 = (x @ w).sum()
+        y2.register_hook(record)
+        await ag.grad(y2, [x])
+    assert before <= turns[0] <= after_forward
+    assert turns[1] >= after_forward
+
+
+async def test_a_large_node_is_queued_in_its_graph_task_turn(
+    pool: GatedPool, threshold: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threshold(0)
+    keys: list[tuple[str, int]] = []
+    submit = pool.submit_keyed
+
+    submitted = asyncio.Event()
+
+    def spy(key: int, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        keys.append(("job", key))
+        submitted.set()
+        return submit(key, fn, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "submit_keyed", spy)
+    x, w, _ = matmul_graph()
+
+    async def request() -> ag.Tensor:
+        y = await ag.run(lambda: (x @ w).sum())
+        await started.wait()
+        (g,) = await ag.grad(y, [w])
+        return g
+
+    started = asyncio.Event()
+    async with asyncio.timeout(TIMEOUT_S):
+        a = asyncio.create_task(request())  # request A: its forward first
+        await submitted.wait()
+        b_forward = await ag.run(lambda: None)  # then the forward of a later request B
+        assert b_forward is None
+        started.set()
+        await a
+    (_, a_forward), (_, b_job), (_, a_node) = keys
+    assert a_forward < b_job
+    assert a_node < b_job  # A's backward goes ahead of B, as its forward did
