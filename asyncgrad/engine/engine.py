@@ -226,25 +226,23 @@ async def execute(
                 target.loop, parent, roots, root_grads, outputs, accumulate, keep_graph,
                 create_graph, priority, depth,
             )  # fmt: skip
-    if parent is not None:  # nested: never held back (See NOTE [Admission])
+    # A nested pass is never held back (See NOTE [Admission]) and has its parent's turn order.
+    adm = None if parent is not None else admission.of(loop)
+    if adm is not None:
+        await admission.enter(loop, adm, priority)
+    try:
         gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
-        )
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop,
+            None if adm is None else _request_turn(),
+        )  # fmt: skip
         gt.link(parent)
         try:
             return await _run(gt, prep)
         finally:
             gt.unlink()
-    adm = admission.of(loop)
-    await admission.enter(loop, adm, priority)
-    try:
-        gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop,
-            _request_turn(),
-        )  # fmt: skip
-        return await _run(gt, prep)
     finally:
-        admission.leave(adm)
+        if adm is not None:
+            admission.leave(adm)
 
 
 def _request_turn() -> int | None:

@@ -122,9 +122,7 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                         # See NOTE [Fair order]: charge the one that ran until now.
                         now = perf_counter()
                         if cur is not None:
-                            cur.service += now - since
-                            if not cur.large and cur.service >= config.quantum_s:
-                                demote(cur)
+                            charge(cur, now - since)
                         since = now
                     mode_tok = _grad_enabled.set(gt.create_graph)
                     gt_tok = current_graph_task.set(gt)
@@ -187,10 +185,10 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                 total += 16
                 count = 0
                 now = perf_counter()
-                if fair and not gt.large and gt.service + (now - since) >= config.quantum_s:
-                    # See NOTE [Fair order]; the direct successor is gt's too.
-                    delta = demote(gt)
-                    if direct is not None:
+                if fair:
+                    delta = charge(gt, now - since)  # See NOTE [Fair order]
+                    since = now
+                    if delta and direct is not None:  # the direct successor is gt's too
                         direct = (direct[0] + delta, direct[1], direct[2])
                 if now > deadline:
                     break
@@ -210,9 +208,13 @@ def drain(queue: ReadyQueue, budget: float) -> None:
         restore_fp(fp_tok)
 
 
-def demote(gt: GraphTask) -> int:
-    """``gt`` has had its quantum: it counts as large, and its turn moves ``window_s`` later
-    (See NOTE [Fair order]). Returns the change of its keys."""
+def charge(gt: GraphTask, seconds: float) -> int:
+    """Add ``seconds`` of node time to ``gt``; once it has had its quantum it counts as large
+    and its turn moves ``window_s`` later (See NOTE [Fair order]). Returns the change of its
+    keys (0 when they stay)."""
+    gt.service += seconds
+    if gt.large or gt.service < config.quantum_s:
+        return 0
     gt.large = True
     delta = int(config.window_s * 1e6) << ready_queue.SEQ_BITS
     gt.key_base += delta
@@ -298,9 +300,7 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
 def _off_loop(gt: GraphTask, fut: Any) -> Generator[Any, Any, Any]:
     out, seconds = yield fut
     gt.stats.add_off_loop(seconds)
-    gt.service += seconds  # See NOTE [Fair order]
-    if not gt.large and gt.service >= config.quantum_s:
-        demote(gt)
+    charge(gt, seconds)  # See NOTE [Fair order]
     return out
 
 
