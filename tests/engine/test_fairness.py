@@ -79,8 +79,18 @@ async def test_burst_finishes_in_arrival_order_with_default_settings() -> None:
     assert done == [0, 1, 2, 3]
 
 
-async def test_small_pass_overtakes_a_running_large_one(fair_config: Any) -> None:
-    fair_config(quantum_s=1e-9, window_s=10.0)
+@pytest.mark.parametrize(
+    ("window_s", "overtakes"),
+    [
+        pytest.param(10.0, True, id="inside-the-window-a-small-pass-overtakes"),
+        # window_s=0: a large pass keeps its turn, so a later pass, small or not, waits for it.
+        pytest.param(0.0, False, id="after-the-window-it-waits-behind"),
+    ],
+)
+async def test_a_later_pass_and_a_running_large_one(
+    fair_config: Any, window_s: float, overtakes: bool
+) -> None:
+    fair_config(quantum_s=1e-9, window_s=window_s)
     x, loss = chain_loss(LONG)
     started = started_flag(loss)
     large = asyncio.create_task(ag.grad(loss, [x]))
@@ -89,28 +99,13 @@ async def test_small_pass_overtakes_a_running_large_one(fair_config: Any) -> Non
             await started.wait()
             xs, small = chain_loss(3, factor=2.0)
             (g,) = await ag.grad(small, [xs])
-            assert not large.done(), "the small pass waited for the large one"
+            if overtakes:
+                assert not large.done(), "the small pass waited for the large one"
+            else:
+                assert large.done(), "the later pass overtook a large pass outside the window"
             assert_close(g, np.full(4, 8.0))
             (gl,) = await large
         assert_close(gl, np.ones(4))
-    finally:
-        large.cancel()
-
-
-async def test_pass_arriving_after_the_window_waits_behind_a_large_one(fair_config: Any) -> None:
-    """window_s=0: a large pass keeps its turn, so a later pass, small or not, waits for it."""
-    fair_config(quantum_s=1e-9, window_s=0.0)
-    x, loss = chain_loss(LONG)
-    started = started_flag(loss)
-    large = asyncio.create_task(ag.grad(loss, [x]))
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            await started.wait()
-            xs, small = chain_loss(3, factor=2.0)
-            (g,) = await ag.grad(small, [xs])
-            assert large.done(), "the later pass overtook a large pass outside the window"
-            assert_close(g, np.full(4, 8.0))
-            assert_close((await large)[0], np.ones(4))
     finally:
         large.cancel()
 
