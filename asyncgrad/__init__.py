@@ -126,6 +126,9 @@ from .ops import (
     zeros_like,
 )
 
+# ----- utils (checkpoint) -----
+from . import utils  # isort: skip
+
 bool = bool_
 float = float32
 double = float64
@@ -257,3 +260,6 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# ----- utils (checkpoint) -----
+__all__ += ["utils"]
