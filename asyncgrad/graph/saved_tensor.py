@@ -95,12 +95,12 @@ class SavedTensor:
 # hot path of every op, so the context variable is read only once some block has been opened
 # in the process (``_hooks_used``, a module global that stays set: a task created inside a block
 # inherits the hooks and may outlive it, so a count of open blocks would not do): a program that
-# never uses hooks pays one global load and test per save. A hooked save then changes its object's class to
-# HookedSavedTensor (same layout, no slots added), whose ``array`` is a property that unpacks:
-# the rules and the engine read ``saved.array`` as before and never learn about hooks. It keeps
-# no reference to the tensor or its array (that is the point of offloading), only its version
-# counter, shape and dtype for the in-place check, and the gradient edge to give the unpacked
-# tensor under create_graph.
+# never uses hooks pays one global load and test per save. A hooked save then changes its
+# object's class to HookedSavedTensor (same layout, no slots added), whose ``array`` is a
+# property that unpacks: the rules and the engine read ``saved.array`` as before and never learn
+# about hooks. It keeps no reference to the tensor or its array (that is the point of
+# offloading), only its version counter, shape and dtype for the in-place check, and the
+# gradient edge to give the unpacked tensor under create_graph.
 saved_hooks: ContextVar[tuple[Callable[[Tensor], Any], Callable[[Any], Any]] | None] = ContextVar(
     "asyncgrad_saved_tensors_hooks", default=None
 )
@@ -114,8 +114,10 @@ def hooks_used() -> None:
     _hooks_used = True
 
 
-_array_slot: Final = SavedTensor.array  # the slot's descriptor, under the subclass's property
-_tensor_slot: Final = SavedTensor.tensor
+# The slots' descriptors: HookedSavedTensor's ``array`` property hides the slot, whose storage
+# then holds the _Packed record.
+_array_slot: Final[Any] = SavedTensor.__dict__["array"]
+_tensor_slot: Final[Any] = SavedTensor.__dict__["tensor"]
 
 
 class _Packed:
@@ -174,7 +176,7 @@ class HookedSavedTensor(SavedTensor):
             )
         return t
 
-    @property  # type: ignore[override]
+    @property
     def array(self) -> Any:
         return self._unpacked()._array
 

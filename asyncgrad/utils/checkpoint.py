@@ -62,9 +62,7 @@ def _as_tuple(x: Any) -> tuple[Any, ...]:
 
 class _CheckpointFunction(Function):
     @staticmethod
-    def forward(
-        ctx: Any, run_function: Callable[..., Any], preserve: bool, *args: Any
-    ) -> Any:
+    def forward(ctx: Any, run_function: Callable[..., Any], preserve: bool, *args: Any) -> Any:
         ctx.run_function = run_function
         ctx.rng = _rng_snapshot() if preserve else None
         ctx.tensor_pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
