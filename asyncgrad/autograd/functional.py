@@ -445,7 +445,7 @@ def _hessian_steps(
     single = _single_output(func, "hessian", strict)
 
     def jac_func(*inp: Tensor) -> Steps:
-        jac = yield from _jacobian_steps(single, inp, True, strict, False, "reverse-mode")
+        jac = yield from _jacobian_steps(single, inp, True, False, False, "reverse-mode")
         _check_requires_grad(jac, "jacobian", strict)
         return jac
 
