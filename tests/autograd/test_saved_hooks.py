@@ -344,3 +344,20 @@ def test_multi_grad_hook_argument_errors() -> None:
         register_multi_grad_hook((a,), print, mode="x")
     with pytest.raises(RuntimeError, match=r"tensors\[1\] does not require grad"):
         register_multi_grad_hook((a, ag.ones(2)), print)
+
+
+def test_offload_example() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "saved_tensors_offload.py"
+    spec = importlib.util.spec_from_file_location("saved_tensors_offload", path)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.main(["--layers", "3", "--width", "64", "--batch", "32"])
+    assert res["same"]
+    assert res["tensors"] == 4  # the input and three ReLU outputs, each compressed once
+    assert res["stored"] < res["raw"]
+    assert res["held_packed"] < res["held_plain"]
