@@ -77,11 +77,16 @@ async def test_awaited_backward_inside_a_loop() -> None:
     _loss(net, x, None).backward()
     want = _grads(net, x)
     for mode in (True, False):
-        net.zero()
-        x.grad = None
-        await ag.backward(_loss(net, x, mode))
-        for a, b in zip(_grads(net, x), want, strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+        for blocking in (False, True):
+            net.zero()
+            x.grad = None
+            loss = _loss(net, x, mode)
+            if blocking:  # a blocking backward called inside the running loop
+                loss.backward()
+            else:
+                await ag.backward(loss)
+            for a, b in zip(_grads(net, x), want, strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_dropout_recomputed_with_the_forward_mask() -> None:
