@@ -202,3 +202,19 @@ def test_non_reentrant_recomputation_must_save_the_same() -> None:
     y = checkpoint(f, x, use_reentrant=False).sum()
     with pytest.raises(RuntimeError, match="A different number of tensors was saved"):
         y.backward()
+
+
+@pytest.mark.cuda
+def test_dropout_on_a_cuda_device() -> None:
+    if ag.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
+    x = ag.randn(200, device="cuda", requires_grad=True)
+
+    def f(t: Any) -> Any:
+        return nn.functional.dropout(t * 1.0, 0.5, True)
+
+    for mode in (True, False):
+        x.grad = None
+        y = checkpoint(f, x, use_reentrant=mode)
+        y.sum().backward()
+        np.testing.assert_array_equal(x.grad.cpu().numpy() == 0, y.detach().cpu().numpy() == 0)

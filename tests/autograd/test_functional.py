@@ -353,3 +353,17 @@ def test_inputs_left_untouched() -> None:
     F.hvp_sync(lambda t: t.pow(3).sum(), x, v=ag.ones(3, dtype=ag.float64))
     assert x.grad is None
     assert x.is_leaf
+
+
+@pytest.mark.cuda
+def test_on_a_cuda_device() -> None:
+    if ag.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
+    xn = np.random.randn(3, 4)
+    jac = F.jacobian_sync(_f_ag, ag.tensor(xn, device="cuda"))
+    assert jac.device.type == "cuda"
+    np.testing.assert_allclose(jac.cpu().numpy(), _fd_jacobian(_f_np, xn), rtol=1e-6, atol=1e-8)
+    _, hv = F.hvp_sync(
+        lambda t: t.pow(3).sum(), ag.tensor(xn, device="cuda"), ag.tensor(xn, device="cuda")
+    )
+    np.testing.assert_allclose(hv.cpu().numpy(), 6 * xn * xn)
