@@ -55,6 +55,9 @@ class _Await:
 # A step: a list of keyword-argument dicts for ag.grad, or an _Await.
 Steps = Generator[Any, Any, Any]
 
+# The most Jacobian rows (backward passes) one step runs at once.
+ROWS_PER_STEP = 256
+
 
 def _run_sync(gen: Steps) -> Any:
     try:
@@ -373,25 +376,30 @@ def _jacobian_steps(
         raw = yield from func(*ins)
     is_outputs_tuple, outs = _as_tuple(raw, "outputs of the user-provided function", "jacobian")
     _check_requires_grad(outs, "outputs", strict)
-    # One vjp per element of every output (a row of the Jacobian), all in one step: they run
-    # concurrently over the retained graph (See NOTE [Functional steps]).
-    calls: list[dict[str, Any]] = []
-    where: list[tuple[int, int]] = []  # (output, call) per row; call -1: no output needs grad
-    for i, out in enumerate(outs):
-        n = out.numel()
-        basis = ops.eye(n, dtype=out.dtype, device=out.device)
-        for j in range(n):
-            call = _grad_call((out,), ins, (basis[j].reshape(out.shape),), create_graph, True)
-            if call is None:
-                where.append((i, -1))
-            else:
-                where.append((i, len(calls)))
+    # One vjp per element of every output (a row of the Jacobian), ROWS_PER_STEP rows a step:
+    # they run concurrently over the retained graph (See NOTE [Functional steps]); the one-hot
+    # vectors of a step are made with it, so memory stays bounded for a long output.
+    rows_of: list[tuple[int, int]] = [
+        (i, j) for i, out in enumerate(outs) for j in range(out.numel())
+    ]
+    results: list[Any] = []
+    for start in range(0, len(rows_of), ROWS_PER_STEP):
+        chunk = rows_of[start : start + ROWS_PER_STEP]
+        calls: list[dict[str, Any]] = []
+        where: list[int] = []  # per row: its call, or -1 where no output requires grad
+        for i, j in chunk:
+            out = outs[i]
+            e = ops.zeros(out.numel(), dtype=out.dtype, device=out.device)
+            e[j] = 1
+            call = _grad_call((out,), ins, (e.reshape(out.shape),), create_graph, True)
+            where.append(-1 if call is None else len(calls))
+            if call is not None:
                 calls.append(call)
-    with set_grad_enabled(True if create_graph else is_grad_enabled()):
-        results = (yield calls) if calls else []
+        with set_grad_enabled(True if create_graph else is_grad_enabled()):
+            got = (yield calls) if calls else []
+        results += [got[c] if c >= 0 else (None,) * len(ins) for c in where]
     rows: list[list[list[Tensor]]] = [[[] for _ in ins] for _ in outs]
-    for i, c in where:
-        vj = results[c] if c >= 0 else (None,) * len(ins)
+    for (i, _), vj in zip(rows_of, results, strict=True):
         for k, (g, inp) in enumerate(zip(vj, ins, strict=True)):
             if g is None:
                 if strict:

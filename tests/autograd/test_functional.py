@@ -367,3 +367,14 @@ def test_on_a_cuda_device() -> None:
         lambda t: t.pow(3).sum(), ag.tensor(xn, device="cuda"), ag.tensor(xn, device="cuda")
     )
     np.testing.assert_allclose(hv.cpu().numpy(), 6 * xn * xn)
+
+
+@pytest.mark.parametrize("awaited", [False, True])
+def test_jacobian_rows_over_several_steps(awaited: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(F, "ROWS_PER_STEP", 3)
+    xn = np.random.randn(2, 4)
+    jac = _run("jacobian", awaited, lambda t: (t.sin(), t.sum(0)), ag.tensor(xn))
+    np.testing.assert_allclose(jac[0].numpy(), _fd_jacobian(np.sin, xn), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        jac[1].numpy(), _fd_jacobian(lambda a: a.sum(0), xn), rtol=1e-6, atol=1e-8
+    )
