@@ -270,7 +270,7 @@ def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
 
 # ----- narrow, select, flip, roll, repeat, tile, tril, triu, pad, view(dtype) -----
 # See NOTE [Index ops are getitem] in index.py: these record getitem (narrow and select as views,
-# through the view machinery of basic indexing), or where (tril, triu).
+# through the view machinery of basic indexing), where (tril, triu) or their own rule (repeat).
 def _dim(input: Tensor, dim: Any, name: str) -> int:
     if input.ndim == 0 and name:
         raise RuntimeError(f"{name}() cannot be applied to a 0-dim tensor.")
@@ -360,15 +360,9 @@ def repeat(input: Tensor, *sizes: Any) -> Tensor:
         raise RuntimeError(
             f"Trying to create tensor with negative dimension {builtins.min(out)}: {out}"
         )
-    if not reps:
-        return take(x, (Ellipsis,))
-    xp = namespace(x._array)
-    k = len(reps)
-    idx = tuple(
-        (xp.arange(n * r) % builtins.max(n, 1)).reshape((n * r,) + (1,) * (k - i - 1))
-        for i, (n, r) in enumerate(zip(x.shape, reps, strict=True))
-    )
-    return take(x, idx)
+    xa = x._array
+    out = namespace(xa).tile(xa, reps) if reps else xa.copy()
+    return make(OPS["repeat"], out, (x,), {"reps": reps, "in_shape": xa.shape})
 
 
 def tile(input: Tensor, dims: Sequence[int]) -> Tensor:

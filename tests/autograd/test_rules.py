@@ -650,7 +650,7 @@ case(
 )
 
 # ----- shape, indexing and random ops -----
-# narrow, select, flip, roll, repeat, tile, gather, index_select and pad (reflect, replicate,
+# narrow, select, flip, roll, gather, index_select and pad (reflect, replicate,
 # circular) record getitem; scatter_add and constant pad record index_add_zeros; tril, triu and
 # masked_fill record where (See NOTE [Index ops are getitem] in asyncgrad/ops/index.py).
 _GATHER_INDEX: Final = idx([0, 2], [1, 1], [3, 0])
@@ -678,9 +678,6 @@ for _id, _fn, _shape in [
     ("flip_method", lambda x: x.flip(1), (3, 4)),
     ("roll", lambda x: ag.roll(x, (1, -2), (0, 1)), (3, 4)),
     ("roll_flat", lambda x: x.roll(5), (3, 4)),
-    ("repeat", lambda x: x.repeat(2, 1, 3), (2, 3)),
-    ("repeat_0d", lambda x: x.repeat(3), ()),
-    ("tile", lambda x: ag.tile(x, (2,)), (2, 3)),
     ("gather", lambda x: ag.gather(x, 1, _GATHER_INDEX), (3, 4)),
     ("gather_dim0", lambda x: x.gather(0, _GATHER_INDEX), (4, 3)),
     ("index_select", lambda x: ag.index_select(x, 1, idx(3, 0, 3)), (2, 4)),
@@ -689,6 +686,11 @@ for _id, _fn, _shape in [
     ("pad_circular_crop", lambda x: F.pad(x, (2, -1), mode="circular"), (2, 4)),
 ]:
     case("getitem", _id, _fn, lambda r, s=_shape: (randn(r, *s),))
+case("repeat", "leading_dim", lambda x: x.repeat(2, 1, 3), lambda r: (randn(r, 2, 3),))
+case("repeat", "0d", lambda x: x.repeat(3), lambda r: (randn(r),))
+case("repeat", "no_reps_0d", lambda x: x.repeat(()) * x, lambda r: (randn(r),))
+case("repeat", "zero_copies", lambda x: ag.cat([x.repeat(0, 1), x]), lambda r: (randn(r, 2, 3),))
+case("repeat", "tile", lambda x: ag.tile(x, (2,)), lambda r: (randn(r, 2, 3),))
 case(
     "index_add_zeros",
     "scatter_add",
