@@ -262,7 +262,7 @@ def randperm(
         raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
     rng = (generator or default_generator).state(_device(device))
     keys = rng.random((n,), dtypes.float64)
-    perm = backend.namespace(keys).argsort(keys, kind="stable")
+    perm = backend.namespace(keys).argsort(keys)
     return _finish(perm.astype(_dt(dtype, dtypes.int64), copy=False), device, requires_grad)
 
 
@@ -309,7 +309,7 @@ def multinomial(
     else:
         u = rng.random((rows, n), dtypes.float64)
         keys = -xp.log1p(-u) / p  # exponential(1) / p; inf where p == 0
-        out = xp.argsort(keys, axis=1, kind="stable")[:, :num_samples]
+        out = xp.argsort(keys, axis=1)[:, :num_samples]
     out = out.astype(dtypes.int64, copy=False)
     return wrap(out.reshape(num_samples) if pa.ndim == 1 else out)
 
