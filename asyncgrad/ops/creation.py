@@ -282,7 +282,7 @@ def multinomial(
     if not dtypes.is_floating(pa.dtype):
         raise RuntimeError(
             f"multinomial only supports floating-point dtypes for input, got: "
-            f"{_SCALAR_NAMES.get(str(pa.dtype), str(pa.dtype))}"
+            f"{scalar_name(pa.dtype)}"
         )
     num_samples = int(num_samples)
     if num_samples <= 0:
@@ -314,4 +314,21 @@ def multinomial(
     return wrap(out.reshape(num_samples) if pa.ndim == 1 else out)
 
 
-_SCALAR_NAMES: Final = {"float16": "Half", "int64": "Long", "int32": "Int", "bool": "Bool"}
+_SCALAR_NAMES: Final = {
+    "float16": "Half",
+    "float32": "Float",
+    "float64": "Double",
+    "int8": "Char",
+    "uint8": "Byte",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "bool": "Bool",
+    "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
+
+
+def scalar_name(dt: Any) -> str:
+    """torch's name of a dtype in its messages ("Float", "Long")."""
+    return _SCALAR_NAMES.get(str(dt), str(dt))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import _grad_enabled
 from ._record import OPS, arr, as_view, make, record, wrap
+from .creation import scalar_name
 from .index import getitem, index_add_zeros, norm_dim, take
 from .pointwise import add, masked_fill
 from .reduce import dims
@@ -486,7 +487,7 @@ def view_dtype(input: Tensor, dtype: Any) -> Tensor:
     dt = dtypes.to_dtype(dtype)
     a, b = xa.dtype.itemsize, dt.itemsize
     if a != b:
-        what = f"to view {_scalar_name(xa.dtype)} as {_scalar_name(dt)} (different element sizes)"
+        what = f"to view {scalar_name(xa.dtype)} as {scalar_name(dt)} (different element sizes)"
         if xa.ndim == 0:
             raise RuntimeError(f"self.dim() cannot be 0 {what}")
         if xa.shape[-1] != 1 and xa.strides[-1] != a:
@@ -499,27 +500,8 @@ def view_dtype(input: Tensor, dtype: Any) -> Tensor:
         out = xa.view(dt)
     except ValueError as e:
         raise RuntimeError(
-            f"view(dtype): cannot view {_scalar_name(xa.dtype)} as {_scalar_name(dt)} here: {e}"
+            f"view(dtype): cannot view {scalar_name(xa.dtype)} as {scalar_name(dt)} here: {e}"
         ) from None
     t = wrap(out)
     t._vc = input._vc
     return t
-
-
-_SCALAR_NAMES: Final = {
-    "float16": "Half",
-    "float32": "Float",
-    "float64": "Double",
-    "int8": "Char",
-    "uint8": "Byte",
-    "int16": "Short",
-    "int32": "Int",
-    "int64": "Long",
-    "bool": "Bool",
-    "complex64": "ComplexFloat",
-    "complex128": "ComplexDouble",
-}
-
-
-def _scalar_name(dt: Any) -> str:
-    return _SCALAR_NAMES.get(str(dt), str(dt))
