@@ -729,6 +729,50 @@ class Tensor:
     def mT(self) -> Tensor:
         return _ops.transpose(self, -2, -1)
 
+    # ----- shape, indexing and random ops -----
+    def narrow(self, dim: _int, start: Any, length: _int) -> Tensor:
+        return _ops.narrow(self, dim, start, length)
+
+    def select(self, dim: _int, index: _int) -> Tensor:
+        return _ops.select(self, dim, index)
+
+    def flip(self, *dims: Any) -> Tensor:
+        return _ops.flip(self, dims[0] if len(dims) == 1 else dims)
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        return _ops.roll(self, shifts, dims)
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        return _ops.repeat(self, *sizes)
+
+    def tile(self, *dims: Any) -> Tensor:
+        return _ops.tile(
+            self, dims[0] if len(dims) == 1 and not isinstance(dims[0], _int) else dims
+        )
+
+    def tril(self, diagonal: _int = 0) -> Tensor:
+        return _ops.tril(self, diagonal)
+
+    def triu(self, diagonal: _int = 0) -> Tensor:
+        return _ops.triu(self, diagonal)
+
+    def gather(self, dim: _int, index: Tensor, *, sparse_grad: _bool = False) -> Tensor:
+        return _ops.gather(self, dim, index)
+
+    def scatter_add(self, dim: _int, index: Tensor, src: Tensor) -> Tensor:
+        return _ops.scatter_add(self, dim, index, src)
+
+    def scatter_add_(self, dim: _int, index: Tensor, src: Tensor) -> Tensor:
+        return _ops.scatter_add_(self, dim, index, src)
+
+    def index_select(self, dim: _int, index: Tensor) -> Tensor:
+        return _ops.index_select(self, dim, index)
+
+    def multinomial(
+        self, num_samples: _int, replacement: _bool = False, *, generator: Any = None
+    ) -> Tensor:
+        return _ops.multinomial(self, num_samples, replacement, generator=generator)
+
     def _index_add_zeros(self, index: tuple[Any, ...], shape: tuple[_int, ...]) -> Tensor:
         """Zeros of ``shape`` with this tensor added at ``index`` (getitem's backward)."""
         return _ops.index_add_zeros(self, index, shape)

@@ -37,6 +37,8 @@ __all__ = [
     "log_softmax",
     "mse_loss",
     "nll_loss",
+    "one_hot",
+    "pad",
     "relu",
     "scaled_dot_product_attention",
     "sigmoid",
@@ -337,3 +339,17 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
     if reduction == "none":
         return sq
     return sq.sum() if reduction == "sum" else sq.mean()
+
+
+# ----- pad, one_hot -----
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Any = None) -> Tensor:
+    """Pad (or, with negative amounts, crop) ``input``: ``pad`` holds (before, after) pairs from
+    the last dimension backward, as torch's; ``mode`` is "constant" (with ``value``, default 0),
+    "reflect", "replicate" or "circular"."""
+    return ops.pad(input, pad, mode, value)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """int64 rows of ``num_classes`` zeros with a one at each value of ``tensor`` (int64);
+    ``num_classes=-1``: one more than the largest value."""
+    return ops.one_hot(tensor, num_classes)

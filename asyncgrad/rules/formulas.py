@@ -285,3 +285,13 @@ def nll_grad(
         gs = g if reduction == "sum" else g / denom
         scale = xp.expand_dims(coef, 1) * xp.reshape(gs, (1,) * logp.ndim)
     return xp.where(onehot, -scale, 0.0)
+
+
+# ----- shape, indexing and random ops -----
+def repeat_grad(g: Any, reps: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    # The output is ``reps[d]`` copies of x along each dimension d: split each output dimension
+    # into (copy, position) and add the copies up.
+    inter: list[int] = []
+    for r, n in zip(reps, shape, strict=True):
+        inter += [r, n]
+    return xp.sum(xp.reshape(g, tuple(inter)), axis=tuple(range(0, 2 * len(reps), 2)))

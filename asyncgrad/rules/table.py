@@ -39,6 +39,7 @@ from .formulas import (
     nll_grad,
     pow_grad_base,
     pow_grad_exp,
+    repeat_grad,
     sign,
     silu_grad,
     split_grad,
@@ -196,6 +197,10 @@ _to_copy.node_cls._copies_to_host = True  # when ``device`` is the CPU: see Node
 defvjp("cast", lambda g, ans, x: g)  # the rule's result is cast back to x's dtype by _fit
 defvjp("copy", lambda g, ans, x, src: xp.zeros_like(g), lambda g, ans, x, src: g)
 defvjp("fill", lambda g, ans, x, *, value: xp.zeros_like(g))
+
+# ----- shape, indexing and random ops -----
+# (narrow, select, flip, roll, gather, ... record getitem: See NOTE [Index ops are getitem])
+defvjp("repeat", lambda g, ans, x, *, reps, in_shape: repeat_grad(g, reps, in_shape))
 
 # ----- Neural-network functions -----
 _linear = defvjp(

@@ -649,6 +649,78 @@ case(
     lambda r: (randn(r, 3), randn(r)),
 )
 
+# ----- shape, indexing and random ops -----
+# narrow, select, flip, roll, gather, index_select and pad (reflect, replicate,
+# circular) record getitem; scatter_add and constant pad record index_add_zeros; tril, triu and
+# masked_fill record where (See NOTE [Index ops are getitem] in asyncgrad/ops/index.py).
+_GATHER_INDEX: Final = idx([0, 2], [1, 1], [3, 0])
+_SCATTER_INDEX: Final = idx([0, 1, 0], [2, 2, 2])
+
+
+def _scatter_add_(w: ag.Tensor, s: ag.Tensor) -> ag.Tensor:
+    x = w * 1
+    x.scatter_add_(0, _SCATTER_INDEX, s)
+    return x * w
+
+
+def _masked_fill_view(w: ag.Tensor) -> ag.Tensor:
+    x = w * 1
+    x.narrow(1, 1, 2).masked_fill_(x.narrow(1, 1, 2) > 0, 0.5)
+    return x * w
+
+
+for _id, _fn, _shape in [
+    ("narrow", lambda x: x.narrow(1, 1, 2) * 2, (3, 4)),
+    ("narrow_neg_start", lambda x: ag.narrow(x, -1, -3, 2), (2, 4)),
+    ("select", lambda x: x.select(1, -1), (3, 4)),
+    ("select_of_narrow", lambda x: ag.select(x.narrow(0, 1, 2), 0, 1), (3, 4)),
+    ("flip", lambda x: ag.flip(x, (0, -1)), (3, 4)),
+    ("flip_method", lambda x: x.flip(1), (3, 4)),
+    ("roll", lambda x: ag.roll(x, (1, -2), (0, 1)), (3, 4)),
+    ("roll_flat", lambda x: x.roll(5), (3, 4)),
+    ("gather", lambda x: ag.gather(x, 1, _GATHER_INDEX), (3, 4)),
+    ("gather_dim0", lambda x: x.gather(0, _GATHER_INDEX), (4, 3)),
+    ("index_select", lambda x: ag.index_select(x, 1, idx(3, 0, 3)), (2, 4)),
+    ("pad_reflect", lambda x: F.pad(x, (2, 1), mode="reflect"), (2, 4)),
+    ("pad_replicate_2d", lambda x: F.pad(x, (1, 2, 2, 0), mode="replicate"), (1, 3, 2)),
+    ("pad_circular_crop", lambda x: F.pad(x, (2, -1), mode="circular"), (2, 4)),
+]:
+    case("getitem", _id, _fn, lambda r, s=_shape: (randn(r, *s),))
+case("repeat", "leading_dim", lambda x: x.repeat(2, 1, 3), lambda r: (randn(r, 2, 3),))
+case("repeat", "0d", lambda x: x.repeat(3), lambda r: (randn(r),))
+case("repeat", "no_reps_0d", lambda x: x.repeat(()) * x, lambda r: (randn(r),))
+case("repeat", "zero_copies", lambda x: ag.cat([x.repeat(0, 1), x]), lambda r: (randn(r, 2, 3),))
+case("repeat", "tile", lambda x: ag.tile(x, (2,)), lambda r: (randn(r, 2, 3),))
+case(
+    "index_add_zeros",
+    "scatter_add",
+    lambda x, s: ag.scatter_add(x, 0, _SCATTER_INDEX, s),
+    lambda r: (randn(r, 3, 4), randn(r, 2, 3)),
+)
+case(
+    "index_add_zeros",
+    "scatter_add_src_larger",
+    lambda x, s: x.scatter_add(1, _GATHER_INDEX, s),
+    lambda r: (randn(r, 3, 4), randn(r, 3, 3)),
+)
+case("index_add_zeros", "scatter_add_", _scatter_add_, lambda r: (randn(r, 3, 4), randn(r, 2, 3)))
+case("index_add_zeros", "pad_constant", lambda x: F.pad(x, (1, 2)), lambda r: (randn(r, 2, 3),))
+case(
+    "index_add_zeros",
+    "pad_constant_value_crop",
+    lambda x: F.pad(x, (1, -1, -1, 2), value=0.5),
+    lambda r: (randn(r, 3, 3),),
+)
+case("where", "tril", lambda x: ag.tril(x, 1), lambda r: (randn(r, 3, 4),))
+case("where", "triu_batched", lambda x: x.triu(-1), lambda r: (randn(r, 2, 3, 3),))
+case(
+    "where",
+    "masked_fill_function",
+    lambda x: ag.masked_fill(x, x > 0, 2.0),
+    lambda r: (away(r, 2, 3),),
+)
+case("where", "masked_fill_narrow_view", _masked_fill_view, lambda r: (away(r, 2, 4),))
+
 # =====================================================================================
 # Neural-network functions
 # =====================================================================================

@@ -247,6 +247,25 @@ case(
 case("copy", "broadcast_src", lambda m, w, s: (w * 1).copy_(s), _V12, _V12[1])
 case("fill", "fill", lambda m, w: (w * 1).fill_(NAN), _V12)
 
+# ----- shape, indexing and random ops -----
+case("repeat", "repeat", lambda m, x: x.repeat(2, 1, 3), _V12)
+case("repeat", "tile", lambda m, x: m.tile(x, (2, 1)), _V12)
+case("getitem", "narrow_select", lambda m, x: x.narrow(1, 1, 2).select(0, 2), _V12)
+case("getitem", "flip_roll", lambda m, x: m.roll(m.flip(x, (1,)), (1, -1), (0, 1)), _V12)
+case("getitem", "gather", lambda m, x: x.gather(1, m.tensor([[0, 0], [3, 1], [2, 2]])), _V12)
+case("getitem", "index_select", lambda m, x: x.index_select(1, m.tensor([3, 3, 0])), _V12)
+case("getitem", "pad_reflect", lambda m, x: F(m).pad(x, (2, 1), mode="reflect"), _V12)
+case("index_add_zeros", "pad_constant", lambda m, x: F(m).pad(x, (1, -1, 2, 0), value=NAN), _V12)
+case(
+    "index_add_zeros",
+    "scatter_add",
+    lambda m, x, s: x.scatter_add(1, m.tensor([[0, 0], [3, 1], [2, 2]]), s),
+    _V12,
+    _V12[:, :2][::-1],
+)
+case("where", "tril", lambda m, x: m.tril(x, 1), _V12)
+case("where", "triu", lambda m, x: x.triu(-1), _V12)
+
 # =====================================================================================
 # Neural-network functions
 # =====================================================================================
