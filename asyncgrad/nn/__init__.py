@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from . import functional
+from . import functional, init, utils
 from .modules import (
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    Flatten,
+    Identity,
+    L1Loss,
+    ModuleDict,
+    MSELoss,
+    NLLLoss,
+    RemovableHandle,
     GELU,
     Dropout,
     Embedding,
@@ -20,6 +29,17 @@ from .modules import (
 )
 
 __all__ = [
+    "BCEWithLogitsLoss",
+    "CrossEntropyLoss",
+    "Flatten",
+    "Identity",
+    "L1Loss",
+    "MSELoss",
+    "ModuleDict",
+    "NLLLoss",
+    "RemovableHandle",
+    "init",
+    "utils",
     "GELU",
     "Dropout",
     "Embedding",

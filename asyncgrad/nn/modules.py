@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .. import backend, dtypes, ops
@@ -49,16 +49,37 @@ class Module:
     training: bool
     _parameters: OrderedDict[str, Parameter]
     _modules: OrderedDict[str, Module]
+    _buffers: OrderedDict[str, Tensor | None]
+    _non_persistent: set[str]
+    _forward_pre_hooks: OrderedDict[int, Callable[..., Any]]
+    _forward_hooks: OrderedDict[int, Callable[..., Any]]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
 
     # ------------------------------------------------------------------ registration
     def __setattr__(self, name: str, value: Any) -> None:
         params = self.__dict__.get("_parameters")
         modules = self.__dict__.get("_modules")
+        buffers = self.__dict__.get("_buffers")
+        if buffers is not None and name in buffers and not isinstance(value, (Parameter, Module)):
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' object to buffer '{name}' "
+                    "(torch Tensor or None required)"
+                )
+            buffers[name] = value
+            object.__setattr__(self, name, value)
+            return
+        if buffers is not None and isinstance(value, (Parameter, Module)):
+            buffers.pop(name, None)
+            self._non_persistent.discard(name)
         if isinstance(value, (Parameter, Module)):
             if params is None or modules is None:
                 raise AttributeError(
@@ -86,7 +107,93 @@ class Module:
     def __delattr__(self, name: str) -> None:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
+        self._buffers.pop(name, None)
+        self._non_persistent.discard(name)
         object.__delattr__(self, name)
+
+    # ----- buffers, hooks, apply and casts -----
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Register a tensor that is state but not a parameter (e.g. running statistics): it
+        is in ``state_dict()`` unless ``persistent=False``, and ``.to()`` moves and casts it."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        if not isinstance(name, str):
+            raise TypeError(f"buffer name should be a string. Got {type(name).__name__}")
+        if "." in name:
+            raise KeyError('buffer name can\'t contain "."')
+        if name == "":
+            raise KeyError('buffer name can\'t be empty string ""')
+        if name in self.__dict__ and name not in self._buffers:
+            raise KeyError(f"attribute '{name}' already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(
+                f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                "(torch Tensor or None required)"
+            )
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+        object.__setattr__(self, name, tensor)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """``(name, buffer)`` pairs (None buffers skipped), each buffer once."""
+        seen: set[int] = set()
+        mods = self.named_modules(prefix=prefix) if recurse else iter([(prefix, self)])
+        for mprefix, m in mods:
+            for name, b in m._buffers.items():
+                if b is None or id(b) in seen:
+                    continue
+                seen.add(id(b))
+                yield (mprefix + "." if mprefix else "") + name, b
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def register_forward_pre_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, args)`` runs before ``forward``; a non-None result replaces the
+        positional arguments (a non-tuple result becomes a 1-tuple)."""
+        return RemovableHandle(self._forward_pre_hooks, hook, prepend)
+
+    def register_forward_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, args, output)`` runs after ``forward``; a non-None result replaces
+        the output."""
+        return RemovableHandle(self._forward_hooks, hook, prepend)
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call ``fn`` on every submodule (children first) and then on this module."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def _cast_floating(self, dtype: Any) -> Module:
+        # As torch: only floating-point parameters and buffers change dtype.
+        with no_grad():
+            for m in self.modules():
+                for t in m._parameters.values():
+                    if t is not None and t.dtype.kind == "f" and t.dtype != dtype:
+                        _replace_array(t, t.detach().to(dtype))
+                for name, b in m._buffers.items():
+                    if b is not None and b.dtype.kind == "f":
+                        m._buffers[name] = b.to(dtype)
+                        object.__setattr__(m, name, m._buffers[name])
+        return self
+
+    def double(self) -> Module:
+        return self._cast_floating(dtypes.float64)
+
+    def float(self) -> Module:
+        return self._cast_floating(dtypes.float32)
+
+    def half(self) -> Module:
+        return self._cast_floating(dtypes.float16)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         setattr(self, name, param)
@@ -99,7 +206,20 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        pre = self.__dict__.get("_forward_pre_hooks")
+        if pre:
+            for hook in list(pre.values()):
+                res = hook(self, args)
+                if res is not None:
+                    args = res if isinstance(res, tuple) else (res,)
+        out = self.forward(*args, **kwargs)
+        post = self.__dict__.get("_forward_hooks")
+        if post:
+            for hook in list(post.values()):
+                res = hook(self, args, out)
+                if res is not None:
+                    out = res
+        return out
 
     # ------------------------------------------------------------------ traversal
     def _named_params(self, prefix: str, recurse: bool, dedup: bool) -> Iterator[tuple[str, Any]]:
@@ -175,27 +295,36 @@ class Module:
         """Move or cast every parameter in place (``to(device)``, ``to(dtype)``, or both)."""
         with no_grad():
             for p in self.parameters():
-                new = p.detach().to(*args, **kwargs)
-                if new._array is p._array:
-                    continue
-                p._array = new._array
-                p._vc[0] += 1
-                if p._meta is not None:
-                    p._meta.grad_accumulator = None  # it recorded the old shape/dtype/device
-                if p.grad is not None:
-                    g = p.grad.to(*args, **kwargs)
-                    p._grad = None
-                    p.grad = g
+                _replace_array(p, p.detach().to(*args, **kwargs), *args, **kwargs)
+            for m in self.modules():
+                for name, b in m._buffers.items():
+                    if b is not None:
+                        m._buffers[name] = b.to(*args, **kwargs)
+                        object.__setattr__(m, name, m._buffers[name])
         return self
 
+    def _named_state(self) -> dict[str, Tensor]:
+        """Parameters and persistent buffers by name, in torch's order (per module: its
+        parameters, then its buffers)."""
+        out: dict[str, Tensor] = {}
+        for mprefix, m in self.named_modules(remove_duplicate=False):
+            pre = mprefix + "." if mprefix else ""
+            for name, p in m._parameters.items():
+                if p is not None:
+                    out[pre + name] = p
+            for name, b in m.__dict__.get("_buffers", {}).items():
+                if b is not None and name not in m._non_persistent:
+                    out[pre + name] = b
+        return out
+
     def state_dict(self) -> OrderedDict[str, Tensor]:
-        """Every parameter by name, detached (it shares memory with the parameter)."""
-        return OrderedDict((n, p.detach()) for n, p in self._named_params("", True, dedup=False))
+        """Every parameter and persistent buffer by name, detached (sharing memory)."""
+        return OrderedDict((n, t.detach()) for n, t in self._named_state().items())
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters. Shapes must match; with ``strict`` (the default),
         so must the keys. Nothing is copied when an error is raised."""
-        own = dict(self._named_params("", True, dedup=False))
+        own = self._named_state()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
@@ -239,6 +368,44 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _replace_array(p: Tensor, new: Tensor, *args: Any, **kwargs: Any) -> None:
+    """Give parameter ``p`` the array of ``new`` in place (``args``: how to convert its grad)."""
+    if new._array is p._array:
+        return
+    p._array = new._array
+    p._vc[0] += 1
+    if p._meta is not None:
+        p._meta.grad_accumulator = None  # it recorded the old shape/dtype/device
+    if p.grad is not None:
+        g = p.grad.to(*args, **kwargs) if args or kwargs else p.grad.to(new.dtype)
+        p._grad = None
+        p.grad = g
+
+
+class RemovableHandle:
+    """What ``register_forward_hook`` and friends return: ``.remove()`` takes the hook off
+    (also as a context manager)."""
+
+    _next_id = 0
+
+    def __init__(self, hooks: OrderedDict[int, Any], hook: Any, prepend: bool = False) -> None:
+        RemovableHandle._next_id += 1
+        self.id = RemovableHandle._next_id
+        self._hooks = hooks
+        hooks[self.id] = hook
+        if prepend:
+            hooks.move_to_end(self.id, last=False)
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
 
 def _zero_grad(p: Tensor, set_to_none: bool) -> None:
@@ -475,3 +642,156 @@ class Tanh(Module):
 class Sigmoid(Module):
     def forward(self, x: Tensor) -> Tensor:
         return ops.sigmoid(x)
+
+
+# ----- containers, reshaping and losses (torch's nn.Identity, Flatten, ModuleDict, *Loss) -----
+class Identity(Module):
+    """Returns its input; any constructor arguments are ignored, as in torch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, input: Any) -> Any:
+        return input
+
+
+class Flatten(Module):
+    """Flattens dims ``start_dim`` to ``end_dim`` into one (the batch dim stays by default)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim = start_dim
+        self.end_dim = end_dim
+
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.flatten(input, self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class ModuleDict(Module):
+    """A dict of modules whose parameters are registered, in insertion order."""
+
+    def __init__(self, modules: Any = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict holds Modules, got {type(module).__name__}")
+        setattr(self, key, module)
+
+    def __delitem__(self, key: str) -> None:
+        delattr(self, key)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._modules
+
+    def keys(self) -> Iterable[str]:
+        return self._modules.keys()
+
+    def items(self) -> Iterable[tuple[str, Module]]:
+        return self._modules.items()
+
+    def values(self) -> Iterable[Module]:
+        return self._modules.values()
+
+    def pop(self, key: str) -> Module:
+        m = self._modules[key]
+        delattr(self, key)
+        return m
+
+    def clear(self) -> None:
+        for key in list(self._modules):
+            delattr(self, key)
+
+    def update(self, modules: Any) -> None:
+        pairs = modules.items() if hasattr(modules, "items") else modules
+        for item in pairs:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(
+                    "ModuleDict update sequence element has to be a key-value pair, got "
+                    f"{type(item).__name__}"
+                )
+            self[item[0]] = item[1]
+
+
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        F._check_reduction(reduction)
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return "" if self.reduction == "mean" else f"reduction={self.reduction!r}"
+
+
+class MSELoss(_Loss):
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_Loss):
+    def __init__(
+        self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class CrossEntropyLoss(_Loss):
+    """``F.cross_entropy`` as a module: class indices or class probabilities as targets."""
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.cross_entropy(
+            input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing
+        )
+
+
+class BCEWithLogitsLoss(_Loss):
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, self.reduction, self.pos_weight
+        )
