@@ -53,7 +53,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
         if param is None:
             slope = 0.01
         elif isinstance(param, numbers.Number) and not isinstance(param, bool):
-            slope = float(param)  # type: ignore[arg-type]
+            slope = float(param)
         else:
             raise ValueError(f"negative_slope {param} not a valid number")
         return math.sqrt(2.0 / (1 + slope**2))

@@ -748,6 +748,8 @@ class L1Loss(_Loss):
 
 
 class NLLLoss(_Loss):
+    weight: Tensor | None
+
     def __init__(
         self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
     ) -> None:
@@ -761,6 +763,8 @@ class NLLLoss(_Loss):
 
 class CrossEntropyLoss(_Loss):
     """``F.cross_entropy`` as a module: class indices or class probabilities as targets."""
+
+    weight: Tensor | None
 
     def __init__(
         self,
@@ -781,6 +785,9 @@ class CrossEntropyLoss(_Loss):
 
 
 class BCEWithLogitsLoss(_Loss):
+    weight: Tensor | None
+    pos_weight: Tensor | None
+
     def __init__(
         self,
         weight: Tensor | None = None,
