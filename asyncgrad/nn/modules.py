@@ -71,8 +71,8 @@ class Module:
         if buffers is not None and name in buffers and not isinstance(value, (Parameter, Module)):
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(
-                    f"cannot assign '{type(value).__name__}' object to buffer '{name}' "
-                    "(torch Tensor or None required)"
+                    f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                    "(ag.Tensor or None expected)"
                 )
             buffers[name] = value
             object.__setattr__(self, name, value)
@@ -128,7 +128,7 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(
                 f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
-                "(torch Tensor or None required)"
+                "(ag.Tensor or None required)"
             )
         self._buffers[name] = tensor
         if persistent:
@@ -732,9 +732,6 @@ class _Loss(Module):
         super().__init__()
         F._check_reduction(reduction)
         self.reduction = reduction
-
-    def extra_repr(self) -> str:
-        return "" if self.reduction == "mean" else f"reduction={self.reduction!r}"
 
 
 class MSELoss(_Loss):
