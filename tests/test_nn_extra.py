@@ -51,6 +51,9 @@ def check_vs_torch(
     (ref * torch.tensor(w)).sum().backward()
     for (a_t, t_t), arr in zip(pairs, arrays, strict=True):
         if isinstance(arr, np.ndarray) and arr.dtype.kind == "f":
+            if t_t.grad is None:  # the output does not depend on this input
+                assert a_t.grad is None
+                continue
             np.testing.assert_allclose(
                 a_t.grad.numpy(), t_t.grad.numpy(), rtol=1e-8, atol=atol, err_msg="gradient"
             )
@@ -643,3 +646,87 @@ def test_clip_grad_value(torch: Any) -> None:
     torch.nn.utils.clip_grad_value_(theirs, 0.3)
     for p, t in zip(mine, theirs, strict=False):
         np.testing.assert_array_equal(p.grad.numpy(), t.grad.numpy())
+
+
+# ============================================================================ MultiheadAttention
+@pytest.mark.parametrize(
+    "kind", ["plain", "bool_masks", "float_masks", "per_head_mask", "unbatched", "kdim_vdim"]
+)
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_matches_torch(torch: Any, kind: str, batch_first: bool) -> None:
+    n, n_q, n_k, e, h = 3, 4, 5, 8, 2
+    kw: dict[str, Any] = {"batch_first": batch_first}
+    if kind == "kdim_vdim":
+        kw.update(kdim=6, vdim=7)
+    theirs = torch.nn.MultiheadAttention(e, h, dtype=torch.float64, **kw)
+    mine = nn.MultiheadAttention(e, h, dtype=ag.float64, **kw)
+    assert list(mine.state_dict()) == list(theirs.state_dict())
+    mine.load_state_dict({k: ag.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+
+    def layout(*shape: int) -> np.ndarray:
+        if kind == "unbatched":
+            return randn(*shape[1:])
+        a = randn(*shape)
+        return a if batch_first else a.transpose(1, 0, 2).copy()
+
+    q = layout(n, n_q, e)
+    k = layout(n, n_k, kw.get("kdim", e))
+    v = layout(n, n_k, kw.get("vdim", e))
+    masks_a: dict[str, Any] = {}
+    masks_t: dict[str, Any] = {}
+    if kind in ("bool_masks", "float_masks", "per_head_mask"):
+        if kind == "bool_masks":
+            am = np.triu(np.ones((n_q, n_k), bool), 2)
+            kpm = np.zeros((n, n_k), bool)
+            kpm[:, -1] = True
+        elif kind == "float_masks":
+            am, kpm = randn(n_q, n_k), randn(n, n_k)
+        else:
+            am, kpm = randn(n * h, n_q, n_k), None
+        masks_a["attn_mask"], masks_t["attn_mask"] = ag.tensor(am), torch.tensor(am)
+        if kpm is not None:
+            masks_a["key_padding_mask"] = ag.tensor(kpm)
+            masks_t["key_padding_mask"] = torch.tensor(kpm)
+    for average in (True, False):
+        check_vs_torch(
+            torch,
+            lambda a, b, c: mine(a, b, c, average_attn_weights=average, **masks_a)[1],  # noqa: B023
+            lambda a, b, c: theirs(a, b, c, average_attn_weights=average, **masks_t)[1],  # noqa: B023
+            q,
+            k,
+            v,
+        )
+    check_vs_torch(
+        torch,
+        lambda a, b, c: mine(a, b, c, need_weights=False, **masks_a)[0],
+        lambda a, b, c: theirs(a, b, c, need_weights=False, **masks_t)[0],
+        q,
+        k,
+        v,
+    )
+    assert mine(ag.tensor(q), ag.tensor(k), ag.tensor(v), need_weights=False)[1] is None
+    # the parameters' gradients too
+    out = mine(ag.tensor(q), ag.tensor(k), ag.tensor(v), **masks_a)[0]
+    ref = theirs(torch.tensor(q), torch.tensor(k), torch.tensor(v), **masks_t)[0]
+    out.sum().backward()
+    ref.sum().backward()
+    grads = {n: p.grad for n, p in theirs.named_parameters()}
+    for name, p in mine.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), grads[name].numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_multihead_attention_errors_and_dropout() -> None:
+    with pytest.raises(AssertionError, match="embed_dim must be divisible by num_heads"):
+        nn.MultiheadAttention(6, 4)
+    m = nn.MultiheadAttention(4, 2, dropout=0.5, batch_first=True)
+    x = ag.randn(2, 3, 4)
+    with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+        m(x, x, x, is_causal=True)
+    m.eval()
+    a, _ = m(x, x, x)
+    b, _ = m(x, x, x)
+    assert ag.equal(a, b)
+    m.train()
+    ag.manual_seed(0)
+    c, _ = m(x, x, x)
+    assert not ag.allclose(a, c)

@@ -11,6 +11,7 @@ from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 from . import functional as F
+from . import init
 
 
 class Parameter(Tensor):
@@ -799,3 +800,144 @@ class BCEWithLogitsLoss(_Loss):
         return F.binary_cross_entropy_with_logits(
             input, target, self.weight, self.reduction, self.pos_weight
         )
+
+
+# ----- attention (torch's nn.MultiheadAttention) -----
+class MultiheadAttention(Module):
+    """torch's ``nn.MultiheadAttention``: project, attend per head, concatenate, project.
+
+    ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+    average_attn_weights=True, is_causal=False)`` returns ``(output, weights or None)``.
+    Masks follow torch's convention here (NOT scaled_dot_product_attention's): a bool mask marks
+    with True the positions that may NOT be attended to; a float mask is added to the scores.
+    Parameter names match torch's, so a torch state dict loads as it is."""
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} "
+                f"and num_heads={num_heads} instead"
+            )
+        if embed_dim % num_heads:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("add_bias_kv and add_zero_attn are not supported")
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        e = embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight: Parameter | None = Parameter(backend.empty((3 * e, e), dt))
+            self.q_proj_weight: Parameter | None = None
+            self.k_proj_weight: Parameter | None = None
+            self.v_proj_weight: Parameter | None = None
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            self.in_proj_weight = None
+            self.q_proj_weight = Parameter(backend.empty((e, e), dt))
+            self.k_proj_weight = Parameter(backend.empty((e, self.kdim), dt))
+            self.v_proj_weight = Parameter(backend.empty((e, self.vdim), dt))
+            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                init.xavier_uniform_(w)
+        self.in_proj_bias = Parameter(backend.zeros((3 * e,), dt)) if bias else None
+        self.out_proj = Linear(e, e, bias=bias, dtype=dt)
+        if self.out_proj.bias is not None:
+            init.zeros_(self.out_proj.bias)
+        if device is not None:
+            self.to(device)
+
+    def _project(self, x: Tensor, i: int) -> Tensor:
+        e = self.embed_dim
+        if self.in_proj_weight is not None:
+            w = self.in_proj_weight[i * e : (i + 1) * e]
+        else:
+            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]  # type: ignore[assignment]
+        b = None if self.in_proj_bias is None else self.in_proj_bias[i * e : (i + 1) * e]
+        return ops.linear(x, w, b)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        if is_causal and attn_mask is None:
+            raise RuntimeError(
+                "Need attn_mask if specifying the is_causal hint. You may use the Transformer "
+                "module method `generate_square_subsequent_mask` to create this mask."
+            )
+        batched = query.ndim == 3
+        if not batched:
+            query, key, value = (ops.unsqueeze(t, 0) for t in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = ops.unsqueeze(key_padding_mask, 0)
+        elif not self.batch_first:
+            query, key, value = (ops.transpose(t, 0, 1) for t in (query, key, value))
+        n, n_q, _ = query.shape
+        n_k = key.shape[1]
+        h, hd = self.num_heads, self.head_dim
+
+        def heads(x: Tensor, length: int) -> Tensor:
+            return ops.transpose(ops.reshape(x, (n, length, h, hd)), 1, 2)
+
+        q = heads(self._project(query, 0), n_q)
+        k = heads(self._project(key, 1), n_k)
+        v = heads(self._project(value, 2), n_k)
+        scores = ops.mul(ops.matmul(q, ops.transpose(k, -2, -1)), 1.0 / math.sqrt(hd))
+        if attn_mask is not None:
+            if attn_mask.ndim == 3:  # (N * num_heads, L, S)
+                attn_mask = ops.reshape(attn_mask, (n, h, n_q, n_k))
+            scores = _apply_mask(scores, attn_mask)
+        if key_padding_mask is not None:
+            scores = _apply_mask(scores, ops.reshape(key_padding_mask, (n, 1, 1, n_k)))
+        weights = F.softmax(scores, dim=-1)
+        if self.training and self.dropout > 0.0:
+            weights = F.dropout(weights, self.dropout)
+        out = ops.reshape(ops.transpose(ops.matmul(weights, v), 1, 2), (n, n_q, self.embed_dim))
+        out = self.out_proj(out)
+        if not batched:
+            out = ops.squeeze(out, 0)
+        elif not self.batch_first:
+            out = ops.transpose(out, 0, 1)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = ops.mean(weights, dim=1)
+        if not batched:
+            weights = ops.squeeze(weights, 0)
+        return out, weights
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+def _apply_mask(scores: Tensor, mask: Tensor) -> Tensor:
+    """torch's MultiheadAttention masks: True (bool) forbids a position; floats are added."""
+    if mask.dtype == dtypes.bool_:
+        return ops.masked_fill(scores, mask, float("-inf"))
+    return ops.add(scores, mask)
