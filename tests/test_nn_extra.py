@@ -315,6 +315,16 @@ def test_scaled_dot_product_attention(torch: Any, kind: str) -> None:
     )
 
 
+def test_scaled_dot_product_attention_errors(torch: Any) -> None:
+    for lib in (ag, torch):
+        q = lib.ones(1, 2, 3)
+        sdpa = (F if lib is ag else torch.nn.functional).scaled_dot_product_attention
+        with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when"):
+            sdpa(q, q, q, attn_mask=lib.ones(2, 2, dtype=lib.bool), is_causal=True)
+        with pytest.raises(RuntimeError, match="Expected attn_mask dtype to be bool or float"):
+            sdpa(q, q, q, attn_mask=lib.ones(2, 2, dtype=lib.long))
+
+
 def test_scaled_dot_product_attention_dropout() -> None:
     q = ag.randn(1, 4, 8, dtype=ag.float64)
     plain = F.scaled_dot_product_attention(q, q, q)

@@ -172,7 +172,15 @@ def scaled_dot_product_attention(
     """``softmax(q @ k^T * scale + mask) @ v``. A bool ``attn_mask`` marks the positions that
     take part (True); a float one is added to the scores. ``is_causal`` masks the future."""
     if is_causal and attn_mask is not None:
-        raise ValueError("pass either attn_mask or is_causal=True, not both")
+        raise RuntimeError(
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
+            "is_causal=True"
+        )
+    if attn_mask is not None and attn_mask.dtype != dtypes.bool_ and attn_mask.dtype.kind != "f":
+        raise RuntimeError(
+            "Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+            f"attn_mask.dtype: {attn_mask.dtype} and  query.dtype: {query.dtype} instead."
+        )
     n_q, n_k = query.shape[-2], key.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
