@@ -484,6 +484,34 @@ def test_modules_and_requires_grad(torch: Any) -> None:
     assert not any(p.requires_grad for p in net.parameters())
 
 
+def test_reprs_match_torch(torch: Any) -> None:
+    def build(n: Any) -> Any:
+        blocks = [n.Linear(2, 2) for _ in range(3)]
+        return n.Sequential(
+            n.ModuleList([*blocks, n.ReLU(), n.ReLU(), n.Linear(2, 3)]),
+            n.Sequential(n.Dropout(0.1), n.LayerNorm(4, eps=1e-6), n.Embedding(5, 2, 1)),
+            n.ModuleList([]),
+            n.GELU("tanh"),
+            n.Flatten(0, 2),
+            n.ModuleDict({"tanh": n.Tanh(), "sig": n.Sigmoid()}),
+            n.CrossEntropyLoss(),
+        )
+
+    assert repr(build(nn)) == repr(build(torch.nn))
+
+    class WithExtra(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(1, 1)
+
+        def extra_repr(self) -> str:
+            return "k=1"
+
+    assert repr(WithExtra()) == (
+        "WithExtra(\n  k=1\n  (lin): Linear(in_features=1, out_features=1, bias=True)\n)"
+    )
+
+
 def test_identity_flatten(torch: Any) -> None:
     x = randn(2, 3, 4, 5)
     ident = nn.Identity(54, unused="ignored")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -361,14 +362,28 @@ class Module:
 
     # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__}({self.extra_repr()}"]
-        for name, m in self._modules.items():
-            sub = repr(m).replace("\n", "\n  ")
-            lines.append(f"  ({name}): {sub}")
-        return "\n".join(lines) + (")" if len(lines) == 1 else "\n)")
+        # torch's layout: a one-line extra_repr inline; otherwise extra lines, then children,
+        # each on its own indented line.
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): {_indent(repr(m))}" for name, m in self._modules.items()]
+        return _layout(type(self).__name__, extra_lines, child_lines)
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n  ")
+
+
+def _layout(name: str, extra_lines: list[str], child_lines: list[str]) -> str:
+    lines = extra_lines + child_lines
+    if not lines:
+        return name + "()"
+    if len(extra_lines) == 1 and not child_lines:
+        return f"{name}({extra_lines[0]})"
+    return name + "(\n  " + "\n  ".join(lines) + "\n)"
 
 
 def _replace_array(p: Tensor, new: Tensor, *args: Any, **kwargs: Any) -> None:
@@ -389,11 +404,10 @@ class RemovableHandle:
     """What ``register_forward_hook`` and friends return: ``.remove()`` takes the hook off
     (also as a context manager)."""
 
-    _next_id = 0
+    _ids = itertools.count()
 
     def __init__(self, hooks: OrderedDict[int, Any], hook: Any, prepend: bool = False) -> None:
-        RemovableHandle._next_id += 1
-        self.id = RemovableHandle._next_id
+        self.id = next(RemovableHandle._ids)
         self._hooks = hooks
         hooks[self.id] = hook
         if prepend:
@@ -481,6 +495,21 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+    def __repr__(self) -> str:
+        # As torch: runs of equal reprs are folded into "(i-j): n x Module(...)".
+        blocks: list[tuple[int, int, str]] = []
+        for i, m in enumerate(self._modules.values()):
+            r = repr(m)
+            if blocks and blocks[-1][2] == r:
+                blocks[-1] = (blocks[-1][0], i, r)
+            else:
+                blocks.append((i, i, r))
+        lines = [
+            _indent(f"({a}): {r}" if a == b else f"({a}-{b}): {b - a + 1} x {r}")
+            for a, b, r in blocks
+        ]
+        return _layout(type(self).__name__, [], lines)
 
     def append(self, module: Module) -> ModuleList:
         if not isinstance(module, Module):
@@ -581,6 +610,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(int(s) for s in normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.use_bias = bias
         dt = dtypes.to_dtype(dtype or dtypes.float32)
         shape = self.normalized_shape
         self.weight = Parameter(backend.ones(shape, dt)) if elementwise_affine else None
@@ -594,7 +624,8 @@ class LayerNorm(Module):
 
     def extra_repr(self) -> str:
         return (
-            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+            f"{self.normalized_shape}, eps={self.eps}, "
+            f"elementwise_affine={self.elementwise_affine}, bias={self.use_bias}"
         )
 
 
@@ -603,17 +634,18 @@ class Dropout(Module):
 
     The mask comes from the default generator, so ``ag.manual_seed`` makes it repeatable."""
 
-    def __init__(self, p: float = 0.5) -> None:
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training)
+        return F.dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class ReLU(Module):

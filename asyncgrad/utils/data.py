@@ -146,7 +146,8 @@ class DataLoader(Generic[T_co]):
         if not self.shuffle:
             return list(range(n))
         rng = (self.generator or ops.default_generator).state(None)
-        return [int(i) for i in rng.random((n,), dtypes.float64).argsort(kind="stable")]
+        order: list[int] = rng.random((n,), dtypes.float64).argsort().tolist()
+        return order
 
     def __iter__(self) -> Iterator[Any]:
         order = self._order()
