@@ -768,3 +768,24 @@ def test_multihead_attention_errors_and_dropout() -> None:
     ag.manual_seed(0)
     c, _ = m(x, x, x)
     assert not ag.allclose(a, c)
+
+
+def test_losses_on_cuda_match_cpu() -> None:
+    x = ag.randn(4, 3, dtype=ag.float64)
+    p = ag.softmax(ag.randn(4, 3, dtype=ag.float64), 1)
+    y = ag.tensor([0, 2, 1, 2])
+    w = ag.tensor([1.0, 2.0, 0.5], dtype=ag.float64)
+    for loss in (
+        nn.CrossEntropyLoss(w, label_smoothing=0.1),
+        nn.NLLLoss(w),
+        nn.BCEWithLogitsLoss(pos_weight=w),
+    ):
+        target = p if isinstance(loss, nn.BCEWithLogitsLoss) else y
+        on_cpu = loss(x, target)
+        loss.to("cuda:0")
+        assert loss.weight is None or loss.weight.device == ag.device("cuda:0")
+        on_gpu = loss(x.to("cuda:0"), target.to("cuda:0"))
+        assert on_gpu.device == ag.device("cuda:0")
+        assert ag.allclose(on_gpu.cpu(), on_cpu)
+    soft = nn.CrossEntropyLoss(label_smoothing=0.2)
+    assert ag.allclose(soft(x.to("cuda:0"), p.to("cuda:0")).cpu(), soft(x, p))
