@@ -24,6 +24,9 @@ from __future__ import annotations
 # both (See NOTE [Tensor delegates upward]).
 from ._tensor import Tensor  # isort: skip
 from . import autograd, cuda, nn, optim
+
+# ----- nn extras: testing and utils (utils loads its submodules on first use) -----
+from . import testing, utils  # isort: skip
 from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
@@ -272,6 +275,7 @@ __all__ = [
     "tan",
     "tanh",
     "tensor",
+    "testing",
     "tile",
     "transpose",
     "tril",
@@ -279,6 +283,7 @@ __all__ = [
     "unbind",
     "unflatten",
     "unsqueeze",
+    "utils",
     "where",
     "zeros",
     "zeros_like",
