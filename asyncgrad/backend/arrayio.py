@@ -67,7 +67,9 @@ def _safetensors() -> Any:
 def write_safetensors(arrays: dict[str, Any], metadata: dict[str, str]) -> bytes:
     """The bytes of a safetensors file holding ``arrays`` (host arrays) and ``metadata``."""
     st = _safetensors()
-    data: bytes = st.save({k: np.ascontiguousarray(a) for k, a in arrays.items()}, metadata)
+    # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
+    flat = {k: a if a.flags.c_contiguous else a.copy(order="C") for k, a in arrays.items()}
+    data: bytes = st.save(flat, metadata)
     return data
 
 
