@@ -288,3 +288,9 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# ----- Size, saving and loading -----
+from ._tensor import Size  # noqa: E402
+from .serialization import load, save  # noqa: E402
+
+__all__ += ["Size", "load", "save"]

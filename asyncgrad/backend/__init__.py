@@ -229,15 +229,6 @@ def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
     return bool(namespace(a).allclose(a, b, rtol=rtol, atol=atol))
 
 
-def format_array(array: Any) -> str:
-    """The body of a tensor's repr: NumPy's formatting of the host copy of ``array``."""
-    if type(array) is not np.ndarray:
-        array = to_device(array, CPU)
-    return np.array2string(
-        array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, precision=4
-    )
-
-
 # DLPack's device type of CUDA memory.
 DLPACK_CUDA: Final = 2
 

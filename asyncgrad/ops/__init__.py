@@ -2,7 +2,7 @@
 
 ``pointwise`` (arithmetic, comparisons, activations), ``reduce`` (sum, max, softmax, ...),
 ``linalg`` (matmul, linear), ``shape`` (views, join and split), ``index`` (getitem/setitem),
-``inplace`` (``add_`` and friends), ``creation`` (factories, RNG), ``convert`` (to, clone, repr).
+``inplace`` (``add_`` and friends), ``creation`` (factories, RNG), ``convert`` (to, clone).
 ``Tensor``'s methods delegate here (See NOTE [Tensor delegates upward]).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..graph.node import Edge
 from ._record import as_array, wrap
-from .convert import clone, contiguous, format_tensor, to
+from .convert import clone, contiguous, to
 from .creation import (
     Generator,
     arange,
@@ -200,7 +200,6 @@ __all__ = [
     "flatten",
     "flip",
     "floor_divide",
-    "format_tensor",
     "from_dlpack",
     "from_numpy",
     "full",
