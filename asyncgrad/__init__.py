@@ -257,3 +257,38 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
+from .ops import (  # noqa: E402
+    all,
+    any,
+    argsort,
+    cumsum,
+    dot,
+    einsum,
+    nonzero,
+    norm,
+    outer,
+    prod,
+    sort,
+    std,
+    topk,
+    var,
+)
+
+__all__ += [
+    "all",
+    "any",
+    "argsort",
+    "cumsum",
+    "dot",
+    "einsum",
+    "nonzero",
+    "norm",
+    "outer",
+    "prod",
+    "sort",
+    "std",
+    "topk",
+    "var",
+]

@@ -263,3 +263,27 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
+from .linalg import dot, einsum, outer  # noqa: E402
+from .reduce import all, any, cumsum, norm, prod, std, var  # noqa: E402
+from .sorting import SortResult, TopKResult, argsort, nonzero, sort, topk  # noqa: E402
+
+__all__ += [
+    "SortResult",
+    "TopKResult",
+    "all",
+    "any",
+    "argsort",
+    "cumsum",
+    "dot",
+    "einsum",
+    "nonzero",
+    "norm",
+    "outer",
+    "prod",
+    "sort",
+    "std",
+    "topk",
+    "var",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import string
 from typing import Any, Final
 
 from .. import backend
@@ -285,3 +286,120 @@ def nll_grad(
         gs = g if reduction == "sum" else g / denom
         scale = xp.expand_dims(coef, 1) * xp.reshape(gs, (1,) * logp.ndim)
     return xp.where(onehot, -scale, 0.0)
+
+
+# ----- var, std, prod, norm, cumsum, einsum -----
+def _device_array(a: Any) -> Any:
+    """The array behind ``a`` (a Tensor under create_graph): for allocating on its device."""
+    return a._array if isinstance(a, Tensor) else a
+
+
+def var_grad(g: Any, x: Any, dim: Any, keepdim: bool, n: int, correction: float) -> Any:
+    # d var / dx = 2 (x - mean) / (N - correction); inf past the last degree of freedom (torch).
+    dof = n - correction
+    scale = 2.0 / dof if dof != 0 else math.inf
+    gk = keep(g, dim, keepdim)
+    return (gk * scale) * (x - xp.mean(x, axis=dim, keepdims=True))
+
+
+def prod_grad(g: Any, ans: Any, x: Any, dim: int | None, keepdim: bool) -> Any:
+    # d prod / dx_i = the product of the other elements: ans / x_i where no element is 0 (as
+    # torch), else computed without dividing, so that one zero gets the product of the rest and
+    # several zeros give 0 everywhere.
+    shape = x.shape
+    if dim is None:
+        x = xp.reshape(x, (-1,))
+        gk = xp.reshape(g, (1,))
+        ak = xp.reshape(ans, (1,))
+        d = 0
+    else:
+        gk = keep(g, (dim,), keepdim)
+        ak = keep(ans, (dim,), keepdim)
+        d = dim
+    if not bool((_device_array(x) == 0).any()):
+        return xp.reshape(gk * (ak / x), shape)
+    return xp.reshape(gk * _prod_of_others(x, d), shape)
+
+
+def _prod_of_others(x: Any, d: int) -> Any:
+    n = x.shape[d]
+    if isinstance(x, Tensor):
+        # Differentiable again: the products over rows of x with the diagonal set to 1 (n x n
+        # per slice; only under create_graph, only when x holds a zero).
+        arr = x._array
+        shape = [1] * (x.ndim + 1)
+        shape[d] = shape[d + 1] = n
+        eye = backend.namespace(arr).eye(n, dtype=bool).reshape(shape)
+        return xp.prod(xp.where(eye, 1.0, xp.expand_dims(x, d)), axis=d + 1)
+    # Exclusive cumulative products from the left and from the right.
+    lead = (slice(None),) * d
+    one = xp.ones_like(x[(*lead, slice(0, 1))])
+    left = xp.concatenate([one, xp.cumprod(x[(*lead, slice(0, n - 1))], axis=d)], axis=d)
+    rev = (*lead, slice(None, None, -1))
+    right = xp.cumprod(x[rev], axis=d)[rev]
+    right = xp.concatenate([right[(*lead, slice(1, n))], one], axis=d)
+    return left * right
+
+
+def norm_grad(g: Any, ans: Any, x: Any, p: float, dim: Any, keepdim: bool) -> Any:
+    # torch's norm_backward: 0 where the norm is 0 (and for p = 0).
+    if p == 0.0:
+        return xp.zeros_like(x)
+    gk = keep(g, dim, keepdim)
+    nk = keep(ans, dim, keepdim)
+    if p == 1.0:
+        return sign(x) * gk
+    if p == 2.0:
+        zero = nk == 0
+        return x * xp.where(zero, 0.0, gk / xp.where(zero, 1.0, nk))
+    if math.isinf(p):
+        # shared evenly among the elements whose |x| is the max (min)
+        hit = xp.abs(x) == nk
+        count = xp.sum(hit, axis=dim, keepdims=True)
+        return xp.where(hit, sign(x) * (gk / count), 0.0)
+    ax = xp.abs(x)
+    scaled = sign(x) * ax ** (p - 1.0)
+    if p < 1.0:
+        scaled = xp.where(x == 0, 0.0, scaled)
+    zero = nk == 0
+    return scaled * xp.where(zero, 0.0, gk / xp.where(zero, 1.0, nk) ** (p - 1.0))
+
+
+def reverse_cumsum(g: Any, dim: int | None) -> Any:
+    if dim is None:  # a 0-d input
+        return g
+    rev = (slice(None),) * dim + (slice(None, None, -1),)
+    return xp.cumsum(g[rev], axis=dim)[rev]
+
+
+def einsum_grad(
+    g: Any, other: Any, out: str, target: str, other_subs: str | None, sizes: dict[str, int]
+) -> Any:
+    # The gradient of one operand of ``einsum(f"{target},{other_subs}->{out}")``: the einsum of
+    # g and the other operand with the target's subscripts as output. An index repeated in the
+    # target (a diagonal) is renamed and tied to its first use by an identity matrix; an index
+    # that only the target has (summed away) comes back through a vector of ones.
+    operands = [g]
+    subs = [out]
+    if other is not None:
+        operands.append(other)
+        subs.append(other_subs or "")
+    ref = _device_array(g)
+    mod = backend.namespace(ref)
+    have = set(out) | set(other_subs or "")
+    used = set(out) | set(target) | set(other_subs or "")
+    fresh = (c for c in string.ascii_letters if c not in used)
+    result = ""
+    for c in target:
+        if c in result:
+            c2 = next(fresh)
+            operands.append(mod.eye(sizes[c], dtype=ref.dtype))
+            subs.append(c + c2)
+            result += c2
+            continue
+        if c not in have:
+            operands.append(mod.ones(sizes[c], dtype=ref.dtype))
+            subs.append(c)
+            have.add(c)
+        result += c
+    return xp.einsum(",".join(subs) + "->" + result, *operands)
