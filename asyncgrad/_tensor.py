@@ -785,9 +785,7 @@ class Tensor:
     ) -> Tensor:
         return _ops.argsort(self, dim, descending, stable=stable)
 
-    def topk(
-        self, k: _int, dim: _int = -1, largest: _bool = True, sorted: _bool = True
-    ) -> Any:
+    def topk(self, k: _int, dim: _int = -1, largest: _bool = True, sorted: _bool = True) -> Any:
         return _ops.topk(self, k, dim, largest, sorted)
 
     def nonzero(self, *, as_tuple: _bool = False) -> Any:

@@ -265,9 +265,9 @@ __all__ = [
 ]
 
 # ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
-from .linalg import dot, einsum, outer  # noqa: E402
-from .reduce import all, any, cumsum, norm, prod, std, var  # noqa: E402
-from .sorting import SortResult, TopKResult, argsort, nonzero, sort, topk  # noqa: E402
+from .linalg import dot, einsum, outer
+from .reduce import all, any, cumsum, norm, prod, std, var
+from .sorting import SortResult, TopKResult, argsort, nonzero, sort, topk
 
 __all__ += [
     "SortResult",

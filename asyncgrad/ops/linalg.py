@@ -179,7 +179,9 @@ def _parse_einsum(
                 "operand"
             )
         if out.count(c) > 1:
-            raise RuntimeError(f"einsum(): output subscript {c} appears more than once in the output")
+            raise RuntimeError(
+                f"einsum(): output subscript {c} appears more than once in the output"
+            )
     return subs, out, sizes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from .. import backend, dtypes
 from .._tensor import Tensor
@@ -490,6 +490,14 @@ def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
             r = minimum(r, max)
         return r
     return _unary(OPS["clamp"], lambda xp, a: xp.clip(a, min, max), input, {"min": min, "max": max})
+
+
+@overload
+def where(condition: Any) -> tuple[Tensor, ...]: ...
+
+
+@overload
+def where(condition: Any, input: Any, other: Any) -> Tensor: ...
 
 
 def where(condition: Any, input: Any = None, other: Any = None) -> Any:

@@ -90,7 +90,9 @@ def sort(
     return SortResult(*_sorted("sort", input, dim, descending, None))
 
 
-def argsort(input: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+def argsort(
+    input: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False
+) -> Tensor:
     """The int64 indices that sort ``input`` along ``dim`` (a stable sort)."""
     xa = input._array
     if xa.ndim == 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import string
 from typing import Any, Final
 
 from .. import backend
@@ -316,8 +315,11 @@ def prod_grad(g: Any, ans: Any, x: Any, dim: int | None, keepdim: bool) -> Any:
         gk = keep(g, (dim,), keepdim)
         ak = keep(ans, (dim,), keepdim)
         d = dim
-    if not bool((_device_array(x) == 0).any()):
+    zeros = int((_device_array(x) == 0).sum())
+    if not zeros:
         return xp.reshape(gk * (ak / x), shape)
+    if dim is None and zeros > 1:
+        return xp.zeros_like(xp.reshape(x, shape))  # torch: 0 without multiplying by g
     return xp.reshape(gk * _prod_of_others(x, d), shape)
 
 
@@ -342,27 +344,28 @@ def _prod_of_others(x: Any, d: int) -> Any:
 
 
 def norm_grad(g: Any, ans: Any, x: Any, p: float, dim: Any, keepdim: bool) -> Any:
-    # torch's norm_backward: 0 where the norm is 0 (and for p = 0).
+    # torch's norm_backward: g times a factor that is 0 where the norm is 0 (so an infinite g
+    # gives NaN there, as in torch); no gradient for p = 0.
     if p == 0.0:
-        return xp.zeros_like(x)
+        return None
     gk = keep(g, dim, keepdim)
     nk = keep(ans, dim, keepdim)
     if p == 1.0:
         return sign(x) * gk
+    zero = nk == 0
+    safe = xp.where(zero, 1.0, nk)
     if p == 2.0:
-        zero = nk == 0
-        return x * xp.where(zero, 0.0, gk / xp.where(zero, 1.0, nk))
+        return gk * xp.where(zero, 0.0, x / safe)
     if math.isinf(p):
-        # shared evenly among the elements whose |x| is the max (min)
+        # shared evenly among the elements whose |x| is the max (min); a product with the 0/1
+        # mask, as torch's (NaN for an infinite g elsewhere)
         hit = xp.abs(x) == nk
         count = xp.sum(hit, axis=dim, keepdims=True)
-        return xp.where(hit, sign(x) * (gk / count), 0.0)
-    ax = xp.abs(x)
-    scaled = sign(x) * ax ** (p - 1.0)
-    if p < 1.0:
-        scaled = xp.where(x == 0, 0.0, scaled)
-    zero = nk == 0
-    return scaled * xp.where(zero, 0.0, gk / xp.where(zero, 1.0, nk) ** (p - 1.0))
+        return sign(x) * hit * (gk / xp.maximum(count, 1))
+    scaled = sign(x) * xp.abs(x) ** (p - 1.0)
+    if p < 1.0:  # |x|^(p-1) is inf at 0; the norm's power is inf where the norm is 0
+        return xp.where(x == 0, 0.0, scaled) * (gk / nk ** (p - 1.0))
+    return scaled * xp.where(zero, 0.0, gk / safe ** (p - 1.0))
 
 
 def reverse_cumsum(g: Any, dim: int | None) -> Any:
@@ -376,9 +379,10 @@ def einsum_grad(
     g: Any, other: Any, out: str, target: str, other_subs: str | None, sizes: dict[str, int]
 ) -> Any:
     # The gradient of one operand of ``einsum(f"{target},{other_subs}->{out}")``: the einsum of
-    # g and the other operand with the target's subscripts as output. An index repeated in the
-    # target (a diagonal) is renamed and tied to its first use by an identity matrix; an index
-    # that only the target has (summed away) comes back through a vector of ones.
+    # g and the other operand with the target's subscripts as output. An index that only the
+    # target has (summed away) comes back through a vector of ones; an index repeated in the
+    # target (a diagonal) is computed once and placed on the diagonal, zeros elsewhere (as
+    # torch's diagonal backward: not a product with an identity, which turns inf into NaN).
     operands = [g]
     subs = [out]
     if other is not None:
@@ -387,19 +391,22 @@ def einsum_grad(
     ref = _device_array(g)
     mod = backend.namespace(ref)
     have = set(out) | set(other_subs or "")
-    used = set(out) | set(target) | set(other_subs or "")
-    fresh = (c for c in string.ascii_letters if c not in used)
-    result = ""
-    for c in target:
-        if c in result:
-            c2 = next(fresh)
-            operands.append(mod.eye(sizes[c], dtype=ref.dtype))
-            subs.append(c + c2)
-            result += c2
-            continue
+    for c in dict.fromkeys(target):
         if c not in have:
             operands.append(mod.ones(sizes[c], dtype=ref.dtype))
             subs.append(c)
-            have.add(c)
-        result += c
-    return xp.einsum(",".join(subs) + "->" + result, *operands)
+    first = "".join(dict.fromkeys(target))
+    r = xp.einsum(",".join(subs) + "->" + first, *operands)
+    if first == target:
+        return r
+    nd = len(target)
+    repeats = [k for k in range(nd) if target.index(target[k]) != k]
+    mask: Any = None
+    for k in repeats:
+        f = target.index(target[k])
+        n = sizes[target[k]]
+        shape = [1] * nd
+        shape[f] = shape[k] = n
+        eye = mod.eye(n, dtype=bool).reshape(shape)
+        mask = eye if mask is None else mask & eye
+    return xp.where(mask, xp.expand_dims(r, tuple(repeats)), 0.0)

@@ -21,9 +21,9 @@ import math
 from ..backend import xp
 from .formulas import (
     cat_grads,
-    einsum_grad,
     copy_to,
     count,
+    einsum_grad,
     expand,
     extreme_grad,
     gelu_grad,
@@ -251,10 +251,16 @@ defvjp(
     save="ans x",
 )
 defvjp("prod", lambda g, ans, x, *, dim, keepdim: prod_grad(g, ans, x, dim, keepdim), save="ans x")
-defvjp("norm", lambda g, ans, x, *, p, dim, keepdim: norm_grad(g, ans, x, p, dim, keepdim), save="ans x")
+defvjp(
+    "norm",
+    lambda g, ans, x, *, p, dim, keepdim: norm_grad(g, ans, x, p, dim, keepdim),
+    save="ans x",
+)
 defvjp("cumsum", lambda g, ans, x, *, dim: reverse_cumsum(g, dim))  # sum over j >= i
 defvjp("dot", lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x, save="x y")
-defvjp("outer", lambda g, ans, x, y: xp.matmul(g, y), lambda g, ans, x, y: xp.matmul(x, g), save="x y")
+defvjp(
+    "outer", lambda g, ans, x, y: xp.matmul(g, y), lambda g, ans, x, y: xp.matmul(x, g), save="x y"
+)
 defvjp(
     "einsum",  # See NOTE [einsum as pairwise contractions] in asyncgrad/ops/linalg.py
     lambda g, ans, x, y, *, sx, sy, out, sizes: einsum_grad(g, y, out, sx, sy, sizes),
