@@ -221,10 +221,14 @@ def _var_std(
     dim, corr = _correction(dim, unbiased, correction)
     axis = None if xa.ndim == 0 or dim is None or dim == () or dim == [] else dims(dim, xa.ndim)
     n = xa.size if axis is None else math.prod(xa.shape[d] for d in axis)
-    # NumPy's ddof divides by max(N - ddof, 0), as torch does (inf or NaN past it).
-    out = xa.var(axis=axis, ddof=corr, keepdims=keepdim)
+    # Divided by max(N - correction, 0), as torch does: inf or NaN past it, silently (NumPy's
+    # var would warn there, and its mean warns on empty slices).
+    xp = namespace(xa)
+    mu = xa.sum(axis=axis, keepdims=True) / xa.dtype.type(n)
+    d = xa - mu
+    out = (d * d).sum(axis=axis, keepdims=keepdim) / xa.dtype.type(builtins.max(n - corr, 0))
     if name == "std":
-        out = namespace(xa).sqrt(out)
+        out = xp.sqrt(out)
     params = {"dim": axis, "keepdim": keepdim, "n": n, "correction": corr}
     return make(OPS[name], out, (input,), params)
 
