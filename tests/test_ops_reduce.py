@@ -342,3 +342,23 @@ def test_same_on_cuda() -> None:
         got = fn(xc)
         assert got.device == ag.device("cuda:0")
         np.testing.assert_array_equal(got.cpu().numpy(), fn(x).numpy())
+
+
+@pytest.mark.cuda
+def test_large_einsum_same_on_cuda() -> None:
+    """Past EINSUM_OPTIMIZE_ABOVE einsum takes NumPy's optimised path, on every device."""
+    if not ag.cuda.is_available():
+        pytest.skip("no CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((2, 3, 16, 16)), rng.standard_normal((2, 3, 16, 16))
+    res = []
+    for dev in ("cpu", "cuda"):
+        a = ag.tensor(q, device=dev, requires_grad=True)
+        b = ag.tensor(k, device=dev, requires_grad=True)
+        y = ag.einsum("bhqd,bhkd->bhqk", a, b)
+        ga, gb = ag.grad_sync((y * y).sum(), [a, b])
+        res.append([t.detach().cpu().numpy() for t in (y, ga, gb)])
+    want = np.einsum("bhqd,bhkd->bhqk", q, k)
+    np.testing.assert_allclose(res[0][0], want, rtol=1e-12)
+    for got, ref in zip(res[1], res[0], strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12)

@@ -9,6 +9,7 @@ from typing import Any, Final
 from .. import backend
 from .._tensor import Tensor
 from ..backend import silent_fp
+from ..rules.formulas import einsum_call
 from ._record import OPS, arr, make
 
 
@@ -193,7 +194,7 @@ def _einsum_node(
     if y is None:
         res = xp.einsum(f"{eq_x}->{out}", xa)
     else:
-        res = xp.einsum(f"{eq_x},{eq_y}->{out}", xa, y._array)
+        res = einsum_call(f"{eq_x},{eq_y}->{out}", xa, y._array)
     params = {"sx": eq_x, "sy": eq_y, "out": out, "sizes": sizes}
     return make(OPS["einsum"], res, (x, y), params)
 

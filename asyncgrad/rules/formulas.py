@@ -375,6 +375,25 @@ def reverse_cumsum(g: Any, dim: int | None) -> Any:
     return xp.cumsum(g[rev], axis=dim)[rev]
 
 
+# Past this many multiply-adds of the naive loop, einsum goes through NumPy's (CuPy's) optimised
+# path, which contracts with BLAS: 9x faster for attention scores (8, 4, 64, 32) x (8, 4, 64, 32)
+# on one core; below it the path search costs more than it saves.
+EINSUM_OPTIMIZE_ABOVE: Final = 1 << 14
+
+
+def einsum_call(equation: str, *operands: Any) -> Any:
+    """``xp.einsum`` of an explicit equation (arrays, or Tensors under create_graph)."""
+    if len(operands) > 1:
+        sizes: dict[str, int] = {}
+        for t, a in zip(equation.partition("->")[0].split(","), operands, strict=True):
+            sizes.update(zip(t, a.shape, strict=True))
+        if math.prod(sizes.values()) > EINSUM_OPTIMIZE_ABOVE and not any(
+            isinstance(a, Tensor) for a in operands
+        ):
+            return xp.einsum(equation, *operands, optimize=True)
+    return xp.einsum(equation, *operands)
+
+
 def einsum_grad(
     g: Any, other: Any, out: str, target: str, other_subs: str | None, sizes: dict[str, int]
 ) -> Any:
@@ -396,7 +415,7 @@ def einsum_grad(
             operands.append(mod.ones(sizes[c], dtype=ref.dtype))
             subs.append(c)
     first = "".join(dict.fromkeys(target))
-    r = xp.einsum(",".join(subs) + "->" + first, *operands)
+    r = einsum_call(",".join(subs) + "->" + first, *operands)
     if first == target:
         return r
     nd = len(target)
