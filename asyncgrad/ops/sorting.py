@@ -71,10 +71,34 @@ def _sorted(name: str, input: Tensor, dim: int, descending: bool, k: int | None)
     (d,) = dims(dim, xa.ndim) or (0,)
     if k is not None and not 0 <= k <= xa.shape[d]:
         raise RuntimeError("selected index k out of range")
-    idx = _argsort(xa, d, descending)
-    if k is not None:
-        idx = idx[(slice(None),) * d + (slice(0, k),)]
+    idx = None
+    if k is not None and type(xa) is backend.ndarray and 0 < k * 8 <= xa.shape[d]:
+        idx = _topk_by_partition(xa, d, k, descending)
+    if idx is None:
+        idx = _argsort(xa, d, descending)
+        if k is not None:
+            idx = idx[(slice(None),) * d + (slice(0, k),)]
     return _select(name, input, idx, d)
+
+
+def _topk_by_partition(xa: Any, d: int, k: int, largest: bool) -> Any:
+    """topk's indices from a partition and a sort of the k selected (O(n), not O(n log n)), or
+    None where the partition's choice among ties (or NaNs) at the k-th value could differ from
+    the stable sort's: elements equal to the k-th value left outside the selection."""
+    xp = namespace(xa)
+    n = xa.shape[d]
+    lead = (slice(None),) * d
+    kth = n - k if largest else k - 1
+    part = xp.argpartition(xa, kth, axis=d)
+    sel = part[(*lead, slice(n - k, n) if largest else slice(0, k))]
+    t = xp.take_along_axis(xa, part[(*lead, slice(kth, kth + 1))], axis=d)
+    if xa.dtype.kind in "fc" and xp.isnan(t).any():
+        return None
+    if ((xa == t).sum(axis=d) != (xp.take_along_axis(xa, sel, axis=d) == t).sum(axis=d)).any():
+        return None
+    sel = xp.sort(sel, axis=d)  # in their original order, which the stable sort keeps for ties
+    order = _argsort(xp.take_along_axis(xa, sel, axis=d), d, largest)
+    return xp.take_along_axis(sel, order, axis=d)
 
 
 def sort(
