@@ -294,3 +294,38 @@ from ._tensor import Size  # noqa: E402
 from .serialization import load, save  # noqa: E402
 
 __all__ += ["Size", "load", "save"]
+
+# ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
+from .ops import (  # noqa: E402
+    all,
+    any,
+    argsort,
+    cumsum,
+    dot,
+    einsum,
+    nonzero,
+    norm,
+    outer,
+    prod,
+    sort,
+    std,
+    topk,
+    var,
+)
+
+__all__ += [
+    "all",
+    "any",
+    "argsort",
+    "cumsum",
+    "dot",
+    "einsum",
+    "nonzero",
+    "norm",
+    "outer",
+    "prod",
+    "sort",
+    "std",
+    "topk",
+    "var",
+]

@@ -841,6 +841,64 @@ class Tensor:
         """Zeros of ``shape`` with this tensor added at ``index`` (getitem's backward)."""
         return _ops.index_add_zeros(self, index, shape)
 
+    # ----- var, std, prod, norm, cumsum, all, any; dot, outer; sort, topk, nonzero -----
+    def var(
+        self,
+        dim: Any = None,
+        unbiased: _bool | None = None,
+        keepdim: _bool = False,
+        *,
+        correction: Any = None,
+    ) -> Tensor:
+        return _ops.var(self, dim, unbiased, keepdim, correction=correction)
+
+    def std(
+        self,
+        dim: Any = None,
+        unbiased: _bool | None = None,
+        keepdim: _bool = False,
+        *,
+        correction: Any = None,
+    ) -> Tensor:
+        return _ops.std(self, dim, unbiased, keepdim, correction=correction)
+
+    def prod(self, dim: _int | None = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor:
+        return _ops.prod(self, dim, keepdim, dtype=dtype)
+
+    def norm(
+        self, p: Any = "fro", dim: Any = None, keepdim: _bool = False, dtype: Any = None
+    ) -> Tensor:
+        return _ops.norm(self, p, dim, keepdim, dtype)
+
+    def cumsum(self, dim: _int, *, dtype: Any = None) -> Tensor:
+        return _ops.cumsum(self, dim, dtype=dtype)
+
+    def all(self, dim: Any = None, keepdim: _bool = False) -> Tensor:
+        return _ops.all(self, dim, keepdim)
+
+    def any(self, dim: Any = None, keepdim: _bool = False) -> Tensor:
+        return _ops.any(self, dim, keepdim)
+
+    def dot(self, other: Tensor) -> Tensor:
+        return _ops.dot(self, other)
+
+    def outer(self, vec2: Tensor) -> Tensor:
+        return _ops.outer(self, vec2)
+
+    def sort(self, dim: _int = -1, descending: _bool = False, *, stable: _bool = False) -> Any:
+        return _ops.sort(self, dim, descending, stable=stable)
+
+    def argsort(
+        self, dim: _int = -1, descending: _bool = False, *, stable: _bool = False
+    ) -> Tensor:
+        return _ops.argsort(self, dim, descending, stable=stable)
+
+    def topk(self, k: _int, dim: _int = -1, largest: _bool = True, sorted: _bool = True) -> Any:
+        return _ops.topk(self, k, dim, largest, sorted)
+
+    def nonzero(self, *, as_tuple: _bool = False) -> Any:
+        return _ops.nonzero(self, as_tuple=as_tuple)
+
     # ------------------------------------------------------------------ operators
     def __add__(self, other: Any) -> Tensor:
         return _ops.pointwise.plain_add(self, other)

@@ -300,3 +300,27 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
+from .linalg import dot, einsum, outer
+from .reduce import all, any, cumsum, norm, prod, std, var
+from .sorting import SortResult, TopKResult, argsort, nonzero, sort, topk
+
+__all__ += [
+    "SortResult",
+    "TopKResult",
+    "all",
+    "any",
+    "argsort",
+    "cumsum",
+    "dot",
+    "einsum",
+    "nonzero",
+    "norm",
+    "outer",
+    "prod",
+    "sort",
+    "std",
+    "topk",
+    "var",
+]

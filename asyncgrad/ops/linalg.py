@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+import collections
+import string
+from typing import Any, Final
 
 from .. import backend
 from .._tensor import Tensor
 from ..backend import silent_fp
+from ..rules.formulas import einsum_call
 from ._record import OPS, arr, make
 
 
@@ -151,3 +154,166 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None:
         out += bias._array
     return make(OPS["linear"], out, (input, weight, bias))
+
+
+# ----- dot, outer, einsum -----
+def _dtype_name(dt: Any) -> str:
+    return {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long"}.get(
+        str(dt), str(dt)
+    )
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def dot(input: Tensor, other: Tensor) -> Tensor:
+    """The inner product of two 1-D tensors of the same size and dtype."""
+    xa, ya = input._array, other._array
+    if xa.ndim != 1 or ya.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {xa.ndim}D and {ya.ndim}D tensors")
+    if xa.shape[0] != ya.shape[0]:
+        raise RuntimeError(
+            f"inconsistent tensor size, expected tensor [{xa.shape[0]}] and src [{ya.shape[0]}] "
+            f"to have the same number of elements, but got {xa.shape[0]} and {ya.shape[0]} "
+            "elements respectively"
+        )
+    if xa.dtype != ya.dtype:
+        raise RuntimeError(
+            "dot : expected both vectors to have same dtype, but found "
+            f"{_dtype_name(xa.dtype)} and {_dtype_name(ya.dtype)}"
+        )
+    return make(OPS["dot"], backend.namespace(xa).dot(xa, ya), (input, other))
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def outer(input: Tensor, vec2: Tensor) -> Tensor:
+    """The outer product ``input[:, None] * vec2[None, :]`` of two 1-D tensors."""
+    xa, ya = input._array, vec2._array
+    for name, a in (("self", xa), ("vec2", ya)):
+        if a.ndim != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {a.ndim}-D")
+    return make(OPS["outer"], xa[:, None] * ya, (input, vec2))
+
+
+# NOTE [einsum as pairwise contractions]
+# einsum is recorded as a chain of one- and two-operand einsum nodes, contracted left to right
+# (as torch does without opt_einsum): each node's rule is then one einsum of the gradient with
+# the other operand, and the equations reaching the nodes are explicit (ellipses spelled out with
+# unused letters, the output written out), so the rules need no parsing. An index kept by a node
+# is one that a later operand or the output still needs.
+_LETTERS: Final = string.ascii_uppercase + string.ascii_lowercase
+
+
+def _parse_einsum(
+    equation: str, shapes: list[tuple[int, ...]]
+) -> tuple[list[str], str, dict[str, int]]:
+    """Explicit subscripts per operand, the output's, and each index's (broadcast) size."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) < len(shapes):
+        raise RuntimeError("einsum(): more operands were provided than specified in the equation")
+    if len(terms) > len(shapes):
+        raise RuntimeError("einsum(): fewer operands were provided than specified in the equation")
+    for i, c in enumerate(eq):
+        if c not in _LETTERS and c not in ".,->":
+            raise RuntimeError(
+                f"einsum(): invalid subscript given at index {i} in the equation string, "
+                "subscripts must be in [a-zA-Z]"
+            )
+    free = [c for c in _LETTERS if c not in eq]
+    n_ell = 0
+    for t, s in zip(terms, shapes, strict=True):
+        if "..." in t:
+            n_ell = max(n_ell, len(s) - (len(t) - 3))
+    ell = "".join(free[:n_ell])
+    subs: list[str] = []
+    for i, (t, s) in enumerate(zip(terms, shapes, strict=True)):
+        if "..." in t:
+            k = len(s) - (len(t) - 3)
+            if k < 0:
+                raise RuntimeError(
+                    f"einsum(): the number of subscripts in the equation ({len(t) - 3}) is more "
+                    f"than the number of dimensions ({len(s)}) for operand {i}"
+                )
+            t = t.replace("...", ell[n_ell - k :])
+        elif len(t) != len(s):
+            raise RuntimeError(
+                f"einsum(): the number of subscripts in the equation ({len(t)}) does not match "
+                f"the number of dimensions ({len(s)}) for operand {i} and no ellipsis was given"
+            )
+        subs.append(t)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        counts = collections.Counter("".join(subs))
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    sizes: dict[str, int] = {}
+    for i, (t, s) in enumerate(zip(subs, shapes, strict=True)):
+        mine: dict[str, int] = {}
+        for c, n in zip(t, s, strict=True):
+            if c in mine and mine[c] != n:
+                raise RuntimeError(
+                    f"einsum(): subscript {c} is repeated for operand {i} but the sizes don't "
+                    f"match, {mine[c]} != {n}"
+                )
+            mine[c] = n
+            seen = sizes.get(c)
+            if seen is None or seen == 1:
+                sizes[c] = n
+            elif n != 1 and n != seen:
+                raise RuntimeError(
+                    f"einsum(): subscript {c} has size {n} for operand {i} which does not "
+                    f"broadcast with previously seen size {seen}"
+                )
+    for c in out:
+        if c not in sizes:
+            raise RuntimeError(
+                f"einsum(): output subscript {c} does not appear in the equation for any input "
+                "operand"
+            )
+        if out.count(c) > 1:
+            raise RuntimeError(
+                f"einsum(): output subscript {c} appears more than once in the output"
+            )
+    return subs, out, sizes
+
+
+def _einsum_node(
+    eq_x: str, x: Tensor, eq_y: str | None, y: Tensor | None, out: str, sizes: dict[str, int]
+) -> Tensor:
+    xa = x._array
+    xp = backend.namespace(xa)
+    if y is None:
+        res = xp.einsum(f"{eq_x}->{out}", xa)
+    else:
+        res = einsum_call(f"{eq_x},{eq_y}->{out}", xa, y._array)
+    params = {"sx": eq_x, "sy": eq_y, "out": out, "sizes": sizes}
+    return make(OPS["einsum"], res, (x, y), params)
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def einsum(equation: str, *operands: Any) -> Tensor:
+    """Einstein summation over ``operands``, as ``torch.einsum`` (also given as one list).
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> ag.einsum("ij,j->i", ag.ones(2, 3), ag.arange(3.0)).tolist()
+        [3.0, 3.0]
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands:
+        raise RuntimeError("einsum(): must provide at least one operand")
+    ts = [o if isinstance(o, Tensor) else Tensor(o) for o in operands]
+    subs, out, sizes = _parse_einsum(equation, [t.shape for t in ts])
+    if len(ts) == 1:
+        return _einsum_node(subs[0], ts[0], None, None, out, sizes)
+    acc, acc_subs = ts[0], subs[0]  # See NOTE [einsum as pairwise contractions]
+    for i in range(1, len(ts)):
+        if i == len(ts) - 1:
+            keep = out
+        else:
+            later = set(out).union(*subs[i + 1 :])
+            keep = "".join(dict.fromkeys(c for c in acc_subs + subs[i] if c in later))
+        acc = _einsum_node(acc_subs, acc, subs[i], ts[i], keep, sizes)
+        acc_subs = keep
+    return acc

@@ -23,6 +23,7 @@ from .formulas import (
     cat_grads,
     copy_to,
     count,
+    einsum_grad,
     expand,
     extreme_grad,
     gelu_grad,
@@ -37,14 +38,18 @@ from .formulas import (
     matmul_grad_y,
     minmax_grad,
     nll_grad,
+    norm_grad,
     pow_grad_base,
     pow_grad_exp,
+    prod_grad,
     repeat_grad,
+    reverse_cumsum,
     sign,
     silu_grad,
     split_grad,
     stack_grads,
     unstack_grad,
+    var_grad,
 )
 from .registry import defvjp, mark_heavy
 
@@ -236,3 +241,36 @@ defvjp(
     ),
     save="logp",
 )
+
+# ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----
+defvjp(
+    "var",
+    lambda g, ans, x, *, dim, keepdim, n, correction: var_grad(g, x, dim, keepdim, n, correction),
+    save="x",
+)
+defvjp(
+    "std",  # d std = d var / (2 std)
+    lambda g, ans, x, *, dim, keepdim, n, correction: var_grad(
+        g / (2.0 * ans), x, dim, keepdim, n, correction
+    ),
+    save="ans x",
+)
+defvjp("prod", lambda g, ans, x, *, dim, keepdim: prod_grad(g, ans, x, dim, keepdim), save="ans x")
+defvjp(
+    "norm",
+    lambda g, ans, x, *, p, dim, keepdim: norm_grad(g, ans, x, p, dim, keepdim),
+    save="ans x",
+)
+defvjp("cumsum", lambda g, ans, x, *, dim: reverse_cumsum(g, dim))  # sum over j >= i
+defvjp("dot", lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x, save="x y")
+defvjp(
+    "outer", lambda g, ans, x, y: xp.matmul(g, y), lambda g, ans, x, y: xp.matmul(x, g), save="x y"
+)
+defvjp(
+    "einsum",  # See NOTE [einsum as pairwise contractions] in asyncgrad/ops/linalg.py
+    lambda g, ans, x, y, *, sx, sy, out, sizes: einsum_grad(g, y, out, sx, sy, sizes),
+    lambda g, ans, x, y, *, sx, sy, out, sizes: einsum_grad(g, x, out, sy, sx, sizes),
+    save="x y",
+)
+defvjp("sort", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+defvjp("topk", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))

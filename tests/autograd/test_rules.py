@@ -849,6 +849,133 @@ case(
 )
 
 
+# ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----
+for _op, _fn in [("var", ag.var), ("std", ag.std)]:
+    case(_op, "all", _fn, lambda r: (randn(r, 2, 3),))
+    case(_op, "dim1", lambda x, f=_fn: f(x, 1), lambda r: (randn(r, 2, 3),))
+    case(
+        _op,
+        "dims_tuple_keepdim",
+        lambda x, f=_fn: f(x, (0, 2), keepdim=True),
+        lambda r: (randn(r, 2, 2, 3),),
+    )
+    case(_op, "correction0", lambda x, f=_fn: f(x, -1, correction=0), lambda r: (randn(r, 3, 4),))
+    case(_op, "unbiased_false", lambda x, f=_fn: f(x, 0, False), lambda r: (randn(r, 3, 2),))
+    case(
+        _op,
+        "method_correction2",
+        lambda x, n=_op: getattr(x, n)(correction=2),
+        lambda r: (randn(r, 5),),
+    )
+case("prod", "all", ag.prod, lambda r: (away(r, 2, 3),))
+case("prod", "dim1", lambda x: ag.prod(x, 1), lambda r: (away(r, 2, 3),))
+case("prod", "neg_dim_keepdim", lambda x: x.prod(-2, keepdim=True), lambda r: (away(r, 3, 2, 2),))
+case("prod", "0d", ag.prod, lambda r: (away(r),))
+_ZEROS: Final = np.array([[0.0, 0.7, -1.3, 1.1], [0.0, 0.0, 0.9, 1.2], [0.8, -0.6, 1.4, 0.5]])
+case(
+    "prod",
+    "zeros_dim1",  # rows with one zero, two zeros, none
+    lambda x: x.prod(1),
+    lambda r: (ag.tensor(_ZEROS, dtype=ag.float64, requires_grad=True),),
+)
+case(
+    "prod",
+    "one_zero_all",
+    ag.prod,
+    lambda r: (
+        ag.tensor(_ZEROS[:, 2:] + np.eye(3, 2) * -0.9, dtype=ag.float64, requires_grad=True),
+    ),
+)
+for _label, _p in [
+    ("default", None),
+    ("p1", 1),
+    ("p3", 3),
+    ("p1_5", 1.5),
+    ("inf", float("inf")),
+    ("neg_inf", -float("inf")),
+    ("p0_5", 0.5),
+    ("fro", "fro"),
+]:
+    if _p is None:
+        case("norm", _label, ag.norm, lambda r: (away(r, 2, 3),))
+        continue
+    case("norm", _label, lambda x, p=_p: ag.norm(x, p), lambda r: (distinct(r, 2, 3),))
+    case("norm", f"{_label}_dim1", lambda x, p=_p: x.norm(p, dim=1), lambda r: (distinct(r, 2, 3),))
+case(
+    "norm",
+    "dims_keepdim",
+    lambda x: x.norm(dim=(0, 2), keepdim=True),
+    lambda r: (randn(r, 2, 2, 3),),
+)
+case("cumsum", "dim0", lambda x: ag.cumsum(x, 0), lambda r: (randn(r, 3, 2),))
+case("cumsum", "neg_dim", lambda x: x.cumsum(-1), lambda r: (randn(r, 2, 4),))
+case("cumsum", "0d", lambda x: x.cumsum(0), lambda r: (randn(r),))
+case("cumsum", "squared", lambda x: x.cumsum(1) ** 2, lambda r: (randn(r, 2, 3),))
+case("dot", "dot", ag.dot, lambda r: (randn(r, 4), randn(r, 4)))
+case("dot", "method_const", lambda x, c: x.dot(c), lambda r: (randn(r, 3), const(r, 3)))
+case("outer", "outer", ag.outer, lambda r: (randn(r, 3), randn(r, 2)))
+case("outer", "method_squared", lambda x, y: x.outer(y) ** 2, lambda r: (randn(r, 2), randn(r, 3)))
+for _id, _eq, _shapes in [
+    ("matmul", "ij,jk->ik", [(2, 3), (3, 4)]),
+    ("implicit_output", "ij,jk", [(2, 3), (3, 2)]),
+    ("trace", "ii", [(3, 3)]),
+    ("diagonal", "ii->i", [(3, 3)]),
+    ("transpose", "ij->ji", [(2, 3)]),
+    ("sum_only_in_x", "ij,j->i", [(2, 3), (3,)]),
+    ("batched_ellipsis", "...ij,...jk->...ik", [(2, 2, 3), (2, 3, 2)]),
+    ("ellipsis_broadcast", "...i,...i->...", [(2, 3), (3,)]),
+    ("size1_broadcast", "ij,ij->ij", [(1, 3), (2, 3)]),
+    ("three_operands", "ij,jk,kl->il", [(2, 3), (3, 2), (2, 2)]),
+    ("outer_three", "i,j,k->ijk", [(2,), (3,), (2,)]),
+    ("diag_times_vector", "ii,i->", [(3, 3), (3,)]),
+    ("repeated_in_both", "iij,jj->ij", [(2, 2, 3), (3, 3)]),
+    ("bilinear_same_operand", "i,ij,j->", [(3,), (3, 3), (3,)]),
+    ("uppercase_list", "Ab,bC->AC", [(2, 2), (2, 3)]),
+]:
+    case(
+        "einsum",
+        _id,
+        lambda *xs, eq=_eq: ag.einsum(eq, *xs),
+        lambda r, shapes=_shapes: tuple(randn(r, *s) for s in shapes),
+    )
+case(
+    "einsum",
+    "operand_list",
+    lambda x, y: ag.einsum("i,i", [x, y]),
+    lambda r: (randn(r, 3), randn(r, 3)),
+)
+case(
+    "einsum", "same_tensor_twice", lambda x: ag.einsum("ij,ij->", x, x), lambda r: (randn(r, 2, 3),)
+)
+case("sort", "dim1", lambda x: x.sort(1).values, lambda r: (distinct(r, 2, 3),))
+case(
+    "sort",
+    "descending_dim0",
+    lambda x: ag.sort(x, 0, descending=True)[0],
+    lambda r: (distinct(r, 3, 2),),
+)
+case(
+    "sort",
+    "1d_times_weights",
+    lambda x: x.sort().values * ag.arange(4.0),
+    lambda r: (distinct(r, 4),),
+)
+case("sort", "0d", lambda x: x.sort().values, lambda r: (distinct(r),))
+case("topk", "largest", lambda x: x.topk(2).values, lambda r: (distinct(r, 2, 4),))
+case(
+    "topk",
+    "smallest_dim0",
+    lambda x: ag.topk(x, 2, dim=0, largest=False)[0],
+    lambda r: (distinct(r, 3, 2),),
+)
+case(
+    "topk",
+    "unsorted_squared",
+    lambda x: x.topk(3, sorted=False).values ** 2,
+    lambda r: (distinct(r, 5),),
+)
+
+
 # =====================================================================================
 # The tests
 # =====================================================================================

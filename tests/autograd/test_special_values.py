@@ -308,6 +308,37 @@ case(
 )
 
 
+# ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----
+for _op in ["var", "std"]:
+    case(_op, "dim1", lambda m, x, o=_op: getattr(x, o)(1), ROWS)
+    case(_op, "dim0_correction0", lambda m, x, o=_op: getattr(m, o)(x, 0, correction=0), ROWS)
+    case(_op, "all", lambda m, x, o=_op: getattr(x, o)(), ROWS[9:])
+_PROD_ROWS: Final = np.array(
+    [[0.0, 2.0, 3.0], [0.0, 0.0, 2.0], [-0.0, 1.5, -2.0], [INF, 0.0, 1.0], [NAN, 2.0, 0.0]]
+)
+case("prod", "dim1", lambda m, x: x.prod(1), np.concatenate([ROWS, _PROD_ROWS]))
+case("prod", "dim0_keepdim", lambda m, x: m.prod(x, 0, keepdim=True), _PROD_ROWS.T)
+case("prod", "all_one_zero", lambda m, x: x.prod(), _PROD_ROWS[0])
+case("prod", "all_two_zeros", lambda m, x: x.prod(), _PROD_ROWS[1])
+case("prod", "all_no_zero", lambda m, x: m.prod(x), ROWS[9])
+_NORM_ROWS: Final = np.concatenate([ROWS, np.zeros((1, 3)), [[0.0, -0.0, 0.0], [3.0, -3.0, 1.0]]])
+for _p in [2, 1, INF, -INF, 3, 0.5, 0, -1, "fro"]:
+    case("norm", f"p{_p}_dim1", lambda m, x, p=_p: x.norm(p, dim=1), _NORM_ROWS)
+case("norm", "default_all_zero", lambda m, x: m.norm(x), np.zeros((2, 3)))
+case("norm", "default_all", lambda m, x: m.norm(x), ROWS[9:])
+case("cumsum", "dim1", lambda m, x: x.cumsum(1), ROWS)
+case("cumsum", "dim0", lambda m, x: m.cumsum(x, 0), ROWS)
+case("dot", "dot", lambda m, x, y: m.dot(x, y), MAT_A[:, 0], MAT_A[:, 2])
+case("outer", "outer", lambda m, x, y: m.outer(x, y), MAT_A[:, 0], MAT_B[:, 1])
+case("einsum", "matmul", lambda m, a, b: m.einsum("ij,jk->ik", a, b), MAT_A, MAT_B)
+case("einsum", "trace", lambda m, a: m.einsum("ii", a), MAT_A[:3])
+case("einsum", "diagonal_times", lambda m, a, v: m.einsum("ii,i->i", a, v), MAT_A[:3], MAT_B[:, 0])
+case("sort", "dim1", lambda m, x: x.sort(dim=1, stable=True).values, ROWS)
+case("sort", "descending", lambda m, x: m.sort(x, dim=0, descending=True, stable=True)[0], ROWS)
+case("topk", "largest", lambda m, x: x.topk(1).values, ROWS[[1, 5, 6, 9, 10]])
+case("topk", "smallest", lambda m, x: m.topk(x, 2, largest=False).values, ROWS[[1, 2, 5, 9]])
+
+
 # =====================================================================================
 # The tests
 # =====================================================================================
