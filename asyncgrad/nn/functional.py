@@ -337,3 +337,9 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
     if reduction == "none":
         return sq
     return sq.sum() if reduction == "sum" else sq.mean()
+
+
+# ----------------------------------------------------------------------------- convolution, pooling
+from ..ops.conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
+
+__all__ += ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]

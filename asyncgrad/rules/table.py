@@ -21,6 +21,10 @@ import math
 from ..backend import xp
 from .formulas import (
     cat_grads,
+    conv,
+    conv_bias_grad,
+    conv_input_grad,
+    conv_weight_grad,
     copy_to,
     count,
     expand,
@@ -35,6 +39,7 @@ from .formulas import (
     masked,
     matmul_grad_x,
     matmul_grad_y,
+    max_pool_grad,
     minmax_grad,
     nll_grad,
     pow_grad_base,
@@ -230,4 +235,30 @@ defvjp(
         g, logp, target, weight, reduction, ignore_index, denom, all_valid
     ),
     save="logp",
+)
+
+# ----- Convolution and pooling -----
+# See NOTE [Convolution is three ops] in formulas.py; ``p`` is their shared parameter dict.
+defvjp(
+    "conv",
+    lambda g, ans, x, w, b, **p: conv_input_grad(g, w, **p),
+    lambda g, ans, x, w, b, **p: conv_weight_grad(x, g, **p),
+    lambda g, ans, x, w, b, **p: conv_bias_grad(g),
+    save="x w",
+)
+defvjp(
+    "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
+    lambda g, ans, gy, w, **p: conv(g, w, None, **p),
+    lambda g, ans, gy, w, **p: conv_weight_grad(g, gy, **p),
+    save="gy w",
+)
+defvjp(
+    "conv_weight_grad",  # gw = conv_weight_grad(x, gy), linear in x and in gy
+    lambda g, ans, x, gy, **p: conv_input_grad(gy, g, **p),
+    lambda g, ans, x, gy, **p: conv(x, g, None, **p),
+    save="x gy",
+)
+defvjp(
+    "max_pool2d_with_indices",
+    lambda g, ans, x, *, index, in_shape, unique: max_pool_grad(g, index, in_shape, unique),
 )
