@@ -476,7 +476,11 @@ def windows(
     rows = [
         mod.stack(
             [
-                a[..., i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+                a[
+                    ...,
+                    i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+                ]
                 for j in range(kw)
             ],
             axis=-3,

@@ -35,3 +35,8 @@ __all__ = [
     "Tanh",
     "functional",
 ]
+
+# ----- convolution, pooling -----
+from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+
+__all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d"]

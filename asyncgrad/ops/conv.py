@@ -290,7 +290,9 @@ def max_pool2d(
         >>> ag.nn.functional.max_pool2d(x, 2).tolist()
         [[[[5.0, 7.0], [13.0, 15.0]]]]
     """
-    x, k, st, pads, dil, (oh, ow) = _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode)
+    x, k, st, pads, dil, (oh, ow) = _pool_args(
+        input, kernel_size, stride, padding, dilation, ceil_mode
+    )
     xa = x._array
     n, c, h, w = xa.shape
     mod = backend.namespace(xa)
@@ -337,7 +339,7 @@ def avg_pool2d(
         >>> ag.nn.functional.avg_pool2d(x, 2).tolist()
         [[[[2.5, 4.5], [10.5, 12.5]]]]
     """
-    x, k, st, pads, dil, (oh, ow) = _pool_args(input, kernel_size, stride, padding, 1, ceil_mode)
+    x, k, st, pads, _, (oh, ow) = _pool_args(input, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
     n, c, h, w = x.shape
