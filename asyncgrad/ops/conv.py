@@ -303,19 +303,37 @@ def max_pool2d(
         xpad[:, :, pt : pt + h, pl : pl + w] = xa
     else:
         xpad = xa
-    win = backend.windows(xpad, k, st, dil)[..., :oh, :ow]  # (N, C, kh, kw, OH, OW)
-    win = win.reshape(n, c, k[0] * k[1], oh, ow)
-    arg = win.argmax(axis=2)  # the first NaN, else the first maximum
-    vals = mod.take_along_axis(win, arg[:, :, None], axis=2)[:, :, 0]
-    # Row and column of each maximum in the unpadded input, then its index in its plane.
-    rows = mod.arange(oh).reshape(oh, 1) * st[0] + (arg // k[1]) * dil[0] - pt
-    cols = mod.arange(ow) * st[1] + (arg % k[1]) * dil[1] - pl
-    plane = rows * w + cols
-    index = (plane + (mod.arange(n * c) * (h * w)).reshape(n, c, 1, 1)).reshape(-1)
+    win = backend.windows(xpad, k, st, dil)[..., :oh, :ow]  # (N, C, kh, kw, OH, OW), a view
+    # NOTE [Max pooling by offsets]
+    # A reduction over the window axes of the strided view (or an argmax over a copy of it) is
+    # an order of magnitude slower in NumPy than kh*kw elementwise maxima of whole (N, C, OH, OW)
+    # slices. The index is torch's: the first maximum, or the last NaN where the window has one.
+    # Where the maximum sits in its input plane is linear in the offset (i, j): the window's
+    # corner, (oh*sh - pt) * W + ow*sw - pl, plus i*dh*W + j*dw; so the chain of selections
+    # carries that small offset (int32) and the corner is added once.
+    offsets = [i * dil[0] * w + j * dil[1] for i in range(k[0]) for j in range(k[1])]
+    slices = [win[:, :, i, j] for i in range(k[0]) for j in range(k[1])]
+    if len(slices) == 1:
+        vals = slices[0].copy()
+    else:
+        vals = mod.maximum(slices[0], slices[1])
+        for v in slices[2:]:
+            mod.maximum(vals, v, out=vals)
+    off = mod.full(vals.shape, offsets[-1], dtype=mod.int32)
+    for v, o in zip(slices[-2::-1], offsets[-2::-1], strict=True):
+        off = mod.where(v == vals, mod.int32(o), off)
+    if xa.dtype.kind == "f" and (type(xa) is not backend.ndarray or mod.isnan(vals).any()):
+        for v, o in zip(slices, offsets, strict=True):  # the host check only on the CPU
+            off = mod.where(mod.isnan(v), mod.int32(o), off)
+    corner = (mod.arange(oh) * (st[0] * w) - pt * w).reshape(oh, 1) + (mod.arange(ow) * st[1] - pl)
+    first = (mod.arange(n * c) * (h * w)).reshape(n, c, 1, 1)  # each plane's first element
+    index = off + (corner + first)  # (N, C, OH, OW): into x.reshape(-1)
     unique = all(s >= d * (kk - 1) + 1 for s, d, kk in zip(st, dil, k, strict=True))
-    params = {"index": index, "in_shape": xa.shape, "unique": unique}
+    params = {"index": index.reshape(-1), "in_shape": xa.shape, "unique": unique}
     out = make(OPS["max_pool2d_with_indices"], vals, (x,), params)
-    idx = wrap(plane.astype(dtypes.int64))
+    if not return_indices:
+        return out if input.ndim == 4 else out[0]
+    idx = wrap((index - first).astype(dtypes.int64))
     if input.ndim == 3:
         out, idx = out[0], idx[0]
     return (out, idx) if return_indices else out
