@@ -777,7 +777,6 @@ case(
 )
 
 
-
 # ----- convolution and pooling -----
 def _conv_params(
     stride: tuple[int, int] = (1, 1),
@@ -887,6 +886,7 @@ case(
     lambda x: F.max_pool2d(x, (2, 2), stride=1, dilation=(2, 1)),
     lambda r: (distinct(r, 1, 5, 4),),
 )
+
 
 # =====================================================================================
 # The tests
