@@ -239,13 +239,22 @@ defvjp(
 
 # ----- Convolution and pooling -----
 # See NOTE [Convolution is three ops] in formulas.py; ``p`` is their shared parameter dict.
-defvjp(
+_conv = defvjp(
     "conv",
     lambda g, ans, x, w, b, **p: conv_input_grad(g, w, **p),
     lambda g, ans, x, w, b, **p: conv_weight_grad(x, g, **p),
     lambda g, ans, x, w, b, **p: conv_bias_grad(g),
     save="x w",
 )
+
+
+def _conv_inner(x: tuple[int, ...] | None, w: tuple[int, ...] | None) -> int:
+    # C/G * kh * kw multiply-adds per element of g; without w, the input's channels (a lower
+    # bound: the kernel's size is not known here)
+    return math.prod(w[1:]) if w is not None else x[1]  # type: ignore[index]
+
+
+mark_heavy(_conv, _conv_inner)
 defvjp(
     "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
     lambda g, ans, gy, w, **p: conv(g, w, None, **p),
