@@ -173,23 +173,26 @@ def worker_floor(steps: int, warmup: int, check_out: str | None) -> dict:
         o, _, k, _ = w.shape
         oh, ow = h - k + 1, wd - k + 1
         win = sliding_window_view(inp, (k, k), axis=(2, 3))  # (N, C, OH, OW, k, k)
-        cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * k * k, oh * ow)
+        cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * k * k, oh * ow)  # one copy
         a = w.reshape(o, -1) @ cols
         a += b[:, None]
         return a.reshape(n, o, oh, ow), cols
 
     def pool(h):
-        n, c, hh, ww = h.shape
-        hc = h[:, :, : hh // 2 * 2, : ww // 2 * 2]
-        p = hc.reshape(n, c, hh // 2, 2, ww // 2, 2).max(axis=(3, 5))
-        return p
+        # 2x2 max by the four offsets (a reduction over a reshaped view is much slower)
+        ph, pw = h.shape[2] // 2, h.shape[3] // 2
+        q = [h[:, :, i : 2 * ph : 2, j : 2 * pw : 2] for i in (0, 1) for j in (0, 1)]
+        return np.maximum(np.maximum(q[0], q[1]), np.maximum(q[2], q[3]))
 
     def unpool(dp, h, p):
+        # the gradient to every position equal to its window's maximum (ties among nonzero
+        # values do not occur with these inputs; tied zeros are cut by the ReLU's mask)
         ph, pw = p.shape[2:]
-        up = np.repeat(np.repeat(p, 2, axis=2), 2, axis=3)
-        dup = np.repeat(np.repeat(dp, 2, axis=2), 2, axis=3)
         dh = np.zeros_like(h)
-        dh[:, :, : ph * 2, : pw * 2] = dup * (h[:, :, : ph * 2, : pw * 2] == up)
+        for i in (0, 1):
+            for j in (0, 1):
+                sl = (slice(None), slice(None), slice(i, 2 * ph, 2), slice(j, 2 * pw, 2))
+                dh[sl] = dp * (h[sl] == p)
         return dh
 
     def conv_back(da, cols, w, shape_in, need_input):
