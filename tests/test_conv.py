@@ -103,8 +103,11 @@ def test_conv_is_one_node() -> None:
     b = ag.randn(4, requires_grad=True)
     y = F.conv2d(x, w, b)
     assert y.grad_fn is not None
-    assert y.grad_fn.name() == "ConvBackward0"
+    assert y.grad_fn.name() == "ConvolutionBackward0"
     assert [type(n).__name__ for n, _ in y.grad_fn.next_functions] == ["AccumulateGrad"] * 3
+    p = F.max_pool2d(y, 2)
+    assert p.grad_fn is not None
+    assert p.grad_fn.name() == "MaxPool2DWithIndicesBackward0"
 
 
 def test_float32_stays_float32() -> None:

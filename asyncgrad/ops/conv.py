@@ -157,7 +157,7 @@ def conv_op(x: Any, w: Any, b: Any, **p: Any) -> Tensor:
     x, w = _tensor(x), _tensor(w)
     b = None if b is None else _tensor(b)
     out = formulas.conv_array(x._array, w._array, None if b is None else b._array, **p)
-    return make(OPS["conv"], out, (x, w, b), p)
+    return make(OPS["convolution"], out, (x, w, b), p)
 
 
 @silent_fp  # See NOTE [Silent floating point]
@@ -215,8 +215,8 @@ def conv2d(
     """2-D convolution over (N, C, H, W) (or unbatched (C, H, W)), as
     ``torch.nn.functional.conv2d``: ``padding`` is an int, a pair, ``'valid'`` or ``'same'``.
 
-    Recorded as one node (``ConvBackward0``) whose gradients are convolutions too, so double
-    backward works.
+    Recorded as one node (``ConvolutionBackward0``, as torch names it) whose gradients are
+    convolutions too, so double backward works.
 
     Example:
         >>> import asyncgrad as ag

@@ -289,15 +289,16 @@ def nll_grad(
 
 # ----- Convolution and pooling -----
 # NOTE [Convolution is three ops]
-# conv(x, w, b), its gradient with respect to x (a transposed convolution, ``conv_input_grad``)
-# and its gradient with respect to w (``conv_weight_grad``) are each an op of the table, and the
-# rules of each are written with the three, so gradients of gradients are convolutions too
-# (gradgradcheck runs on all three). They share one parameter dict: ``stride`` and ``dilation``
-# (pairs), ``padding`` ((top, bottom), (left, right)), ``groups``, ``x_hw`` (the input's height
-# and width, which conv_input_grad produces) and ``k_hw`` (the kernel's, which conv_weight_grad
-# produces). A 1-D convolution is the 2-D one with height 1 (``_as_2d``): the ops keep the shapes
-# they were given. Under create_graph the rules get Tensors and must record ops, which live in a
-# layer above this one: asyncgrad/ops/conv.py puts its recording functions in ``CONV_OPS``.
+# conv(x, w, b) (op ``convolution``), its gradient with respect to x (a transposed convolution,
+# ``conv_input_grad``) and its gradient with respect to w (``conv_weight_grad``) are each an op of
+# the table, and the rules of each are written with the three, so gradients of gradients are
+# convolutions too (gradgradcheck runs on all three). They share one parameter dict: ``stride`` and
+# ``dilation`` (pairs), ``padding`` ((top, bottom), (left, right)), ``groups``, ``x_hw`` (the
+# input's height and width, which conv_input_grad produces) and ``k_hw`` (the kernel's, which
+# conv_weight_grad produces). A 1-D convolution is the 2-D one with height 1 (``_as_2d``): the ops
+# keep the shapes they were given. Under create_graph the rules get Tensors and must record ops,
+# which live in a layer above this one: asyncgrad/ops/conv.py puts its recording functions in
+# ``CONV_OPS``.
 CONV_OPS: dict[str, Any] = {}
 
 

@@ -240,7 +240,7 @@ defvjp(
 # ----- Convolution and pooling -----
 # See NOTE [Convolution is three ops] in formulas.py; ``p`` is their shared parameter dict.
 _conv = defvjp(
-    "conv",
+    "convolution",
     lambda g, ans, x, w, b, **p: conv_input_grad(g, w, **p),
     lambda g, ans, x, w, b, **p: conv_weight_grad(x, g, **p),
     lambda g, ans, x, w, b, **p: conv_bias_grad(g),
@@ -267,7 +267,9 @@ defvjp(
     lambda g, ans, x, gy, **p: conv(x, g, None, **p),
     save="x gy",
 )
-defvjp(
+_max_pool = defvjp(
     "max_pool2d_with_indices",
     lambda g, ans, x, *, index, in_shape, unique: max_pool_grad(g, index, in_shape, unique),
 )
+_max_pool.node_cls.__name__ = "MaxPool2DWithIndicesBackward0"  # torch's spelling of "2d"
+_max_pool.node_cls.__qualname__ = _max_pool.node_cls.__name__

@@ -799,43 +799,43 @@ def _conv_params(
 
 _CONV_P: Final = _conv_params(stride=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
 case(
-    "conv",
+    "convolution",
     "2d_bias",
     lambda x, w, b: F.conv2d(x, w, b),
     lambda r: (randn(r, 2, 2, 4, 4), randn(r, 3, 2, 2, 2), randn(r, 3)),
 )
 case(
-    "conv",
+    "convolution",
     "2d_stride_padding_non_square",
     lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 0)),
     lambda r: (randn(r, 1, 2, 5, 4), randn(r, 2, 2, 3, 2)),
 )
 case(
-    "conv",
+    "convolution",
     "2d_dilation_groups_same",
     lambda x, w, b: F.conv2d(x, w, b, padding="same", dilation=(1, 2), groups=2),
     lambda r: (randn(r, 2, 4, 3, 5), randn(r, 4, 2, 2, 2), randn(r, 4)),
 )
 case(
-    "conv",
+    "convolution",
     "2d_unbatched_const_weight",
     lambda x, w: F.conv2d(x, w, padding=1),
     lambda r: (randn(r, 2, 3, 3), const(r, 2, 2, 2, 2)),
 )
 case(
-    "conv",
+    "convolution",
     "1d_stride_dilation_groups",
     lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2, groups=2),
     lambda r: (randn(r, 2, 4, 7), randn(r, 2, 2, 2), randn(r, 2)),
 )
 case(
-    "conv",
+    "convolution",
     "avg_pool2d_padding_ceil_mode",
     lambda x: F.avg_pool2d(x, (3, 2), stride=2, padding=1, ceil_mode=True),
     lambda r: (randn(r, 2, 2, 5, 4),),
 )
 case(
-    "conv",
+    "convolution",
     "avg_pool2d_exclude_pad",
     lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
     lambda r: (randn(r, 1, 2, 5, 5),),

@@ -304,7 +304,7 @@ _CONV_P: Final[dict[str, Any]] = {
 _CONV_TORCH: Final[dict[str, Any]] = {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}
 _CONV_GY: Final = np.resize(VALUES[::-1], 2 * 3 * 3 * 3).reshape(2, 3, 3, 3)
 case(
-    "conv",
+    "convolution",
     "specials_in_input",
     lambda m, x, w, b: F(m).conv2d(x, w, b, **_CONV_TORCH),
     _CONV_X,
@@ -312,7 +312,7 @@ case(
     np.array([0.5, -1.0, 2.0]),
 )
 case(
-    "conv",
+    "convolution",
     "specials_in_weight_1d",
     lambda m, x, w: F(m).conv1d(x, w, padding=1),
     _CONV_W.reshape(3, 2, 4) / 2,
