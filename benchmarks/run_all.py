@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
 import bench_chain
+import bench_cnn
 import bench_cuda
 import bench_loop
 import bench_mlp
@@ -33,6 +34,7 @@ import server_smoothgrad
 BENCHES = {
     "chain": bench_chain,
     "mlp": bench_mlp,
+    "cnn": bench_cnn,
     "small": bench_small,
     "loop": bench_loop,
     "cuda": bench_cuda,

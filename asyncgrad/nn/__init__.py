@@ -57,3 +57,8 @@ __all__ = [
     "init",
     "utils",
 ]
+
+# ----- convolution, pooling -----
+from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+
+__all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d"]

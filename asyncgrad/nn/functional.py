@@ -414,3 +414,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 rows of ``num_classes`` zeros with a one at each value of ``tensor`` (int64);
     ``num_classes=-1``: one more than the largest value."""
     return ops.one_hot(tensor, num_classes)
+
+
+# ----------------------------------------------------------------------------- convolution, pooling
+from ..ops.conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
+
+__all__ += ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]

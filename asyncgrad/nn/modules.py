@@ -973,3 +973,175 @@ def _apply_mask(scores: Tensor, mask: Tensor) -> Tensor:
     if mask.dtype == dtypes.bool_:
         return ops.masked_fill(scores, mask, float("-inf"))
     return ops.add(scores, mask)
+
+
+# ============================================================================ convolution, pooling
+class _ConvNd(Module):
+    """Shared by Conv1d and Conv2d: weights initialised as torch does (kaiming_uniform with
+    a = sqrt(5), which is uniform in +-1/sqrt(fan_in); the bias likewise)."""
+
+    _n: int = 2
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={padding_mode!r}: only 'zeros' is supported")
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise ValueError(
+                f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}"
+            )
+        n = self._n
+        k = (kernel_size,) * n if isinstance(kernel_size, int) else tuple(kernel_size)
+        if isinstance(padding, str) and padding == "same" and stride not in (1, (1,) * n):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = k
+        self.stride = (stride,) * n if isinstance(stride, int) else tuple(stride)
+        self.padding = (
+            padding
+            if isinstance(padding, str)
+            else ((padding,) * n if isinstance(padding, int) else tuple(padding))
+        )
+        self.dilation = (dilation,) * n if isinstance(dilation, int) else tuple(dilation)
+        self.groups = groups
+        self.padding_mode = padding_mode
+        fan_in = in_channels // groups * math.prod(k)
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+        shape = (out_channels, in_channels // groups, *k)
+        self.weight = Parameter(_uniform(bound, shape, dtype))
+        self.bias = Parameter(_uniform(bound, (out_channels,), dtype)) if bias else None
+        if device is not None:
+            self.to(device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        conv = F.conv1d if self._n == 1 else F.conv2d
+        return conv(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self._n:
+            s += f", padding={self.padding!r}"
+        if self.dilation != (1,) * self._n:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution over (N, C, L), as ``torch.nn.Conv1d``."""
+
+    _n = 1
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution over (N, C, H, W), as ``torch.nn.Conv2d``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> conv = ag.nn.Conv2d(1, 8, 3, padding=1)
+        >>> conv(ag.zeros(2, 1, 5, 5)).shape
+        (2, 8, 5, 5)
+    """
+
+    _n = 2
+
+
+class MaxPool2d(Module):
+    """``F.max_pool2d`` as a module, as ``torch.nn.MaxPool2d``."""
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.dilation = dilation
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, x: Tensor) -> Any:
+        return F.max_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.dilation,
+            ceil_mode=self.ceil_mode,
+            return_indices=self.return_indices,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
+
+
+class AvgPool2d(Module):
+    """``F.avg_pool2d`` as a module, as ``torch.nn.AvgPool2d``."""
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

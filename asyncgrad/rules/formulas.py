@@ -439,3 +439,131 @@ def einsum_grad(
         eye = mod.eye(n, dtype=bool).reshape(shape)
         mask = eye if mask is None else mask & eye
     return xp.where(mask, xp.expand_dims(r, tuple(repeats)), 0.0)
+
+
+# ----- Convolution and pooling -----
+# NOTE [Convolution is three ops]
+# conv(x, w, b) (op ``convolution``), its gradient with respect to x (a transposed convolution,
+# ``conv_input_grad``) and its gradient with respect to w (``conv_weight_grad``) are each an op of
+# the table, and the rules of each are written with the three, so gradients of gradients are
+# convolutions too (gradgradcheck runs on all three). They share one parameter dict: ``stride`` and
+# ``dilation`` (pairs), ``padding`` ((top, bottom), (left, right)), ``groups``, ``x_hw`` (the
+# input's height and width, which conv_input_grad produces) and ``k_hw`` (the kernel's, which
+# conv_weight_grad produces). A 1-D convolution is the 2-D one with height 1 (``_as_2d``): the ops
+# keep the shapes they were given. Under create_graph the rules get Tensors and must record ops,
+# which live in a layer above this one: asyncgrad/ops/conv.py puts its recording functions in
+# ``CONV_OPS``.
+CONV_OPS: dict[str, Any] = {}
+
+
+def _as_2d(a: Any) -> Any:
+    return a if a.ndim == 4 else a[:, :, None, :]
+
+
+def _back_to(a: Any, ndim: int) -> Any:
+    return a if ndim == 4 else a[:, :, 0, :]
+
+
+def _conv_cols(
+    x: Any, k_hw: tuple[int, int], groups: int, stride: Any, padding: Any, dilation: Any
+) -> Any:
+    """im2col of x (N, C, H, W): (N, G, C/G*kh*kw, OH*OW), and (OH, OW)."""
+    n, c, h, w = x.shape
+    (pt, pb), (pl, pr) = padding
+    if pt or pb or pl or pr:
+        xpad = backend.namespace(x).zeros((n, c, h + pt + pb, w + pl + pr), dtype=x.dtype)
+        xpad[:, :, pt : pt + h, pl : pl + w] = x
+        x = xpad
+    win = backend.windows(x, k_hw, stride, dilation)  # (N, C, kh, kw, OH, OW), a view
+    oh, ow = win.shape[-2:]
+    return win.reshape(n, groups, -1, oh * ow), (oh, ow)
+
+
+def conv_array(x: Any, w: Any, b: Any, *, groups: int, k_hw: Any, **p: Any) -> Any:
+    """The convolution of arrays: one batched matmul (G, O/G, K) @ (N, G, K, L) over im2col."""
+    x4, w4 = _as_2d(x), _as_2d(w)
+    cols, (oh, ow) = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    o = w4.shape[0]
+    y = w4.reshape(groups, o // groups, -1) @ cols  # (N, G, O/G, OH*OW)
+    y = y.reshape(x4.shape[0], o, oh, ow)
+    if b is not None:
+        y += b.reshape(1, o, 1, 1)
+    return _back_to(y, x.ndim)
+
+
+def conv_input_grad_array(gy: Any, w: Any, *, groups: int, x_hw: Any, **p: Any) -> Any:
+    """The transposed convolution: w^T @ gy per group, then col2im as one strided
+    accumulation per kernel offset (kh*kw of them, no loop over pixels)."""
+    g4, w4 = _as_2d(gy), _as_2d(w)
+    n, o, oh, ow = g4.shape
+    _, cg, kh, kw = w4.shape
+    (sh, sw), (dh, dw) = p["stride"], p["dilation"]
+    (pt, pb), (pl, pr) = p["padding"]
+    h, wd = x_hw
+    wt = xp.swapaxes(w4.reshape(groups, o // groups, -1), -1, -2)  # (G, K, O/G)
+    cols = wt @ g4.reshape(n, groups, o // groups, oh * ow)  # (N, G, K, L)
+    cols = cols.reshape(n, groups * cg, kh, kw, oh, ow)
+    dx = backend.namespace(cols).zeros((n, groups * cg, h + pt + pb, wd + pl + pr), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx[
+                :,
+                :,
+                i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+            ] += cols[:, :, i, j]
+    if pt or pb or pl or pr:
+        dx = dx[:, :, pt : pt + h, pl : pl + wd]
+    return _back_to(dx, gy.ndim)
+
+
+def conv_weight_grad_array(x: Any, gy: Any, *, groups: int, k_hw: Any, **p: Any) -> Any:
+    """The gradient of a convolution's weight: gy @ im2col(x)^T per group, summed over the
+    batch."""
+    x4, g4 = _as_2d(x), _as_2d(gy)
+    cols, _ = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    n, o = g4.shape[:2]
+    gw = g4.reshape(n, groups, o // groups, -1) @ xp.swapaxes(cols, -1, -2)  # (N, G, O/G, K)
+    gw = gw.sum(axis=0).reshape(o, -1, *k_hw)
+    return _back_to(gw, x.ndim)
+
+
+def _recorded(*args: Any) -> bool:
+    return any(isinstance(a, Tensor) for a in args)
+
+
+def conv(x: Any, w: Any, b: Any, **p: Any) -> Any:
+    if _recorded(x, w, b):
+        return CONV_OPS["conv"](x, w, b, **p)
+    return conv_array(x, w, b, **p)
+
+
+def conv_input_grad(gy: Any, w: Any, **p: Any) -> Any:
+    if _recorded(gy, w):
+        return CONV_OPS["conv_input_grad"](gy, w, **p)
+    return conv_input_grad_array(gy, w, **p)
+
+
+def conv_weight_grad(x: Any, gy: Any, **p: Any) -> Any:
+    if _recorded(x, gy):
+        return CONV_OPS["conv_weight_grad"](x, gy, **p)
+    return conv_weight_grad_array(x, gy, **p)
+
+
+def conv_bias_grad(gy: Any) -> Any:
+    return xp.sum(gy, axis=(0, *range(2, gy.ndim)))
+
+
+def max_pool_grad(g: Any, index: Any, in_shape: tuple[int, ...], unique: bool) -> Any:
+    # max_pool2d picks x.reshape(-1)[index]: its gradient adds g at index (windows that overlap
+    # may pick one element several times; ``unique`` when they cannot).
+    n = math.prod(in_shape)
+    if isinstance(g, Tensor):
+        return xp.reshape(g.reshape(-1)._index_add_zeros((index,), (n,)), in_shape)
+    flat = g.reshape(-1)
+    if unique:
+        z = backend.namespace(g).zeros(n, dtype=g.dtype)
+        z[index] = flat
+    else:
+        z = backend.index_add_zeros(flat, (index,), (n,))
+    return z.reshape(in_shape)

@@ -21,6 +21,10 @@ import math
 from ..backend import xp
 from .formulas import (
     cat_grads,
+    conv,
+    conv_bias_grad,
+    conv_input_grad,
+    conv_weight_grad,
     copy_to,
     count,
     einsum_grad,
@@ -36,6 +40,7 @@ from .formulas import (
     masked,
     matmul_grad_x,
     matmul_grad_y,
+    max_pool_grad,
     minmax_grad,
     nll_grad,
     norm_grad,
@@ -274,3 +279,40 @@ defvjp(
 )
 defvjp("sort", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
 defvjp("topk", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+
+# ----- Convolution and pooling -----
+# See NOTE [Convolution is three ops] in formulas.py; ``p`` is their shared parameter dict.
+_conv = defvjp(
+    "convolution",
+    lambda g, ans, x, w, b, **p: conv_input_grad(g, w, **p),
+    lambda g, ans, x, w, b, **p: conv_weight_grad(x, g, **p),
+    lambda g, ans, x, w, b, **p: conv_bias_grad(g),
+    save="x w",
+)
+
+
+def _conv_inner(x: tuple[int, ...] | None, w: tuple[int, ...] | None) -> int:
+    # C/G * kh * kw multiply-adds per element of g; without w, the input's channels (a lower
+    # bound: the kernel's size is not known here)
+    return math.prod(w[1:]) if w is not None else x[1]  # type: ignore[index]
+
+
+mark_heavy(_conv, _conv_inner)
+defvjp(
+    "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
+    lambda g, ans, gy, w, **p: conv(g, w, None, **p),
+    lambda g, ans, gy, w, **p: conv_weight_grad(g, gy, **p),
+    save="gy w",
+)
+defvjp(
+    "conv_weight_grad",  # gw = conv_weight_grad(x, gy), linear in x and in gy
+    lambda g, ans, x, gy, **p: conv_input_grad(gy, g, **p),
+    lambda g, ans, x, gy, **p: conv(x, g, None, **p),
+    save="x gy",
+)
+_max_pool = defvjp(
+    "max_pool2d_with_indices",
+    lambda g, ans, x, *, index, in_shape, unique: max_pool_grad(g, index, in_shape, unique),
+)
+_max_pool.node_cls.__name__ = "MaxPool2DWithIndicesBackward0"  # torch's spelling of "2d"
+_max_pool.node_cls.__qualname__ = _max_pool.node_cls.__name__

@@ -976,6 +976,117 @@ case(
 )
 
 
+# ----- convolution and pooling -----
+def _conv_params(
+    stride: tuple[int, int] = (1, 1),
+    padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0)),
+    dilation: tuple[int, int] = (1, 1),
+    groups: int = 1,
+    x_hw: tuple[int, int] = (5, 4),
+    k_hw: tuple[int, int] = (2, 3),
+) -> dict[str, Any]:
+    """The parameters the three conv ops share (See NOTE [Convolution is three ops])."""
+    return {
+        "stride": stride,
+        "padding": padding,
+        "dilation": dilation,
+        "groups": groups,
+        "x_hw": x_hw,
+        "k_hw": k_hw,
+    }
+
+
+_CONV_P: Final = _conv_params(stride=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
+case(
+    "convolution",
+    "2d_bias",
+    lambda x, w, b: F.conv2d(x, w, b),
+    lambda r: (randn(r, 2, 2, 4, 4), randn(r, 3, 2, 2, 2), randn(r, 3)),
+)
+case(
+    "convolution",
+    "2d_stride_padding_non_square",
+    lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 0)),
+    lambda r: (randn(r, 1, 2, 5, 4), randn(r, 2, 2, 3, 2)),
+)
+case(
+    "convolution",
+    "2d_dilation_groups_same",
+    lambda x, w, b: F.conv2d(x, w, b, padding="same", dilation=(1, 2), groups=2),
+    lambda r: (randn(r, 2, 4, 3, 5), randn(r, 4, 2, 2, 2), randn(r, 4)),
+)
+case(
+    "convolution",
+    "2d_unbatched_const_weight",
+    lambda x, w: F.conv2d(x, w, padding=1),
+    lambda r: (randn(r, 2, 3, 3), const(r, 2, 2, 2, 2)),
+)
+case(
+    "convolution",
+    "1d_stride_dilation_groups",
+    lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2, groups=2),
+    lambda r: (randn(r, 2, 4, 7), randn(r, 2, 2, 2), randn(r, 2)),
+)
+case(
+    "convolution",
+    "avg_pool2d_padding_ceil_mode",
+    lambda x: F.avg_pool2d(x, (3, 2), stride=2, padding=1, ceil_mode=True),
+    lambda r: (randn(r, 2, 2, 5, 4),),
+)
+case(
+    "convolution",
+    "avg_pool2d_exclude_pad",
+    lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+    lambda r: (randn(r, 1, 2, 5, 5),),
+)
+case(
+    "conv_input_grad",
+    "strided_padded_groups",
+    lambda gy, w: ops.conv.conv_input_grad_op(gy, w, **_CONV_P),
+    lambda r: (randn(r, 2, 4, 3, 3), randn(r, 4, 2, 2, 3)),
+)
+case(
+    "conv_input_grad",
+    "1d",
+    lambda gy, w: ops.conv.conv_input_grad_op(
+        gy, w, **_conv_params(stride=(1, 2), x_hw=(1, 6), k_hw=(1, 2))
+    ),
+    lambda r: (randn(r, 2, 3, 3), randn(r, 3, 2, 2)),
+)
+case(
+    "conv_weight_grad",
+    "strided_padded_groups",
+    lambda x, gy: ops.conv.conv_weight_grad_op(x, gy, **_CONV_P),
+    lambda r: (randn(r, 2, 4, 5, 4), randn(r, 2, 4, 3, 3)),
+)
+case(
+    "conv_weight_grad",
+    "1d",
+    lambda x, gy: ops.conv.conv_weight_grad_op(
+        x, gy, **_conv_params(stride=(1, 2), x_hw=(1, 6), k_hw=(1, 2))
+    ),
+    lambda r: (randn(r, 2, 3, 6), randn(r, 2, 3, 3)),
+)
+case(
+    "max_pool2d_with_indices",
+    "kernel_2",
+    lambda x: F.max_pool2d(x, 2),
+    lambda r: (distinct(r, 1, 2, 4, 4),),
+)
+case(
+    "max_pool2d_with_indices",
+    "overlapping_padded_ceil_mode",
+    lambda x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
+    lambda r: (distinct(r, 1, 1, 6, 5),),
+)
+case(
+    "max_pool2d_with_indices",
+    "dilation_unbatched",
+    lambda x: F.max_pool2d(x, (2, 2), stride=1, dilation=(2, 1)),
+    lambda r: (distinct(r, 1, 5, 4),),
+)
+
+
 # =====================================================================================
 # The tests
 # =====================================================================================

@@ -338,6 +338,70 @@ case("sort", "descending", lambda m, x: m.sort(x, dim=0, descending=True, stable
 case("topk", "largest", lambda m, x: x.topk(1).values, ROWS[[1, 5, 6, 9, 10]])
 case("topk", "smallest", lambda m, x: m.topk(x, 2, largest=False).values, ROWS[[1, 2, 5, 9]])
 
+# ----- convolution and pooling -----
+# The input gradient and weight gradient ops, called directly, against torch.nn.grad's.
+_CONV_X: Final = np.resize(VALUES, 2 * 2 * 4 * 5).reshape(2, 2, 4, 5)
+_CONV_W: Final = np.array([0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 1.0, 3.0] * 3).reshape(3, 2, 2, 2)
+_CONV_P: Final[dict[str, Any]] = {
+    "stride": (2, 1),
+    "padding": ((1, 1), (0, 0)),
+    "dilation": (1, 2),
+    "groups": 1,
+    "x_hw": (4, 5),
+    "k_hw": (2, 2),
+}
+_CONV_TORCH: Final[dict[str, Any]] = {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}
+_CONV_GY: Final = np.resize(VALUES[::-1], 2 * 3 * 3 * 3).reshape(2, 3, 3, 3)
+case(
+    "convolution",
+    "specials_in_input",
+    lambda m, x, w, b: F(m).conv2d(x, w, b, **_CONV_TORCH),
+    _CONV_X,
+    _CONV_W,
+    np.array([0.5, -1.0, 2.0]),
+)
+case(
+    "convolution",
+    "specials_in_weight_1d",
+    lambda m, x, w: F(m).conv1d(x, w, padding=1),
+    _CONV_W.reshape(3, 2, 4) / 2,
+    np.resize(VALUES, 12).reshape(3, 2, 2),
+)
+case(
+    "conv_input_grad",
+    "specials",
+    lambda m, gy, w: (
+        ops.conv.conv_input_grad_op(gy, w, **_CONV_P)
+        if m is ag
+        else torch.nn.grad.conv2d_input((2, 2, 4, 5), w, gy, **_CONV_TORCH)
+    ),
+    _CONV_GY,
+    _CONV_W,
+)
+case(
+    "conv_weight_grad",
+    "specials",
+    lambda m, x, gy: (
+        ops.conv.conv_weight_grad_op(x, gy, **_CONV_P)
+        if m is ag
+        else torch.nn.grad.conv2d_weight(x, (3, 2, 2, 2), gy, **_CONV_TORCH)
+    ),
+    _CONV_X,
+    _CONV_GY / 4,
+)
+case(
+    "max_pool2d_with_indices",
+    "ties_nan_inf",
+    lambda m, x: F(m).max_pool2d(x, 2, stride=1, padding=1),
+    np.resize(VALUES, 2 * 4 * 5).reshape(1, 2, 4, 5),
+)
+case(
+    "max_pool2d_with_indices",
+    "relu_zeros",
+    lambda m, x: F(m).max_pool2d(F(m).relu(x), (2, 3), stride=2, ceil_mode=True),
+    np.resize(VALUES, 2 * 5 * 5).reshape(2, 1, 5, 5),
+)
+
 
 # =====================================================================================
 # The tests
