@@ -24,6 +24,9 @@ from __future__ import annotations
 # both (See NOTE [Tensor delegates upward]).
 from ._tensor import Tensor  # isort: skip
 from . import autograd, cuda, nn, optim
+
+# ----- nn extras: testing and utils (utils loads its submodules on first use) -----
+from . import testing, utils  # isort: skip
 from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
@@ -63,13 +66,16 @@ from .ops import (
     expm1,
     eye,
     flatten,
+    flip,
     from_dlpack,
     from_numpy,
     full,
     full_like,
+    gather,
     ge,
     gelu,
     gt,
+    index_select,
     isfinite,
     isnan,
     le,
@@ -80,6 +86,7 @@ from .ops import (
     logsumexp,
     lt,
     manual_seed,
+    masked_fill,
     matmul,
     max,
     maximum,
@@ -88,6 +95,8 @@ from .ops import (
     minimum,
     mm,
     mul,
+    multinomial,
+    narrow,
     ne,
     neg,
     ones,
@@ -97,11 +106,15 @@ from .ops import (
     rand,
     randint,
     randn,
+    randperm,
     reciprocal,
     relu,
     remainder,
     reshape,
+    roll,
     rsqrt,
+    scatter_add,
+    select,
     sigmoid,
     sign,
     silu,
@@ -117,7 +130,10 @@ from .ops import (
     tan,
     tanh,
     tensor,
+    tile,
     transpose,
+    tril,
+    triu,
     unbind,
     unflatten,
     unsqueeze,
@@ -125,9 +141,6 @@ from .ops import (
     zeros,
     zeros_like,
 )
-
-# ----- utils (checkpoint) -----
-from . import utils  # isort: skip
 
 bool = bool_
 float = float32
@@ -177,6 +190,7 @@ __all__ = [
     "expm1",
     "eye",
     "flatten",
+    "flip",
     "float",
     "float16",
     "float32",
@@ -185,6 +199,7 @@ __all__ = [
     "from_numpy",
     "full",
     "full_like",
+    "gather",
     "ge",
     "gelu",
     "get_default_device",
@@ -192,6 +207,7 @@ __all__ = [
     "grad_sync",
     "gt",
     "half",
+    "index_select",
     "inference_mode",
     "int",
     "int32",
@@ -209,6 +225,7 @@ __all__ = [
     "long",
     "lt",
     "manual_seed",
+    "masked_fill",
     "matmul",
     "max",
     "maximum",
@@ -217,6 +234,8 @@ __all__ = [
     "minimum",
     "mm",
     "mul",
+    "multinomial",
+    "narrow",
     "ne",
     "neg",
     "nn",
@@ -229,12 +248,16 @@ __all__ = [
     "rand",
     "randint",
     "randn",
+    "randperm",
     "reciprocal",
     "relu",
     "remainder",
     "reshape",
+    "roll",
     "rsqrt",
     "run",
+    "scatter_add",
+    "select",
     "set_default_device",
     "set_grad_enabled",
     "sigmoid",
@@ -252,14 +275,57 @@ __all__ = [
     "tan",
     "tanh",
     "tensor",
+    "testing",
+    "tile",
     "transpose",
+    "tril",
+    "triu",
     "unbind",
     "unflatten",
     "unsqueeze",
+    "utils",
     "where",
     "zeros",
     "zeros_like",
 ]
 
-# ----- utils (checkpoint) -----
-__all__ += ["utils"]
+# ----- Size, saving and loading -----
+from ._tensor import Size  # noqa: E402
+from .serialization import load, save  # noqa: E402
+
+__all__ += ["Size", "load", "save"]
+
+# ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
+from .ops import (  # noqa: E402
+    all,
+    any,
+    argsort,
+    cumsum,
+    dot,
+    einsum,
+    nonzero,
+    norm,
+    outer,
+    prod,
+    sort,
+    std,
+    topk,
+    var,
+)
+
+__all__ += [
+    "all",
+    "any",
+    "argsort",
+    "cumsum",
+    "dot",
+    "einsum",
+    "nonzero",
+    "norm",
+    "outer",
+    "prod",
+    "sort",
+    "std",
+    "topk",
+    "var",
+]

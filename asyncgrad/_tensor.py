@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from multiprocessing.reduction import ForkingPickler
+from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
 from . import backend, dtypes
 from .backend import CPU, Device, device_of
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
     from .graph.hooks import Hooks, RemovableHandle
     from .graph.node import Edge, Node
 
-__all__ = ["Tensor"]
+__all__ = ["Size", "Tensor"]
 
 # The builtins, for annotations inside Tensor, whose methods int(), bool() and float() shadow them.
 _int = int
@@ -23,6 +25,65 @@ _float = float
 
 _FLOAT_KINDS = dtypes.FLOAT_KINDS
 _object_new = object.__new__
+
+
+# ----- Size -----
+# NOTE [Size]
+# ``t.shape`` and ``t.size()`` are a ``Size``, as torch's: a tuple (equal to and hashed like the
+# plain tuple, usable wherever one is) that prints as ``asyncgrad.Size([2, 3])``, in step with a
+# tensor's ``dtype=asyncgrad.float64``, and whose slices and sums stay Sizes. Reading ``shape``
+# builds one from the array's shape tuple with tuple's own constructor (Size defines no
+# ``__new__``): about 0.1 us more per read than the plain tuple, and ``shape[i]`` pays for the
+# Python-level ``__getitem__`` that keeps slices Sizes (both measured in a tight loop; torch's
+# C++ ``shape`` costs about the same). Nothing inside asyncgrad reads ``Tensor.shape`` on the
+# way of a training step: ops, rules and the engine read ``_array.shape``, and an MLP step
+# (784-256-256-10, batch 64) times the same before and after Size.
+class Size(tuple[_int, ...]):
+    """The shape of a tensor: a tuple of ints that prints as ``asyncgrad.Size([2, 3])``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> s = ag.zeros(2, 3).shape
+        >>> s, s == (2, 3), s.numel(), s[1:]
+        (asyncgrad.Size([2, 3]), True, 6, asyncgrad.Size([3]))
+    """
+
+    __slots__ = ()
+
+    def numel(self) -> _int:
+        """The number of elements of a tensor of this shape."""
+        return math.prod(self)
+
+    def __repr__(self) -> str:
+        return f"asyncgrad.Size({list(self)})"
+
+    __str__ = __repr__
+
+    @overload
+    def __getitem__(self, key: SupportsIndex) -> _int: ...
+    @overload
+    def __getitem__(self, key: slice) -> Size: ...
+    def __getitem__(self, key: SupportsIndex | slice) -> _int | Size:
+        if type(key) is slice:
+            return Size(tuple.__getitem__(self, key))
+        return tuple.__getitem__(self, key)
+
+    def __add__(self, other: tuple[Any, ...]) -> Size:
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other: tuple[Any, ...]) -> Size:
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n: SupportsIndex) -> Size:
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Size, (tuple(self),))
+
+
+# ----- end of Size -----
 
 
 class _Meta:
@@ -133,9 +194,8 @@ class Tensor:
         self._array = value._array
 
     @property
-    def shape(self) -> tuple[_int, ...]:
-        shape: tuple[_int, ...] = self._array.shape
-        return shape
+    def shape(self) -> Size:
+        return Size(self._array.shape)  # See NOTE [Size]
 
     @property
     def dtype(self) -> dtypes.dtype[Any]:
@@ -164,7 +224,7 @@ class Tensor:
 
     def size(self, dim: _int | None = None) -> Any:
         if dim is None:
-            return self._array.shape
+            return Size(self._array.shape)
         return self._array.shape[dim]
 
     def numel(self) -> _int:
@@ -288,7 +348,7 @@ class Tensor:
                     f"assigned grad expected to be a Tensor or None but got grad of type "
                     f"{type(value).__name__}"
                 )
-            if value.shape != self.shape:
+            if value._array.shape != self._array.shape:
                 raise RuntimeError(
                     f"assigned grad has data of a different size: expected {tuple(self.shape)}, "
                     f"got {tuple(value.shape)}"
@@ -415,7 +475,7 @@ class Tensor:
         return self.to(f"cuda:{0 if device is None else device}")
 
     def __repr__(self) -> str:
-        return _ops.format_tensor(self)
+        return _format_tensor(self)
 
     def __bool__(self) -> _bool:
         if self._array.size != 1:
@@ -441,7 +501,11 @@ class Tensor:
         return iter(self.unbind(0))
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        raise TypeError("asyncgrad tensors are saved with ag.save(), not pickled")
+        return _reduce_tensor(self)  # See NOTE [Pickling tensors]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ForkingPickler.register(cls, _reduce_for_process)
 
     def __deepcopy__(self, memo: dict[_int, Any]) -> Tensor:
         if not self.is_leaf:
@@ -729,9 +793,111 @@ class Tensor:
     def mT(self) -> Tensor:
         return _ops.transpose(self, -2, -1)
 
+    # ----- shape, indexing and random ops -----
+    def narrow(self, dim: _int, start: Any, length: _int) -> Tensor:
+        return _ops.narrow(self, dim, start, length)
+
+    def select(self, dim: _int, index: _int) -> Tensor:
+        return _ops.select(self, dim, index)
+
+    def flip(self, *dims: Any) -> Tensor:
+        return _ops.flip(self, dims[0] if len(dims) == 1 else dims)
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        return _ops.roll(self, shifts, dims)
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        return _ops.repeat(self, *sizes)
+
+    def tile(self, *dims: Any) -> Tensor:
+        return _ops.tile(
+            self, dims[0] if len(dims) == 1 and not isinstance(dims[0], _int) else dims
+        )
+
+    def tril(self, diagonal: _int = 0) -> Tensor:
+        return _ops.tril(self, diagonal)
+
+    def triu(self, diagonal: _int = 0) -> Tensor:
+        return _ops.triu(self, diagonal)
+
+    def gather(self, dim: _int, index: Tensor, *, sparse_grad: _bool = False) -> Tensor:
+        return _ops.gather(self, dim, index)
+
+    def scatter_add(self, dim: _int, index: Tensor, src: Tensor) -> Tensor:
+        return _ops.scatter_add(self, dim, index, src)
+
+    def scatter_add_(self, dim: _int, index: Tensor, src: Tensor) -> Tensor:
+        return _ops.scatter_add_(self, dim, index, src)
+
+    def index_select(self, dim: _int, index: Tensor) -> Tensor:
+        return _ops.index_select(self, dim, index)
+
+    def multinomial(
+        self, num_samples: _int, replacement: _bool = False, *, generator: Any = None
+    ) -> Tensor:
+        return _ops.multinomial(self, num_samples, replacement, generator=generator)
+
     def _index_add_zeros(self, index: tuple[Any, ...], shape: tuple[_int, ...]) -> Tensor:
         """Zeros of ``shape`` with this tensor added at ``index`` (getitem's backward)."""
         return _ops.index_add_zeros(self, index, shape)
+
+    # ----- var, std, prod, norm, cumsum, all, any; dot, outer; sort, topk, nonzero -----
+    def var(
+        self,
+        dim: Any = None,
+        unbiased: _bool | None = None,
+        keepdim: _bool = False,
+        *,
+        correction: Any = None,
+    ) -> Tensor:
+        return _ops.var(self, dim, unbiased, keepdim, correction=correction)
+
+    def std(
+        self,
+        dim: Any = None,
+        unbiased: _bool | None = None,
+        keepdim: _bool = False,
+        *,
+        correction: Any = None,
+    ) -> Tensor:
+        return _ops.std(self, dim, unbiased, keepdim, correction=correction)
+
+    def prod(self, dim: _int | None = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor:
+        return _ops.prod(self, dim, keepdim, dtype=dtype)
+
+    def norm(
+        self, p: Any = "fro", dim: Any = None, keepdim: _bool = False, dtype: Any = None
+    ) -> Tensor:
+        return _ops.norm(self, p, dim, keepdim, dtype)
+
+    def cumsum(self, dim: _int, *, dtype: Any = None) -> Tensor:
+        return _ops.cumsum(self, dim, dtype=dtype)
+
+    def all(self, dim: Any = None, keepdim: _bool = False) -> Tensor:
+        return _ops.all(self, dim, keepdim)
+
+    def any(self, dim: Any = None, keepdim: _bool = False) -> Tensor:
+        return _ops.any(self, dim, keepdim)
+
+    def dot(self, other: Tensor) -> Tensor:
+        return _ops.dot(self, other)
+
+    def outer(self, vec2: Tensor) -> Tensor:
+        return _ops.outer(self, vec2)
+
+    def sort(self, dim: _int = -1, descending: _bool = False, *, stable: _bool = False) -> Any:
+        return _ops.sort(self, dim, descending, stable=stable)
+
+    def argsort(
+        self, dim: _int = -1, descending: _bool = False, *, stable: _bool = False
+    ) -> Tensor:
+        return _ops.argsort(self, dim, descending, stable=stable)
+
+    def topk(self, k: _int, dim: _int = -1, largest: _bool = True, sorted: _bool = True) -> Any:
+        return _ops.topk(self, k, dim, largest, sorted)
+
+    def nonzero(self, *, as_tuple: _bool = False) -> Any:
+        return _ops.nonzero(self, as_tuple=as_tuple)
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other: Any) -> Tensor:
@@ -844,6 +1010,209 @@ class Tensor:
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         return _ops.array_function(func, args, kwargs)
+
+
+# ----- pickling -----
+# NOTE [Pickling tensors]
+# As torch's: a pickled tensor keeps its data (a host copy, in the array's layout), dtype,
+# device, class (a Parameter stays a Parameter) and requires_grad, and nothing of the graph: no
+# grad_fn, no .grad, no hooks. A non-leaf that requires grad comes back as a leaf that requires
+# grad, as with torch's plain pickle; through multiprocessing (ForkingPickler, which torch also
+# hooks) it is refused, since a graph cannot cross a process boundary. Views come back as
+# tensors of their own: storage shared between tensors is not kept. ``_rebuild_tensor`` is the
+# name pickles refer to: keep it stable.
+def _reduce_tensor(t: Tensor) -> tuple[Any, ...]:
+    arr = t._array
+    dev = t.device
+    host = arr if dev is CPU else backend.to_device(arr, CPU)
+    state = getattr(t, "__dict__", None) or None
+    where = None if dev is CPU else str(dev)
+    return (_rebuild_tensor, (type(t), host, where, t.requires_grad, state))
+
+
+def _reduce_for_process(t: Tensor) -> tuple[Any, ...]:
+    if t.requires_grad and t._grad_fn is not None:
+        raise RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+            "does not support crossing process boundaries.  If you just want to transfer the "
+            "data, call detach() on the tensor before serializing (e.g., putting it on the queue)."
+        )
+    return _reduce_tensor(t)
+
+
+def _rebuild_tensor(
+    cls: type[Tensor],
+    array: Any,
+    device: str | None,
+    requires_grad: _bool,
+    state: dict[str, Any] | None = None,
+) -> Tensor:
+    if device is not None:
+        array = backend.to_device(array, Device(device))
+    t = cls._wrap(array)
+    if requires_grad:
+        t.requires_grad_(True)
+    if state:
+        t.__dict__.update(state)
+    return t
+
+
+ForkingPickler.register(Tensor, _reduce_for_process)
+
+
+# ----- end of pickling -----
+
+
+# ----- repr -----
+# NOTE [Tensor repr]
+# torch's printing (torch/_tensor_str.py) with its default options: 4 digits after the point;
+# integral floats as ``1.``; scientific notation when the finite non-zero magnitudes span more
+# than 1000x or pass 1e8 (or, for non-integral values, fall below 1e-4); columns padded to the
+# widest entry; lines wrapped at 80 characters; tensors of more than 1000 elements summarised
+# with the first and last 3 entries per dimension. The widths are measured on the summarised
+# entries only. Suffixes as torch's: device unless it is the default one, dtype unless it is
+# float32, int64 or bool, then grad_fn or requires_grad. We print ``asyncgrad.float64`` where
+# torch prints ``torch.float64``.
+_PRECISION = 4
+_THRESHOLD = 1000
+_EDGEITEMS = 3
+_LINEWIDTH = 80
+_PLAIN_DTYPES = (dtypes.float32, dtypes.int64, dtypes.bool_)
+
+
+class _Formatter:
+    """How every entry of one tensor is written (torch's ``_Formatter``)."""
+
+    def __init__(self, values: list[Any], floating: _bool) -> None:
+        self.floating = floating
+        self.int_mode = True
+        self.sci_mode = False
+        self.max_width = 1
+        if not floating:
+            for v in values:
+                self.max_width = max(self.max_width, len(f"{v}"))
+            return
+        finite = [v for v in values if math.isfinite(v) and v != 0]
+        if not finite:
+            return
+        mags = [abs(v) for v in finite]
+        lo, hi = min(mags), max(mags)
+        self.int_mode = all(v == math.ceil(v) for v in finite)
+        if self.int_mode:
+            self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8
+        else:
+            self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+        if self.sci_mode:
+            widths = (len(f"{v:.{_PRECISION}e}") for v in finite)
+        elif self.int_mode:
+            widths = (len(f"{v:.0f}") + 1 for v in finite)
+        else:
+            widths = (len(f"{v:.{_PRECISION}f}") for v in finite)
+        self.max_width = max(self.max_width, *widths)
+
+    def format(self, v: Any) -> str:
+        if not self.floating:
+            out = f"{v}"
+        elif self.sci_mode:
+            out = f"{v:{self.max_width}.{_PRECISION}e}"
+        elif self.int_mode:
+            out = f"{v:.0f}"
+            if math.isfinite(v):
+                out += "."
+        else:
+            out = f"{v:.{_PRECISION}f}"
+        return " " * (self.max_width - len(out)) + out
+
+
+def _summarized_values(a: Any, summarize: _bool) -> list[Any]:
+    """The entries that will be printed, flattened (torch's ``get_summarized_data``)."""
+    if a.ndim == 0:
+        return [a.item()]
+    n = a.shape[0]
+    if summarize and n > 2 * _EDGEITEMS:
+        rows = [*range(_EDGEITEMS), *range(n - _EDGEITEMS, n)]
+    else:
+        rows = list(range(n))
+    if a.ndim == 1:
+        return [a[i].item() for i in rows]
+    return [v for i in rows for v in _summarized_values(a[i], summarize)]
+
+
+def _vector_str(a: Any, indent: _int, summarize: _bool, fmt: _Formatter) -> str:
+    per_line = max(1, math.floor((_LINEWIDTH - indent) / (fmt.max_width + 2)))
+    n = a.shape[0]
+    if summarize and n > 2 * _EDGEITEMS:
+        data = [
+            *(fmt.format(v) for v in a[:_EDGEITEMS].tolist()),
+            " ...",
+            *(fmt.format(v) for v in a[n - _EDGEITEMS :].tolist()),
+        ]
+    else:
+        data = [fmt.format(v) for v in a.tolist()]
+    lines = [", ".join(data[i : i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _array_str(a: Any, indent: _int, summarize: _bool, fmt: _Formatter) -> str:
+    if a.ndim == 0:
+        return fmt.format(a.item())
+    if a.ndim == 1:
+        return _vector_str(a, indent, summarize, fmt)
+    n = a.shape[0]
+    if summarize and n > 2 * _EDGEITEMS:
+        rows: list[Any] = [*range(_EDGEITEMS), None, *range(n - _EDGEITEMS, n)]
+    else:
+        rows = list(range(n))
+    parts = ["..." if i is None else _array_str(a[i], indent + 1, summarize, fmt) for i in rows]
+    sep = "," + "\n" * (len(a.shape) - 1) + " " * (indent + 1)
+    return "[" + sep.join(parts) + "]"
+
+
+def _format_tensor(t: Tensor) -> str:
+    prefix = "tensor("
+    indent = len(prefix)
+    a = t._array
+    if type(a) is not backend.ndarray:
+        a = backend.to_device(a, CPU)
+    suffixes = []
+    dev = t.device
+    if dev is not backend.get_default_device():
+        suffixes.append(f"device='{dev}'")
+    if a.size == 0:
+        if a.ndim != 1:
+            suffixes.append(f"size={tuple(a.shape)}")
+        if a.dtype != dtypes.float32:
+            suffixes.append(f"dtype=asyncgrad.{a.dtype}")
+        body = "[]"
+    else:
+        if a.dtype not in _PLAIN_DTYPES:
+            suffixes.append(f"dtype=asyncgrad.{a.dtype}")
+        summarize = a.size > _THRESHOLD
+        fmt = _Formatter(_summarized_values(a, summarize), a.dtype.kind in _FLOAT_KINDS)
+        body = _array_str(a, indent, summarize, fmt)
+    try:
+        fn = t.grad_fn
+        fn_name = None if fn is None else fn.name()
+    except RuntimeError:  # a view whose base was changed in place where it cannot be rebased
+        fn_name = "Invalid"
+    if fn_name is not None:
+        suffixes.append(f"grad_fn=<{fn_name}>")
+    elif t.requires_grad:
+        suffixes.append("requires_grad=True")
+    out = [prefix + body]
+    last_len = len(out[0]) - out[0].rfind("\n") + 1
+    for suffix in suffixes:
+        if last_len + len(suffix) + 2 > _LINEWIDTH:
+            out.append(",\n" + " " * indent + suffix)
+            last_len = indent + len(suffix)
+        else:
+            out.append(", " + suffix)
+            last_len += len(suffix) + 2
+    out.append(")")
+    return "".join(out)
+
+
+# ----- end of repr -----
 
 
 # NOTE [Tensor delegates upward]

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
 import bench_chain
 import bench_checkpoint
+import bench_cnn
 import bench_cuda
 import bench_loop
 import bench_mlp
@@ -34,6 +35,7 @@ import server_smoothgrad
 BENCHES = {
     "chain": bench_chain,
     "mlp": bench_mlp,
+    "cnn": bench_cnn,
     "small": bench_small,
     "loop": bench_loop,
     "cuda": bench_cuda,

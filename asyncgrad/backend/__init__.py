@@ -27,6 +27,7 @@ __all__ = [
     "restore_fp",
     "silent_fp",
     "to_device",
+    "windows",
 ]
 
 # The CPU array type; ``type(a) is ndarray`` is the cheapest test on the hot path.
@@ -227,15 +228,6 @@ def copy_into(dst: Any, src: Any) -> None:
 
 def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
     return bool(namespace(a).allclose(a, b, rtol=rtol, atol=atol))
-
-
-def format_array(array: Any) -> str:
-    """The body of a tensor's repr: NumPy's formatting of the host copy of ``array``."""
-    if type(array) is not np.ndarray:
-        array = to_device(array, CPU)
-    return np.array2string(
-        array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, precision=4
-    )
 
 
 # DLPack's device type of CUDA memory.
@@ -446,6 +438,47 @@ def index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> A
 def is_basic_index(index: tuple[Any, ...]) -> bool:
     """Whether ``index`` holds only ints, slices, None and Ellipsis (a view, no repeats)."""
     return not any(is_array(i) or isinstance(i, (bool, np.bool_)) for i in index)
+
+
+# ----------------------------------------------------------------------------- sliding windows
+def windows(
+    a: Any, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]
+) -> Any:
+    """The sliding windows of the last two axes of ``a`` (..., H, W): a view of shape
+    (..., kh, kw, OH, OW) whose [..., i, j, oh, ow] is a[..., oh*sh + i*dh, ow*sw + j*dw].
+
+    A strided view on NumPy and CuPy (no copy: im2col is this view and one reshape); on an array
+    module without stride tricks (the simulated device) the same array built from kh*kw slices.
+    """
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    *lead, h, w = a.shape
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (w - dw * (kw - 1) - 1) // sw + 1
+    mod = namespace(a)
+    tricks = getattr(getattr(mod, "lib", None), "stride_tricks", None)
+    if tricks is not None and mod.__name__ in ("numpy", "cupy"):
+        *lead_st, st_h, st_w = a.strides
+        return tricks.as_strided(
+            a,
+            shape=(*lead, kh, kw, oh, ow),
+            strides=(*lead_st, dh * st_h, dw * st_w, sh * st_h, sw * st_w),
+            writeable=False,
+        )
+    rows = [
+        mod.stack(
+            [
+                a[
+                    ...,
+                    i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+                ]
+                for j in range(kw)
+            ],
+            axis=-3,
+        )
+        for i in range(kh)
+    ]
+    return mod.stack(rows, axis=-4)
 
 
 # The CPU namespace, for code that has already checked ``type(a) is ndarray``.

@@ -169,7 +169,7 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         >>> async def forward(x):
         ...     return await ag.run(model, x)
         >>> asyncio.run(forward(ag.ones(3, 4))).shape
-        (3, 2)
+        asyncgrad.Size([3, 2])
     """
     if not callable(fn):
         raise TypeError(f"ag.run(fn, ...) needs a callable, got {type(fn).__name__}")

@@ -37,6 +37,8 @@ __all__ = [
     "log_softmax",
     "mse_loss",
     "nll_loss",
+    "one_hot",
+    "pad",
     "relu",
     "scaled_dot_product_attention",
     "sigmoid",
@@ -172,7 +174,15 @@ def scaled_dot_product_attention(
     """``softmax(q @ k^T * scale + mask) @ v``. A bool ``attn_mask`` marks the positions that
     take part (True); a float one is added to the scores. ``is_causal`` masks the future."""
     if is_causal and attn_mask is not None:
-        raise ValueError("pass either attn_mask or is_causal=True, not both")
+        raise RuntimeError(
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
+            "is_causal=True"
+        )
+    if attn_mask is not None and attn_mask.dtype != dtypes.bool_ and attn_mask.dtype.kind != "f":
+        raise RuntimeError(
+            "Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+            f"attn_mask.dtype: {attn_mask.dtype} and  query.dtype: {query.dtype} instead."
+        )
     n_q, n_k = query.shape[-2], key.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
@@ -198,6 +208,28 @@ def _beside(x: Any, input: Tensor) -> Any:
     if isinstance(x, Tensor) or not backend.is_device_array(input._array):
         return x
     return ops.as_tensor(x, device=input.device)
+
+
+def _check_target_shape(ishape: tuple[int, ...], tshape: tuple[int, ...]) -> None:
+    """torch's checks and messages for a class-index target against ``input``'s shape."""
+    if len(ishape) < 1:
+        raise ValueError(f"Expected input of at least 1 dimension, got shape {list(ishape)}")
+    if len(ishape) <= 2 and len(tshape) > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if len(ishape) == 1:
+        if tshape not in ((), (1,)):
+            raise ValueError(
+                f"For 1D input, 1D target must have size 1, but got target size: {tshape[0]}"
+            )
+        return
+    n_t = tshape[0] if tshape else 1
+    if ishape[0] != n_t:
+        raise ValueError(
+            f"Expected input batch_size ({ishape[0]}) to match target batch_size ({n_t})."
+        )
+    want = ishape[:1] + ishape[2:]
+    if len(ishape) > 2 and tuple(tshape) != want:
+        raise RuntimeError(f"Expected target size {list(want)}, got {list(tshape)}")
 
 
 @silent_fp  # See NOTE [Silent floating point]
@@ -226,12 +258,7 @@ def nll_loss(
             f"nll_loss: expected target of integer class indices, got "
             f"{getattr(ta, 'dtype', type(ta).__name__)}"
         )
-    if la.ndim < 1 or ta.shape != (la.shape[:1] + la.shape[2:] if la.ndim > 1 else ()):
-        raise ValueError(
-            f"Expected input batch_size ({la.shape[0] if la.ndim else 0}) to match target "
-            f"batch_size ({ta.shape[0] if ta.ndim else 0}); input shape {list(la.shape)}, target "
-            f"shape {list(ta.shape)}."
-        )
+    _check_target_shape(la.shape, ta.shape)
     if la.ndim == 1:  # a single sample
         one = nll_loss(
             ops.unsqueeze(input, 0), ops.wrap(ta.reshape(1)), weight, ignore_index, reduction
@@ -293,7 +320,10 @@ def cross_entropy(
     reduction: str = "mean",
     label_smoothing: float = 0.0,
 ) -> Tensor:
-    """Cross entropy over class indices: ``nll_loss(log_softmax(input, 1), target)``."""
+    """Cross entropy: ``nll_loss(log_softmax(input, 1), target)`` for class indices, and
+    ``-(target * log_softmax(input, 1)).sum(1)`` for a float ``target`` of class
+    probabilities (the input's shape). ``label_smoothing`` mixes the target with the uniform
+    distribution over classes, as torch does."""
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     if input.ndim == 0:
@@ -301,6 +331,8 @@ def cross_entropy(
     cls_dim = 1 if input.ndim > 1 else 0
     target = _beside(target, input)
     logp = log_softmax(input, cls_dim)
+    if getattr(arr(target), "dtype", dtypes.int64).kind == "f":
+        return _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, cls_dim)
     loss = nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing == 0.0:
         return loss
@@ -329,6 +361,37 @@ def cross_entropy(
     return loss * (1.0 - label_smoothing) + s * (label_smoothing / n_cls)
 
 
+def _cross_entropy_probs(
+    logp: Tensor,
+    target: Any,
+    weight: Any,
+    reduction: str,
+    label_smoothing: float,
+    cls_dim: int,
+) -> Tensor:
+    _check_reduction(reduction)
+    tshape = tuple(arr(target).shape)
+    if tshape != tuple(logp.shape):
+        raise RuntimeError(
+            f"Expected target size {list(logp.shape)}, got {list(tshape)}"
+            if len(tshape) == logp.ndim
+            else "0D or 1D target tensor expected, multi-target not supported"
+        )
+    n_cls = logp.shape[cls_dim]
+    if label_smoothing > 0.0:
+        target = ops.add(ops.mul(target, 1.0 - label_smoothing), label_smoothing / n_cls)
+    lp = logp
+    if weight is not None:
+        w = ops.as_tensor(weight, device=logp.device)
+        lp = ops.mul(lp, ops.reshape(w, (n_cls,) + (1,) * (logp.ndim - cls_dim - 1)))
+    # NOTE [Mean over class probabilities]
+    # With probability targets torch's "mean" divides by the number of samples (every element
+    # but the class dim), with or without class weights: unlike class indices, no sample's
+    # weight is known to normalise by.
+    loss = ops.neg(ops.sum(ops.mul(lp, target), dim=cls_dim))
+    return _reduce(loss, reduction)
+
+
 def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
@@ -337,3 +400,23 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
     if reduction == "none":
         return sq
     return sq.sum() if reduction == "sum" else sq.mean()
+
+
+# ----- pad, one_hot -----
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Any = None) -> Tensor:
+    """Pad (or, with negative amounts, crop) ``input``: ``pad`` holds (before, after) pairs from
+    the last dimension backward, as torch's; ``mode`` is "constant" (with ``value``, default 0),
+    "reflect", "replicate" or "circular"."""
+    return ops.pad(input, pad, mode, value)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """int64 rows of ``num_classes`` zeros with a one at each value of ``tensor`` (int64);
+    ``num_classes=-1``: one more than the largest value."""
+    return ops.one_hot(tensor, num_classes)
+
+
+# ----------------------------------------------------------------------------- convolution, pooling
+from ..ops.conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
+
+__all__ += ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 from . import functional as F
+from . import init
 
 
 class Parameter(Tensor):
@@ -49,16 +51,37 @@ class Module:
     training: bool
     _parameters: OrderedDict[str, Parameter]
     _modules: OrderedDict[str, Module]
+    _buffers: OrderedDict[str, Tensor | None]
+    _non_persistent: set[str]
+    _forward_pre_hooks: OrderedDict[int, Callable[..., Any]]
+    _forward_hooks: OrderedDict[int, Callable[..., Any]]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
 
     # ------------------------------------------------------------------ registration
     def __setattr__(self, name: str, value: Any) -> None:
         params = self.__dict__.get("_parameters")
         modules = self.__dict__.get("_modules")
+        buffers = self.__dict__.get("_buffers")
+        if buffers is not None and name in buffers and not isinstance(value, (Parameter, Module)):
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                    "(ag.Tensor or None expected)"
+                )
+            buffers[name] = value
+            object.__setattr__(self, name, value)
+            return
+        if buffers is not None and isinstance(value, (Parameter, Module)):
+            buffers.pop(name, None)
+            self._non_persistent.discard(name)
         if isinstance(value, (Parameter, Module)):
             if params is None or modules is None:
                 raise AttributeError(
@@ -86,7 +109,93 @@ class Module:
     def __delattr__(self, name: str) -> None:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
+        self._buffers.pop(name, None)
+        self._non_persistent.discard(name)
         object.__delattr__(self, name)
+
+    # ----- buffers, hooks, apply and casts -----
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Register a tensor that is state but not a parameter (e.g. running statistics): it
+        is in ``state_dict()`` unless ``persistent=False``, and ``.to()`` moves and casts it."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        if not isinstance(name, str):
+            raise TypeError(f"buffer name should be a string. Got {type(name).__name__}")
+        if "." in name:
+            raise KeyError('buffer name can\'t contain "."')
+        if name == "":
+            raise KeyError('buffer name can\'t be empty string ""')
+        if name in self.__dict__ and name not in self._buffers:
+            raise KeyError(f"attribute '{name}' already exists")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(
+                f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                "(ag.Tensor or None required)"
+            )
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+        object.__setattr__(self, name, tensor)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """``(name, buffer)`` pairs (None buffers skipped), each buffer once."""
+        seen: set[int] = set()
+        mods = self.named_modules(prefix=prefix) if recurse else iter([(prefix, self)])
+        for mprefix, m in mods:
+            for name, b in m._buffers.items():
+                if b is None or id(b) in seen:
+                    continue
+                seen.add(id(b))
+                yield (mprefix + "." if mprefix else "") + name, b
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def register_forward_pre_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, args)`` runs before ``forward``; a non-None result replaces the
+        positional arguments (a non-tuple result becomes a 1-tuple)."""
+        return RemovableHandle(self._forward_pre_hooks, hook, prepend)
+
+    def register_forward_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, args, output)`` runs after ``forward``; a non-None result replaces
+        the output."""
+        return RemovableHandle(self._forward_hooks, hook, prepend)
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call ``fn`` on every submodule (children first) and then on this module."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def _cast_floating(self, dtype: Any) -> Module:
+        # As torch: only floating-point parameters and buffers change dtype.
+        with no_grad():
+            for m in self.modules():
+                for t in m._parameters.values():
+                    if t is not None and t.dtype.kind == "f" and t.dtype != dtype:
+                        _replace_array(t, t.detach().to(dtype))
+                for name, b in m._buffers.items():
+                    if b is not None and b.dtype.kind == "f":
+                        m._buffers[name] = b.to(dtype)
+                        object.__setattr__(m, name, m._buffers[name])
+        return self
+
+    def double(self) -> Module:
+        return self._cast_floating(dtypes.float64)
+
+    def float(self) -> Module:
+        return self._cast_floating(dtypes.float32)
+
+    def half(self) -> Module:
+        return self._cast_floating(dtypes.float16)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         setattr(self, name, param)
@@ -99,7 +208,20 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        pre = self.__dict__.get("_forward_pre_hooks")
+        if pre:
+            for hook in list(pre.values()):
+                res = hook(self, args)
+                if res is not None:
+                    args = res if isinstance(res, tuple) else (res,)
+        out = self.forward(*args, **kwargs)
+        post = self.__dict__.get("_forward_hooks")
+        if post:
+            for hook in list(post.values()):
+                res = hook(self, args, out)
+                if res is not None:
+                    out = res
+        return out
 
     # ------------------------------------------------------------------ traversal
     def _named_params(self, prefix: str, recurse: bool, dedup: bool) -> Iterator[tuple[str, Any]]:
@@ -175,27 +297,36 @@ class Module:
         """Move or cast every parameter in place (``to(device)``, ``to(dtype)``, or both)."""
         with no_grad():
             for p in self.parameters():
-                new = p.detach().to(*args, **kwargs)
-                if new._array is p._array:
-                    continue
-                p._array = new._array
-                p._vc[0] += 1
-                if p._meta is not None:
-                    p._meta.grad_accumulator = None  # it recorded the old shape/dtype/device
-                if p.grad is not None:
-                    g = p.grad.to(*args, **kwargs)
-                    p._grad = None
-                    p.grad = g
+                _replace_array(p, p.detach().to(*args, **kwargs), *args, **kwargs)
+            for m in self.modules():
+                for name, b in m._buffers.items():
+                    if b is not None:
+                        m._buffers[name] = b.to(*args, **kwargs)
+                        object.__setattr__(m, name, m._buffers[name])
         return self
 
+    def _named_state(self) -> dict[str, Tensor]:
+        """Parameters and persistent buffers by name, in torch's order (per module: its
+        parameters, then its buffers)."""
+        out: dict[str, Tensor] = {}
+        for mprefix, m in self.named_modules(remove_duplicate=False):
+            pre = mprefix + "." if mprefix else ""
+            for name, p in m._parameters.items():
+                if p is not None:
+                    out[pre + name] = p
+            for name, b in m.__dict__.get("_buffers", {}).items():
+                if b is not None and name not in m._non_persistent:
+                    out[pre + name] = b
+        return out
+
     def state_dict(self) -> OrderedDict[str, Tensor]:
-        """Every parameter by name, detached (it shares memory with the parameter)."""
-        return OrderedDict((n, p.detach()) for n, p in self._named_params("", True, dedup=False))
+        """Every parameter and persistent buffer by name, detached (sharing memory)."""
+        return OrderedDict((n, t.detach()) for n, t in self._named_state().items())
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters. Shapes must match; with ``strict`` (the default),
         so must the keys. Nothing is copied when an error is raised."""
-        own = dict(self._named_params("", True, dedup=False))
+        own = self._named_state()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         errors = []
@@ -231,14 +362,65 @@ class Module:
 
     # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__}({self.extra_repr()}"]
-        for name, m in self._modules.items():
-            sub = repr(m).replace("\n", "\n  ")
-            lines.append(f"  ({name}): {sub}")
-        return "\n".join(lines) + (")" if len(lines) == 1 else "\n)")
+        # torch's layout: a one-line extra_repr inline; otherwise extra lines, then children,
+        # each on its own indented line.
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): {_indent(repr(m))}" for name, m in self._modules.items()]
+        return _layout(type(self).__name__, extra_lines, child_lines)
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n  ")
+
+
+def _layout(name: str, extra_lines: list[str], child_lines: list[str]) -> str:
+    lines = extra_lines + child_lines
+    if not lines:
+        return name + "()"
+    if len(extra_lines) == 1 and not child_lines:
+        return f"{name}({extra_lines[0]})"
+    return name + "(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _replace_array(p: Tensor, new: Tensor, *args: Any, **kwargs: Any) -> None:
+    """Give parameter ``p`` the array of ``new`` in place (``args``: how to convert its grad)."""
+    if new._array is p._array:
+        return
+    p._array = new._array
+    p._vc[0] += 1
+    if p._meta is not None:
+        p._meta.grad_accumulator = None  # it recorded the old shape/dtype/device
+    if p.grad is not None:
+        g = p.grad.to(*args, **kwargs) if args or kwargs else p.grad.to(new.dtype)
+        p._grad = None
+        p.grad = g
+
+
+class RemovableHandle:
+    """What ``register_forward_hook`` and friends return: ``.remove()`` takes the hook off
+    (also as a context manager)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: OrderedDict[int, Any], hook: Any, prepend: bool = False) -> None:
+        self.id = next(RemovableHandle._ids)
+        self._hooks = hooks
+        hooks[self.id] = hook
+        if prepend:
+            hooks.move_to_end(self.id, last=False)
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
 
 def _zero_grad(p: Tensor, set_to_none: bool) -> None:
@@ -313,6 +495,21 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+    def __repr__(self) -> str:
+        # As torch: runs of equal reprs are folded into "(i-j): n x Module(...)".
+        blocks: list[tuple[int, int, str]] = []
+        for i, m in enumerate(self._modules.values()):
+            r = repr(m)
+            if blocks and blocks[-1][2] == r:
+                blocks[-1] = (blocks[-1][0], i, r)
+            else:
+                blocks.append((i, i, r))
+        lines = [
+            _indent(f"({a}): {r}" if a == b else f"({a}-{b}): {b - a + 1} x {r}")
+            for a, b, r in blocks
+        ]
+        return _layout(type(self).__name__, [], lines)
 
     def append(self, module: Module) -> ModuleList:
         if not isinstance(module, Module):
@@ -413,6 +610,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(int(s) for s in normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.use_bias = bias
         dt = dtypes.to_dtype(dtype or dtypes.float32)
         shape = self.normalized_shape
         self.weight = Parameter(backend.ones(shape, dt)) if elementwise_affine else None
@@ -426,7 +624,8 @@ class LayerNorm(Module):
 
     def extra_repr(self) -> str:
         return (
-            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+            f"{self.normalized_shape}, eps={self.eps}, "
+            f"elementwise_affine={self.elementwise_affine}, bias={self.use_bias}"
         )
 
 
@@ -435,17 +634,18 @@ class Dropout(Module):
 
     The mask comes from the default generator, so ``ag.manual_seed`` makes it repeatable."""
 
-    def __init__(self, p: float = 0.5) -> None:
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training)
+        return F.dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class ReLU(Module):
@@ -475,3 +675,473 @@ class Tanh(Module):
 class Sigmoid(Module):
     def forward(self, x: Tensor) -> Tensor:
         return ops.sigmoid(x)
+
+
+# ----- containers, reshaping and losses (torch's nn.Identity, Flatten, ModuleDict, *Loss) -----
+class Identity(Module):
+    """Returns its input; any constructor arguments are ignored, as in torch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, input: Any) -> Any:
+        return input
+
+
+class Flatten(Module):
+    """Flattens dims ``start_dim`` to ``end_dim`` into one (the batch dim stays by default)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim = start_dim
+        self.end_dim = end_dim
+
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.flatten(input, self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class ModuleDict(Module):
+    """A dict of modules whose parameters are registered, in insertion order."""
+
+    def __init__(self, modules: Any = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict holds Modules, got {type(module).__name__}")
+        setattr(self, key, module)
+
+    def __delitem__(self, key: str) -> None:
+        delattr(self, key)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._modules
+
+    def keys(self) -> Iterable[str]:
+        return self._modules.keys()
+
+    def items(self) -> Iterable[tuple[str, Module]]:
+        return self._modules.items()
+
+    def values(self) -> Iterable[Module]:
+        return self._modules.values()
+
+    def pop(self, key: str) -> Module:
+        m = self._modules[key]
+        delattr(self, key)
+        return m
+
+    def clear(self) -> None:
+        for key in list(self._modules):
+            delattr(self, key)
+
+    def update(self, modules: Any) -> None:
+        pairs = modules.items() if hasattr(modules, "items") else modules
+        for item in pairs:
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(
+                    "ModuleDict update sequence element has to be a key-value pair, got "
+                    f"{type(item).__name__}"
+                )
+            self[item[0]] = item[1]
+
+
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        F._check_reduction(reduction)
+        self.reduction = reduction
+
+
+class MSELoss(_Loss):
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_Loss):
+    weight: Tensor | None
+
+    def __init__(
+        self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class CrossEntropyLoss(_Loss):
+    """``F.cross_entropy`` as a module: class indices or class probabilities as targets."""
+
+    weight: Tensor | None
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.cross_entropy(
+            input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing
+        )
+
+
+class BCEWithLogitsLoss(_Loss):
+    weight: Tensor | None
+    pos_weight: Tensor | None
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> None:
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input: Tensor, target: Any) -> Tensor:
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, self.reduction, self.pos_weight
+        )
+
+
+# ----- attention (torch's nn.MultiheadAttention) -----
+class MultiheadAttention(Module):
+    """torch's ``nn.MultiheadAttention``: project, attend per head, concatenate, project.
+
+    ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+    average_attn_weights=True, is_causal=False)`` returns ``(output, weights or None)``.
+    Masks follow torch's convention here (NOT scaled_dot_product_attention's): a bool mask marks
+    with True the positions that may NOT be attended to; a float mask is added to the scores.
+    Parameter names match torch's, so a torch state dict loads as it is."""
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} "
+                f"and num_heads={num_heads} instead"
+            )
+        if embed_dim % num_heads:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("add_bias_kv and add_zero_attn are not supported")
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        e = embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight: Parameter | None = Parameter(backend.empty((3 * e, e), dt))
+            self.q_proj_weight: Parameter | None = None
+            self.k_proj_weight: Parameter | None = None
+            self.v_proj_weight: Parameter | None = None
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            self.in_proj_weight = None
+            self.q_proj_weight = Parameter(backend.empty((e, e), dt))
+            self.k_proj_weight = Parameter(backend.empty((e, self.kdim), dt))
+            self.v_proj_weight = Parameter(backend.empty((e, self.vdim), dt))
+            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                init.xavier_uniform_(w)
+        self.in_proj_bias = Parameter(backend.zeros((3 * e,), dt)) if bias else None
+        self.out_proj = Linear(e, e, bias=bias, dtype=dt)
+        if self.out_proj.bias is not None:
+            init.zeros_(self.out_proj.bias)
+        if device is not None:
+            self.to(device)
+
+    def _project(self, x: Tensor, i: int) -> Tensor:
+        e = self.embed_dim
+        if self.in_proj_weight is not None:
+            w = self.in_proj_weight[i * e : (i + 1) * e]
+        else:
+            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]  # type: ignore[assignment]
+        b = None if self.in_proj_bias is None else self.in_proj_bias[i * e : (i + 1) * e]
+        return ops.linear(x, w, b)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        if is_causal and attn_mask is None:
+            raise RuntimeError(
+                "Need attn_mask if specifying the is_causal hint. You may use the Transformer "
+                "module method `generate_square_subsequent_mask` to create this mask."
+            )
+        batched = query.ndim == 3
+        if not batched:
+            query, key, value = (ops.unsqueeze(t, 0) for t in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = ops.unsqueeze(key_padding_mask, 0)
+        elif not self.batch_first:
+            query, key, value = (ops.transpose(t, 0, 1) for t in (query, key, value))
+        n, n_q, _ = query.shape
+        n_k = key.shape[1]
+        h, hd = self.num_heads, self.head_dim
+
+        def heads(x: Tensor, length: int) -> Tensor:
+            return ops.transpose(ops.reshape(x, (n, length, h, hd)), 1, 2)
+
+        q = heads(self._project(query, 0), n_q)
+        k = heads(self._project(key, 1), n_k)
+        v = heads(self._project(value, 2), n_k)
+        scores = ops.mul(ops.matmul(q, ops.transpose(k, -2, -1)), 1.0 / math.sqrt(hd))
+        if attn_mask is not None:
+            if attn_mask.ndim == 3:  # (N * num_heads, L, S)
+                attn_mask = ops.reshape(attn_mask, (n, h, n_q, n_k))
+            scores = _apply_mask(scores, attn_mask)
+        if key_padding_mask is not None:
+            scores = _apply_mask(scores, ops.reshape(key_padding_mask, (n, 1, 1, n_k)))
+        weights = F.softmax(scores, dim=-1)
+        if self.training and self.dropout > 0.0:
+            weights = F.dropout(weights, self.dropout)
+        out = ops.reshape(ops.transpose(ops.matmul(weights, v), 1, 2), (n, n_q, self.embed_dim))
+        out = self.out_proj(out)
+        if not batched:
+            out = ops.squeeze(out, 0)
+        elif not self.batch_first:
+            out = ops.transpose(out, 0, 1)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = ops.mean(weights, dim=1)
+        if not batched:
+            weights = ops.squeeze(weights, 0)
+        return out, weights
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+def _apply_mask(scores: Tensor, mask: Tensor) -> Tensor:
+    """torch's MultiheadAttention masks: True (bool) forbids a position; floats are added."""
+    if mask.dtype == dtypes.bool_:
+        return ops.masked_fill(scores, mask, float("-inf"))
+    return ops.add(scores, mask)
+
+
+# ============================================================================ convolution, pooling
+class _ConvNd(Module):
+    """Shared by Conv1d and Conv2d: weights initialised as torch does (kaiming_uniform with
+    a = sqrt(5), which is uniform in +-1/sqrt(fan_in); the bias likewise)."""
+
+    _n: int = 2
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={padding_mode!r}: only 'zeros' is supported")
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise ValueError(
+                f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}"
+            )
+        n = self._n
+        k = (kernel_size,) * n if isinstance(kernel_size, int) else tuple(kernel_size)
+        if isinstance(padding, str) and padding == "same" and stride not in (1, (1,) * n):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = k
+        self.stride = (stride,) * n if isinstance(stride, int) else tuple(stride)
+        self.padding = (
+            padding
+            if isinstance(padding, str)
+            else ((padding,) * n if isinstance(padding, int) else tuple(padding))
+        )
+        self.dilation = (dilation,) * n if isinstance(dilation, int) else tuple(dilation)
+        self.groups = groups
+        self.padding_mode = padding_mode
+        fan_in = in_channels // groups * math.prod(k)
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+        shape = (out_channels, in_channels // groups, *k)
+        self.weight = Parameter(_uniform(bound, shape, dtype))
+        self.bias = Parameter(_uniform(bound, (out_channels,), dtype)) if bias else None
+        if device is not None:
+            self.to(device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        conv = F.conv1d if self._n == 1 else F.conv2d
+        return conv(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self._n:
+            s += f", padding={self.padding!r}"
+        if self.dilation != (1,) * self._n:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution over (N, C, L), as ``torch.nn.Conv1d``."""
+
+    _n = 1
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution over (N, C, H, W), as ``torch.nn.Conv2d``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> conv = ag.nn.Conv2d(1, 8, 3, padding=1)
+        >>> conv(ag.zeros(2, 1, 5, 5)).shape
+        (2, 8, 5, 5)
+    """
+
+    _n = 2
+
+
+class MaxPool2d(Module):
+    """``F.max_pool2d`` as a module, as ``torch.nn.MaxPool2d``."""
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.dilation = dilation
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, x: Tensor) -> Any:
+        return F.max_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.dilation,
+            ceil_mode=self.ceil_mode,
+            return_indices=self.return_indices,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
+
+
+class AvgPool2d(Module):
+    """``F.avg_pool2d`` as a module, as ``torch.nn.AvgPool2d``."""
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"

@@ -2,7 +2,7 @@
 
 ``pointwise`` (arithmetic, comparisons, activations), ``reduce`` (sum, max, softmax, ...),
 ``linalg`` (matmul, linear), ``shape`` (views, join and split), ``index`` (getitem/setitem),
-``inplace`` (``add_`` and friends), ``creation`` (factories, RNG), ``convert`` (to, clone, repr).
+``inplace`` (``add_`` and friends), ``creation`` (factories, RNG), ``convert`` (to, clone).
 ``Tensor``'s methods delegate here (See NOTE [Tensor delegates upward]).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..graph.node import Edge
 from ._record import as_array, wrap
-from .convert import clone, contiguous, format_tensor, to
+from .convert import clone, contiguous, to
 from .creation import (
     Generator,
     arange,
@@ -24,11 +24,13 @@ from .creation import (
     full_like,
     linspace,
     manual_seed,
+    multinomial,
     ones,
     ones_like,
     rand,
     randint,
     randn,
+    randperm,
     tensor,
     zeros,
     zeros_like,
@@ -40,7 +42,16 @@ from .graph_link import (
     register_tensor_hook,
     retain_grad,
 )
-from .index import getitem, index_add_zeros, setitem
+from .index import (
+    gather,
+    getitem,
+    index_add_zeros,
+    index_select,
+    one_hot,
+    scatter_add,
+    scatter_add_,
+    setitem,
+)
 from .inplace import (
     add_,
     clamp_,
@@ -123,17 +134,27 @@ from .shape import (
     expand,
     expand_as,
     flatten,
+    flip,
+    narrow,
+    pad,
     permute,
+    repeat,
     reshape,
+    roll,
+    select,
     split,
     squeeze,
     stack,
     t,
+    tile,
     transpose,
+    tril,
+    triu,
     unbind,
     unflatten,
     unsqueeze,
     view,
+    view_dtype,
 )
 
 __all__ = [
@@ -177,18 +198,20 @@ __all__ = [
     "eye",
     "fill_",
     "flatten",
+    "flip",
     "floor_divide",
-    "format_tensor",
     "from_dlpack",
     "from_numpy",
     "full",
     "full_like",
+    "gather",
     "ge",
     "gelu",
     "getitem",
     "grad_accumulator",
     "gt",
     "index_add_zeros",
+    "index_select",
     "isfinite",
     "isnan",
     "le",
@@ -214,16 +237,21 @@ __all__ = [
     "mm",
     "mul",
     "mul_",
+    "multinomial",
+    "narrow",
     "ne",
     "neg",
+    "one_hot",
     "ones",
     "ones_like",
+    "pad",
     "permute",
     "pow",
     "pow_",
     "rand",
     "randint",
     "randn",
+    "randperm",
     "reciprocal",
     "refresh_view",
     "register_post_accumulate_grad_hook",
@@ -231,9 +259,14 @@ __all__ = [
     "relu",
     "relu_",
     "remainder",
+    "repeat",
     "reshape",
     "retain_grad",
+    "roll",
     "rsqrt",
+    "scatter_add",
+    "scatter_add_",
+    "select",
     "setitem",
     "sigmoid",
     "sign",
@@ -251,15 +284,43 @@ __all__ = [
     "tan",
     "tanh",
     "tensor",
+    "tile",
     "to",
     "transpose",
+    "tril",
+    "triu",
     "unbind",
     "unflatten",
     "unsqueeze",
     "view",
+    "view_dtype",
     "where",
     "wrap",
     "zero_",
     "zeros",
     "zeros_like",
+]
+
+# ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
+from .linalg import dot, einsum, outer
+from .reduce import all, any, cumsum, norm, prod, std, var
+from .sorting import SortResult, TopKResult, argsort, nonzero, sort, topk
+
+__all__ += [
+    "SortResult",
+    "TopKResult",
+    "all",
+    "any",
+    "argsort",
+    "cumsum",
+    "dot",
+    "einsum",
+    "nonzero",
+    "norm",
+    "outer",
+    "prod",
+    "sort",
+    "std",
+    "topk",
+    "var",
 ]

@@ -1,4 +1,4 @@
-"""Copies and conversions: clone, contiguous, ``to`` (device and dtype), and the repr."""
+"""Copies and conversions: clone, contiguous, ``to`` (device and dtype)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import backend, dtypes
 from .._tensor import Tensor
-from ..backend import CPU, Device, silent_fp
+from ..backend import Device, silent_fp
 from ._record import OPS, make, wrap
 
 
@@ -48,24 +48,3 @@ def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         # As in torch, a cast to an integer or bool dtype leaves the graph.
         out = make(OPS["cast"], cast, (out,)) if cast.dtype.kind in "fc" else wrap(cast)
     return out
-
-
-_PLAIN_DTYPES = (dtypes.float32, dtypes.int64, dtypes.bool_)
-
-
-def format_tensor(t: Tensor) -> str:
-    """torch's repr: ``tensor([...], dtype=..., grad_fn=<...>)``."""
-    a = t._array
-    extras = []
-    if t.device is not CPU:
-        extras.append(f"device='{t.device}'")
-    if a.dtype not in _PLAIN_DTYPES:
-        extras.append(f"dtype=asyncgrad.{a.dtype}")
-    if a.size == 0:
-        extras.append(f"size={tuple(a.shape)}")
-    fn = t._grad_fn
-    if fn is not None:
-        extras.append(f"grad_fn=<{fn.name()}>")
-    elif t._requires_grad:
-        extras.append("requires_grad=True")
-    return "tensor(" + ", ".join([backend.format_array(a), *extras]) + ")"

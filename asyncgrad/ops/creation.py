@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from .. import backend, dtypes
 from .._tensor import Tensor
-from ..backend import Device
+from ..backend import Device, silent_fp
 from ..backend import _default_device as _default_device_var
 from ._record import arr, as_array, wrap
 from .convert import to
@@ -240,3 +240,95 @@ def randint(
     if dtype is not None:
         a = a.astype(dtypes.to_dtype(dtype), copy=False)
     return _finish(a, device, False)
+
+
+# ----- randperm, multinomial -----
+# NOTE [Permutations and samples from uniform draws]
+# randperm and multinomial draw uniform floats from the generator (so they follow its seed on
+# every device) and turn them into the result with array ops: a permutation is the order of n
+# uniform keys; sampling without replacement takes the categories with the smallest exponential
+# keys -log(u) / p (each next pick then has probability proportional to p among those left);
+# sampling with replacement inverts the cumulative distribution.
+def randperm(
+    n: int,
+    *,
+    generator: Generator | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    n = int(n)
+    if n < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
+    rng = (generator or default_generator).state(_device(device))
+    keys = rng.random((n,), dtypes.float64)
+    perm = backend.namespace(keys).argsort(keys)
+    return _finish(perm.astype(_dt(dtype, dtypes.int64), copy=False), device, requires_grad)
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def multinomial(
+    input: Tensor,
+    num_samples: int,
+    replacement: bool = False,
+    *,
+    generator: Generator | None = None,
+) -> Tensor:
+    """``num_samples`` category indices per row of ``input`` (1-D or 2-D, non-negative weights
+    that need not sum to 1), drawn from ``generator``: int64, on input's device."""
+    pa = input._array
+    if pa.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not dtypes.is_floating(pa.dtype):
+        raise RuntimeError(
+            f"multinomial only supports floating-point dtypes for input, got: "
+            f"{scalar_name(pa.dtype)}"
+        )
+    num_samples = int(num_samples)
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    n = pa.shape[-1]
+    if not replacement and num_samples > n:
+        raise RuntimeError(
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
+        )
+    xp = backend.namespace(pa)
+    p = pa.astype(dtypes.float64).reshape(-1, n)
+    if not bool(xp.isfinite(p).all()) or bool((p < 0).any()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    total = p.sum(axis=1, keepdims=True)
+    if bool((total <= 0).any()):
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    rng = (generator or default_generator).state(backend.device_of(pa))
+    rows = p.shape[0]
+    if replacement:
+        cdf = xp.cumsum(p / total, axis=1)
+        u = rng.random((rows, num_samples), dtypes.float64)
+        picks = (cdf[:, None, :] <= u[:, :, None]).sum(axis=2)
+        out = xp.minimum(picks, n - 1)
+    else:
+        u = rng.random((rows, n), dtypes.float64)
+        keys = -xp.log1p(-u) / p  # exponential(1) / p; inf where p == 0
+        out = xp.argsort(keys, axis=1)[:, :num_samples]
+    out = out.astype(dtypes.int64, copy=False)
+    return wrap(out.reshape(num_samples) if pa.ndim == 1 else out)
+
+
+_SCALAR_NAMES: Final = {
+    "float16": "Half",
+    "float32": "Float",
+    "float64": "Double",
+    "int8": "Char",
+    "uint8": "Byte",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "bool": "Bool",
+    "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
+
+
+def scalar_name(dt: Any) -> str:
+    """torch's name of a dtype in its messages ("Float", "Long")."""
+    return _SCALAR_NAMES.get(str(dt), str(dt))

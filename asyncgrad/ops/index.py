@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
-from .. import backend
+from .. import backend, dtypes
 from .._tensor import Tensor
-from ._record import OPS, arr, as_view, make
+from ._record import OPS, arr, as_view, make, wrap
 from .inplace import copy_, inplace
+from .pointwise import add
 
 
 def _norm_index(index: Any) -> tuple[tuple[Any, ...], bool]:
@@ -87,3 +89,161 @@ def _index_put(x: Tensor, idx: tuple[Any, ...], value: Any) -> Tensor:
     out = x._array.copy()
     out[idx] = arr(value)
     return make(OPS["index_put"], out, (x, value), {"index": idx})
+
+
+# ----- gather, scatter_add, index_select, one_hot -----
+# NOTE [Index ops are getitem]
+# gather, index_select, flip, roll, repeat and pad (reflect, replicate, circular) are advanced
+# (or basic) indexing with an index built from the op's arguments: they record a ``getitem``
+# node, whose backward (``index_add_zeros``, repeated positions adding up) is itself
+# differentiable, so one rule serves them all to any order. scatter_add is the same backward
+# used forward: ``self + index_add_zeros(src, index)``. The index arrays are made on the device
+# of the indexed array (see ``_on_device_of``).
+
+
+def take(input: Tensor, idx: tuple[Any, ...]) -> Tensor:
+    """``input[idx]`` as a new tensor (never a view), recorded as ``getitem``; ``idx`` holds
+    slices, ints and index arrays on input's device."""
+    xa = input._array
+    out = xa[idx]
+    if backend.shares_base(out, xa):
+        out = out.copy()
+    return make(OPS["getitem"], out, (input,), {"index": idx, "in_shape": xa.shape})
+
+
+def norm_dim(dim: int, ndim: int) -> int:
+    """``dim`` in ``[0, ndim)`` (a 0-d tensor has one dimension to name), with torch's error."""
+    nd = builtins.max(ndim, 1)
+    if not -nd <= dim < nd:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})"
+        )
+    return dim % nd
+
+
+def _index_array(index: Any, name: str, xa: Any) -> Any:
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{name}(): argument 'index' must be Tensor, not {type(index).__name__}")
+    ia = index._array
+    if ia.dtype.kind not in "iu":
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+    return _on_device_of((ia,), xa)[0]
+
+
+def _mesh(xp: Any, shape: tuple[int, ...], dim: int, ia: Any) -> tuple[Any, ...]:
+    """The advanced index that picks ``ia[..., i, ...]`` along ``dim`` and ``i`` along every other
+    dimension, broadcast over ``shape`` (the index's shape)."""
+    out = []
+    for d, n in enumerate(shape):
+        if d == dim:
+            out.append(ia)
+        else:
+            out.append(xp.arange(n).reshape((n,) + (1,) * (len(shape) - d - 1)))
+    return tuple(out)
+
+
+def _check_bounds(ia: Any, n: int, dim: int) -> None:
+    if ia.size and bool(((ia < 0) | (ia >= n)).any()):
+        bad = int(ia[(ia < 0) | (ia >= n)].ravel()[0])
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {dim} with size {n}")
+
+
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
+    xa = input._array
+    ia = _index_array(index, "gather", xa)
+    if ia.ndim != xa.ndim:
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    d = norm_dim(dim, xa.ndim)
+    for k in range(xa.ndim):
+        if k != d and ia.shape[k] > xa.shape[k]:
+            raise RuntimeError(
+                f"Size does not match at dimension {k} expected index {list(ia.shape)} to be "
+                f"no larger than self {list(xa.shape)} apart from dimension {d}"
+            )
+    if xa.ndim == 0:
+        _check_bounds(ia, 1, d)
+        return take(input, (Ellipsis,))
+    _check_bounds(ia, xa.shape[d], d)
+    return take(input, _mesh(backend.namespace(xa), ia.shape, d, ia))
+
+
+def _scatter_add_src(input: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
+    """``index_add_zeros(src, index)`` of input's shape: what scatter_add adds to input."""
+    xa = input._array
+    if not isinstance(src, Tensor):
+        raise TypeError(f"scatter_add(): argument 'src' must be Tensor, not {type(src).__name__}")
+    sa = src._array
+    ia = _index_array(index, "scatter", xa)
+    if sa.dtype != xa.dtype:
+        raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+    if not (ia.ndim == xa.ndim == sa.ndim):
+        raise RuntimeError(
+            "Index tensor must have the same number of dimensions as self tensor"
+            if ia.ndim != xa.ndim
+            else "Index tensor must have the same number of dimensions as src tensor"
+        )
+    d = norm_dim(dim, xa.ndim)
+    for k in range(xa.ndim):
+        if ia.shape[k] > sa.shape[k] or (k != d and ia.shape[k] > xa.shape[k]):
+            raise RuntimeError(
+                f"Expected index {list(ia.shape)} to be no larger than self {list(xa.shape)} apart "
+                f"from dimension {d} and to be no larger size than src {list(sa.shape)}"
+            )
+    if xa.ndim == 0:
+        _check_bounds(ia, 1, d)
+        return index_add_zeros(src, (Ellipsis,), ())
+    _check_bounds(ia, xa.shape[d], d)
+    part = src
+    if ia.shape != sa.shape:
+        part = getitem(src, tuple(slice(0, n) for n in ia.shape))
+    idx = _mesh(backend.namespace(xa), ia.shape, d, ia)
+    return index_add_zeros(part, idx, xa.shape)
+
+
+def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return add(input, _scatter_add_src(input, dim, index, src))
+
+
+def scatter_add_(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    contrib = _scatter_add_src(input, dim, index, src)
+    return inplace(input, "add", lambda s: add(s, contrib))
+
+
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    xa = input._array
+    if not isinstance(index, Tensor):
+        raise TypeError(
+            f"index_select(): argument 'index' must be Tensor, not {type(index).__name__}"
+        )
+    ia = index._array
+    if ia.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if ia.dtype.kind not in "iu":
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    ia = _on_device_of((ia.reshape(-1),), xa)[0]
+    d = norm_dim(dim, xa.ndim)
+    n = xa.shape[d] if xa.ndim else 1
+    if ia.size and bool(((ia < 0) | (ia >= n)).any()):
+        raise IndexError("index out of range in self")
+    if xa.ndim == 0:
+        return take(input, (Ellipsis,))
+    return take(input, (*(slice(None),) * d, ia, Ellipsis))
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """``tensor``'s values as one-hot rows of ``num_classes`` (int64), as torch's one_hot."""
+    ta = tensor._array
+    if ta.dtype != dtypes.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if ta.size == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(ta.max()) + 1
+    if ta.size:
+        if int(ta.min()) < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if int(ta.max()) >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    xp = backend.namespace(ta)
+    out = (ta[..., None] == xp.arange(num_classes)).astype(ta.dtype)
+    return wrap(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from .. import backend, dtypes
 from .._tensor import Tensor
@@ -492,7 +492,19 @@ def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
     return _unary(OPS["clamp"], lambda xp, a: xp.clip(a, min, max), input, {"min": min, "max": max})
 
 
-def where(condition: Any, input: Any, other: Any) -> Tensor:
+@overload
+def where(condition: Any) -> tuple[Tensor, ...]: ...
+
+
+@overload
+def where(condition: Any, input: Any, other: Any) -> Tensor: ...
+
+
+def where(condition: Any, input: Any = None, other: Any = None) -> Any:
+    if input is None and other is None:  # where(cond): the indices of the non-zero elements
+        from .sorting import nonzero
+
+        return nonzero(condition, as_tuple=True)
     c = arr(condition)
     ia, oa = arr(input), arr(other)
     xp = namespace(c if hasattr(c, "shape") else ia if hasattr(ia, "shape") else oa)

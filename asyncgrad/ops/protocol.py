@@ -159,3 +159,21 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     if fn is None:
         return NotImplemented
     return fn(*args, **kwargs)
+
+
+# ----- cumsum, prod, einsum (the rules of reductions and einsum under create_graph) -----
+def _np_cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+    return reduce.cumsum(a, axis)
+
+
+def _np_prod(
+    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **_: Any
+) -> Any:
+    return reduce.prod(a, axis, keepdims)
+
+
+def _np_einsum(equation: str, *operands: Any, **_: Any) -> Any:
+    return linalg.einsum(equation, *operands)
+
+
+_ARRAY_FUNCTIONS.update({"cumsum": _np_cumsum, "prod": _np_prod, "einsum": _np_einsum})

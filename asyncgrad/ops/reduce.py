@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Any, NamedTuple
 
 from .. import backend, dtypes
@@ -164,3 +165,184 @@ def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     s = xa - xa.max(axis=d, keepdims=True)  # array methods skip NumPy's Python-level wrappers
     s -= xp.log(xp.exp(s).sum(axis=d, keepdims=True))
     return make(OPS["log_softmax"], s, (input,), {"dim": d})
+
+
+# ----- var, std, prod, norm, cumsum, all, any -----
+def _float_only(xa: Any, what: str) -> None:
+    if xa.dtype.kind not in "fc":
+        raise RuntimeError(f"{what} only support floating point and complex dtypes")
+
+
+def _correction(dim: Any, unbiased: Any, correction: Any) -> tuple[Any, float]:
+    # torch's two overloads: var(input, dim, unbiased, keepdim) and var(input, dim, *,
+    # correction, keepdim); ``var(input, True)`` is the first with dim left out.
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise TypeError("var(): dim must be an int or a tuple of ints, not bool")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise RuntimeError("var(): cannot specify both unbiased and correction")
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    return dim, float(correction)
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def var(
+    input: Tensor,
+    dim: Any = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: Any = None,
+) -> Tensor:
+    """The variance over ``dim`` (all dims when None), divided by ``N - correction``."""
+    return _var_std("var", input, dim, unbiased, keepdim, correction)
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def std(
+    input: Tensor,
+    dim: Any = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: Any = None,
+) -> Tensor:
+    """The standard deviation over ``dim``: the square root of ``var``."""
+    return _var_std("std", input, dim, unbiased, keepdim, correction)
+
+
+def _var_std(
+    name: str, input: Tensor, dim: Any, unbiased: Any, keepdim: bool, correction: Any
+) -> Tensor:
+    xa = input._array
+    _float_only(xa, "std and var")
+    dim, corr = _correction(dim, unbiased, correction)
+    axis = None if xa.ndim == 0 or dim is None or dim == () or dim == [] else dims(dim, xa.ndim)
+    n = xa.size if axis is None else math.prod(xa.shape[d] for d in axis)
+    # Divided by max(N - correction, 0), as torch does: inf or NaN past it, silently (NumPy's
+    # var would warn there, and its mean warns on empty slices).
+    xp = namespace(xa)
+    mu = xa.sum(axis=axis, keepdims=True) / xa.dtype.type(n)
+    d = xa - mu
+    out = (d * d).sum(axis=axis, keepdims=keepdim) / xa.dtype.type(builtins.max(n - corr, 0))
+    if name == "std":
+        out = xp.sqrt(out)
+    params = {"dim": axis, "keepdim": keepdim, "n": n, "correction": corr}
+    return make(OPS[name], out, (input,), params)
+
+
+def _int_dim(dim: Any, what: str) -> Any:
+    if dim is not None and not isinstance(dim, (int, backend.integer)):
+        raise TypeError(f"{what}(): argument 'dim' must be int, not {type(dim).__name__}")
+    return dim
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def prod(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    """The product of the elements (along one ``dim``); integers and bools give int64."""
+    xa = input._array
+    _int_dim(dim, "prod")
+    axis = None if dim is None or xa.ndim == 0 else dims(dim, xa.ndim)[0]  # type: ignore[index]
+    dt = None if dtype is None else dtypes.to_dtype(dtype)
+    if dt is None and xa.dtype.kind in "biu":
+        dt = dtypes.int64
+    out = xa.prod(axis=axis, keepdims=keepdim and axis is not None, dtype=dt)
+    if keepdim and axis is None and xa.ndim:
+        out = backend.ensure_array(out).reshape((1,) * xa.ndim)
+    return make(OPS["prod"], out, (input,), {"dim": axis, "keepdim": keepdim})
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    """Cumulative sums along ``dim``; integers and bools give int64."""
+    xa = input._array
+    (d,) = dims(_int_dim(dim, "cumsum"), xa.ndim) or (0,)
+    dt = None if dtype is None else dtypes.to_dtype(dtype)
+    if dt is None and xa.dtype.kind in "biu":
+        dt = dtypes.int64
+    if xa.ndim == 0:
+        out = xa.astype(dt) if dt is not None else xa.copy()
+    else:
+        out = xa.cumsum(axis=d, dtype=dt)
+    return make(OPS["cumsum"], out, (input,), {"dim": d if xa.ndim else None})
+
+
+_TORCH_NAMES: dict[str, str] = {
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def norm(
+    input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
+) -> Tensor:
+    """The vector ``p``-norm over ``dim`` (all elements when None), as ``torch.norm``.
+
+    ``p``: ``"fro"`` (the 2-norm of the elements, over at most two dims), a number, ``inf`` or
+    ``-inf``. ``p=0`` counts the non-zero elements.
+    """
+    xa = input._array
+    if dtype is not None:
+        xa = xa.astype(dtypes.to_dtype(dtype))
+        input = input.to(dtypes.to_dtype(dtype))
+    if xa.dtype.kind not in "fc":
+        raise RuntimeError(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+            f"Got {_TORCH_NAMES.get(str(xa.dtype), str(xa.dtype))}"
+        )
+    if isinstance(p, str):
+        nd = 1 if isinstance(dim, (int, backend.integer)) or dim is None else len(dim)
+        if p == "nuc":
+            raise RuntimeError("norm(): p='nuc' (the nuclear norm) is not supported")
+        if p != "fro":
+            raise RuntimeError(f"linalg.matrix_norm: Order {p} not supported.")
+        if nd > 2:
+            raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {dim}")
+        p = 2.0
+    p = float(p)
+    axis = None if dim is None or xa.ndim == 0 else dims(dim, xa.ndim)
+    xp = namespace(xa)
+    a = xp.abs(xa)
+    if p == 2.0:
+        out = xp.sqrt((a * a).sum(axis=axis, keepdims=keepdim))
+    elif p == 1.0:
+        out = a.sum(axis=axis, keepdims=keepdim)
+    elif p == math.inf:
+        out = a.max(axis=axis, keepdims=keepdim)
+    elif p == -math.inf:
+        out = a.min(axis=axis, keepdims=keepdim)
+    elif p == 0.0:
+        out = (xa != 0).sum(axis=axis, keepdims=keepdim).astype(xa.dtype)
+    else:
+        out = (a**p).sum(axis=axis, keepdims=keepdim) ** (1.0 / p)
+    out = backend.ensure_array(out).astype(xa.dtype, copy=False)
+    return make(OPS["norm"], out, (input,), {"p": p, "dim": axis, "keepdim": keepdim})
+
+
+def _all_any(name: str, input: Tensor, dim: Any, keepdim: bool) -> Tensor:
+    xa = input._array
+    axis = None if dim is None or xa.ndim == 0 else dims(dim, xa.ndim)
+    f = xa.all if name == "all" else xa.any
+    out = backend.ensure_array(f(axis=axis, keepdims=keepdim))
+    if keepdim and axis is None and xa.ndim:
+        out = out.reshape((1,) * xa.ndim)
+    if xa.dtype.kind == "u" and xa.dtype.itemsize == 1:  # torch keeps uint8 for uint8 inputs
+        out = out.astype(xa.dtype)
+    return wrap(out)
+
+
+def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether all elements (along ``dim``) are non-zero: a bool tensor without grad."""
+    return _all_any("all", input, dim, keepdim)
+
+
+def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether any element (along ``dim``) is non-zero: a bool tensor without grad."""
+    return _all_any("any", input, dim, keepdim)

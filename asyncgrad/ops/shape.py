@@ -6,11 +6,13 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
-from .. import backend
+from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import _grad_enabled
 from ._record import OPS, arr, as_view, make, record, wrap
-from .convert import to
+from .creation import scalar_name
+from .index import getitem, index_add_zeros, norm_dim, take
+from .pointwise import add, masked_fill
 from .reduce import dims
 
 namespace = backend.namespace
@@ -59,8 +61,8 @@ def reshape(input: Tensor, *shape: Any) -> Tensor:
 
 
 def view(input: Tensor, *shape: Any) -> Tensor:
-    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
-        return to(input, shape[0])
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, backend.integer)):
+        return view_dtype(input, shape[0])
     return reshape_to(input, _infer_shape(shape, input._array.size), True)
 
 
@@ -265,3 +267,241 @@ def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     idxs = [(*lead, i, Ellipsis) for i in range(xa.shape[d])]
     arrs = [xa[i] for i in idxs]
     return _multi_view(input, "unbind", arrs, {"dim": d, "in_shape": xa.shape}, idxs)
+
+
+# ----- narrow, select, flip, roll, repeat, tile, tril, triu, pad, view(dtype) -----
+# See NOTE [Index ops are getitem] in index.py: these record getitem (narrow and select as views,
+# through the view machinery of basic indexing), where (tril, triu) or their own rule (repeat).
+def _dim(input: Tensor, dim: Any, name: str) -> int:
+    if input.ndim == 0 and name:
+        raise RuntimeError(f"{name}() cannot be applied to a 0-dim tensor.")
+    return norm_dim(int(dim), input.ndim)
+
+
+def narrow(input: Tensor, dim: int, start: Any, length: int) -> Tensor:
+    d = _dim(input, dim, "narrow")
+    n = input.shape[d]
+    start = int(start.item() if isinstance(start, Tensor) else start)
+    if not -n <= start <= n:
+        raise IndexError(
+            f"start out of range (expected to be in range of [{-n}, {n}], but got {start})"
+        )
+    if start < 0:
+        start += n
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > n:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return getitem(input, (*(slice(None),) * d, slice(start, start + length)))
+
+
+def select(input: Tensor, dim: int, index: int) -> Tensor:
+    d = _dim(input, dim, "select")
+    n = input.shape[d]
+    index = int(index)
+    if not -n <= index < n:
+        raise IndexError(
+            f"select(): index {index} out of range for tensor of size {list(input.shape)} at "
+            f"dimension {d}"
+        )
+    return getitem(input, (*(slice(None),) * d, index % n))
+
+
+def _dims_arg(dims: Any, ndim: int) -> tuple[int, ...]:
+    ds = (dims,) if isinstance(dims, (int, backend.integer)) else tuple(dims)
+    out = tuple(norm_dim(int(d), ndim) for d in ds)
+    for i, d in enumerate(out):
+        if d in out[:i]:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    return out
+
+
+def flip(input: Tensor, dims: Any) -> Tensor:
+    ds = _dims_arg(dims, input.ndim)
+    if input.ndim == 0:
+        return take(input, (Ellipsis,))
+    idx = tuple(slice(None, None, -1) if d in ds else slice(None) for d in range(input.ndim))
+    return take(input, idx)
+
+
+def roll(input: Tensor, shifts: Any, dims: Any = None) -> Tensor:
+    sh = (shifts,) if isinstance(shifts, (int, backend.integer)) else tuple(shifts)
+    if dims is None:
+        if len(sh) != 1:
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:0")
+        return reshape(roll(flatten(input), sh, 0), input.shape)
+    ds = (dims,) if isinstance(dims, (int, backend.integer)) else tuple(dims)
+    if len(sh) != len(ds):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:{len(ds)}")
+    ds = tuple(norm_dim(int(d), input.ndim) for d in ds)
+    xp = namespace(input._array)
+    out = input
+    for s, d in zip(sh, ds, strict=True):
+        n = input.shape[d]
+        if n == 0 or int(s) % n == 0:
+            continue
+        perm = (xp.arange(n) - int(s)) % n
+        out = take(out, (*(slice(None),) * d, perm, Ellipsis))
+    return out if out is not input else take(input, (Ellipsis,))
+
+
+def repeat(input: Tensor, *sizes: Any) -> Tensor:
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    reps = tuple(int(s) for s in sizes)
+    nd = input.ndim
+    if len(reps) < nd:
+        raise RuntimeError(
+            "Number of dimensions of repeat dims can not be smaller than number of dimensions "
+            "of tensor"
+        )
+    x = reshape(input, (1,) * (len(reps) - nd) + input.shape) if len(reps) > nd else input
+    if any(r < 0 for r in reps):
+        out = [n * r for n, r in zip(x.shape, reps, strict=True)]
+        raise RuntimeError(
+            f"Trying to create tensor with negative dimension {builtins.min(out)}: {out}"
+        )
+    xa = x._array
+    out = namespace(xa).tile(xa, reps) if reps else xa.copy()
+    return make(OPS["repeat"], out, (x,), {"reps": reps, "in_shape": xa.shape})
+
+
+def tile(input: Tensor, dims: Sequence[int]) -> Tensor:
+    reps = tuple(int(d) for d in dims)
+    return repeat(input, (1,) * (input.ndim - len(reps)) + reps)
+
+
+def _triangle(input: Tensor, diagonal: int, name: str) -> Tensor:
+    if input.ndim < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+    xa = input._array
+    xp = namespace(xa)
+    m, n = xa.shape[-2:]
+    above = xp.arange(n) - xp.arange(m).reshape(m, 1)  # column - row
+    drop = above > diagonal if name == "tril" else above < diagonal
+    return masked_fill(input, drop, 0)
+
+
+def tril(input: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle(input, diagonal, "tril")
+
+
+def triu(input: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle(input, diagonal, "triu")
+
+
+def _pad_index(xp: Any, n: int, lo: int, hi: int, mode: str) -> Any:
+    """The source positions of a dimension of size ``n`` padded by ``lo`` and ``hi``."""
+    if mode == "circular":
+        return xp.arange(-builtins.max(lo, 0), n + builtins.max(hi, 0)) % n
+    i = xp.arange(-lo, n + hi)
+    if mode == "replicate":
+        return xp.clip(i, 0, n - 1)
+    # reflect: mirror about the first and last elements, without repeating them
+    period = 2 * (n - 1)
+    i = xp.abs(i) % period if period else i * 0
+    return xp.where(i >= n, period - i, i)
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Any = None) -> Tensor:
+    """torch.nn.functional.pad: ``pad`` holds (left, right) pairs from the last dimension
+    backward; negative amounts crop."""
+    p = [int(v) for v in pad]
+    if len(p) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    k = len(p) // 2
+    nd = input.ndim
+    if k > nd:
+        raise RuntimeError(
+            "Padding length should be less than or equal to two times the input "
+            "dimension but got padding length "
+            f"{len(p)} and input of dimension {nd}"
+        )
+    pairs = {nd - 1 - j: (p[2 * j], p[2 * j + 1]) for j in range(k)}
+    if mode == "constant":
+        return _pad_constant(input, pairs, 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if value not in (None, 0):
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    if not 1 <= k <= 3 or nd not in (k + 1, k + 2):
+        raise NotImplementedError(f"Padding size {len(p)} is not supported for {nd}D input tensor.")
+    xp = namespace(input._array)
+    out = input
+    for d, (lo, hi) in sorted(pairs.items()):
+        n = input.shape[d]
+        if mode == "reflect" and (lo >= n or hi >= n):
+            raise RuntimeError(
+                f"Argument #4: Padding size should be less than the corresponding input "
+                f"dimension, but got: padding ({lo}, {hi}) at dimension {d} of input "
+                f"{list(input.shape)}"
+            )
+        if mode == "circular" and (lo > n or hi > n):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if n == 0 and (lo > 0 or hi > 0):
+            raise RuntimeError(
+                f"input tensor has an empty dimension {d}: cannot pad it in mode {mode}"
+            )
+        if mode == "circular":  # negative amounts crop first, then it wraps what is left
+            start, stop = builtins.max(-lo, 0), n - builtins.max(-hi, 0)
+            src = xp.arange(start, stop)[_pad_index(xp, stop - start, lo, hi, mode)]
+        else:
+            src = _pad_index(xp, n, lo, hi, mode)
+        out = take(out, (*(slice(None),) * d, src, Ellipsis))
+    return out
+
+
+def _pad_constant(input: Tensor, pairs: dict[int, tuple[int, int]], value: Any) -> Tensor:
+    crop: list[slice] = []
+    place: list[slice] = []
+    shape: list[int] = []
+    for d, n in enumerate(input.shape):
+        lo, hi = pairs.get(d, (0, 0))
+        if n + lo + hi < 0:
+            raise RuntimeError(
+                f"The input size {n}, plus negative padding {lo} and {hi} resulted in a "
+                f"negative output size, which is invalid. Check dimension {d} of your input."
+            )
+        start, stop = builtins.max(-lo, 0), n - builtins.max(-hi, 0)
+        kept = builtins.max(stop - start, 0)
+        crop.append(slice(start, start + kept))
+        place.append(slice(builtins.max(lo, 0), builtins.max(lo, 0) + kept))
+        shape.append(n + lo + hi)
+    x = input
+    if any(c != slice(0, n) for c, n in zip(crop, input.shape, strict=True)):
+        x = getitem(input, tuple(crop))
+    idx = (*place, Ellipsis)
+    out = index_add_zeros(x, idx, tuple(shape))
+    if value == 0:
+        return out
+    xa = x._array
+    fill = namespace(xa).full(tuple(shape), value, dtype=xa.dtype)
+    fill[idx] = 0
+    return add(out, fill)
+
+
+def view_dtype(input: Tensor, dtype: Any) -> Tensor:
+    """``input``'s bits read as ``dtype`` (torch's ``Tensor.view(dtype)``): no gradient; the
+    result shares input's memory and version counter."""
+    xa = input._array
+    dt = dtypes.to_dtype(dtype)
+    a, b = xa.dtype.itemsize, dt.itemsize
+    if a != b:
+        what = f"to view {scalar_name(xa.dtype)} as {scalar_name(dt)} (different element sizes)"
+        if xa.ndim == 0:
+            raise RuntimeError(f"self.dim() cannot be 0 {what}")
+        if xa.shape[-1] != 1 and xa.strides[-1] != a:
+            raise RuntimeError(f"self.stride(-1) must be 1 {what}, but got {xa.strides[-1] // a}")
+        if b > a and xa.shape[-1] % (b // a):
+            raise RuntimeError(
+                f"self.size(-1) must be divisible by {b // a} {what}, but got {xa.shape[-1]}"
+            )
+    try:
+        out = xa.view(dt)
+    except ValueError as e:
+        raise RuntimeError(
+            f"view(dtype): cannot view {scalar_name(xa.dtype)} as {scalar_name(dt)} here: {e}"
+        ) from None
+    t = wrap(out)
+    t._vc = input._vc
+    return t

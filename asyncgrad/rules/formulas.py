@@ -285,3 +285,285 @@ def nll_grad(
         gs = g if reduction == "sum" else g / denom
         scale = xp.expand_dims(coef, 1) * xp.reshape(gs, (1,) * logp.ndim)
     return xp.where(onehot, -scale, 0.0)
+
+
+# ----- shape, indexing and random ops -----
+def repeat_grad(g: Any, reps: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    # The output is ``reps[d]`` copies of x along each dimension d: split each output dimension
+    # into (copy, position) and add the copies up.
+    inter: list[int] = []
+    for r, n in zip(reps, shape, strict=True):
+        inter += [r, n]
+    return xp.sum(xp.reshape(g, tuple(inter)), axis=tuple(range(0, 2 * len(reps), 2)))
+
+
+# ----- var, std, prod, norm, cumsum, einsum -----
+def _device_array(a: Any) -> Any:
+    """The array behind ``a`` (a Tensor under create_graph): for allocating on its device."""
+    return a._array if isinstance(a, Tensor) else a
+
+
+def var_grad(g: Any, x: Any, dim: Any, keepdim: bool, n: int, correction: float) -> Any:
+    # d var / dx = 2 (x - mean) / (N - correction); inf past the last degree of freedom (torch).
+    dof = n - correction
+    scale = 2.0 / dof if dof != 0 else math.inf
+    gk = keep(g, dim, keepdim)
+    return (gk * scale) * (x - xp.mean(x, axis=dim, keepdims=True))
+
+
+def prod_grad(g: Any, ans: Any, x: Any, dim: int | None, keepdim: bool) -> Any:
+    # d prod / dx_i = the product of the other elements: ans / x_i where no element is 0 (as
+    # torch), else computed without dividing, so that one zero gets the product of the rest and
+    # several zeros give 0 everywhere.
+    shape = x.shape
+    if dim is None:
+        x = xp.reshape(x, (-1,))
+        gk = xp.reshape(g, (1,))
+        ak = xp.reshape(ans, (1,))
+        d = 0
+    else:
+        gk = keep(g, (dim,), keepdim)
+        ak = keep(ans, (dim,), keepdim)
+        d = dim
+    zeros = int((_device_array(x) == 0).sum())
+    if not zeros:
+        return xp.reshape(gk * (ak / x), shape)
+    if dim is None and zeros > 1:
+        return xp.zeros_like(xp.reshape(x, shape))  # torch: 0 without multiplying by g
+    return xp.reshape(gk * _prod_of_others(x, d), shape)
+
+
+def _prod_of_others(x: Any, d: int) -> Any:
+    n = x.shape[d]
+    if isinstance(x, Tensor):
+        # Differentiable again: the products over rows of x with the diagonal set to 1 (n x n
+        # per slice; only under create_graph, only when x holds a zero).
+        arr = x._array
+        shape = [1] * (x.ndim + 1)
+        shape[d] = shape[d + 1] = n
+        eye = backend.namespace(arr).eye(n, dtype=bool).reshape(shape)
+        return xp.prod(xp.where(eye, 1.0, xp.expand_dims(x, d)), axis=d + 1)
+    # Exclusive cumulative products from the left and from the right.
+    lead = (slice(None),) * d
+    one = xp.ones_like(x[(*lead, slice(0, 1))])
+    left = xp.concatenate([one, xp.cumprod(x[(*lead, slice(0, n - 1))], axis=d)], axis=d)
+    rev = (*lead, slice(None, None, -1))
+    right = xp.cumprod(x[rev], axis=d)[rev]
+    right = xp.concatenate([right[(*lead, slice(1, n))], one], axis=d)
+    return left * right
+
+
+def norm_grad(g: Any, ans: Any, x: Any, p: float, dim: Any, keepdim: bool) -> Any:
+    # torch's norm_backward: g times a factor that is 0 where the norm is 0 (so an infinite g
+    # gives NaN there, as in torch); no gradient for p = 0.
+    if p == 0.0:
+        return None
+    gk = keep(g, dim, keepdim)
+    nk = keep(ans, dim, keepdim)
+    if p == 1.0:
+        return sign(x) * gk
+    zero = nk == 0
+    safe = xp.where(zero, 1.0, nk)
+    if p == 2.0:
+        return gk * xp.where(zero, 0.0, x / safe)
+    if math.isinf(p):
+        # shared evenly among the elements whose |x| is the max (min); a product with the 0/1
+        # mask, as torch's (NaN for an infinite g elsewhere)
+        hit = xp.abs(x) == nk
+        count = xp.sum(hit, axis=dim, keepdims=True)
+        return sign(x) * hit * (gk / xp.maximum(count, 1))
+    scaled = sign(x) * xp.abs(x) ** (p - 1.0)
+    if p < 1.0:  # |x|^(p-1) is inf at 0; the norm's power is inf where the norm is 0
+        return xp.where(x == 0, 0.0, scaled) * (gk / nk ** (p - 1.0))
+    return scaled * xp.where(zero, 0.0, gk / safe ** (p - 1.0))
+
+
+def reverse_cumsum(g: Any, dim: int | None) -> Any:
+    if dim is None:  # a 0-d input
+        return g
+    rev = (slice(None),) * dim + (slice(None, None, -1),)
+    return xp.cumsum(g[rev], axis=dim)[rev]
+
+
+# Past this many multiply-adds of the naive loop, einsum goes through NumPy's (CuPy's) optimised
+# path, which contracts with BLAS: 9x faster for attention scores (8, 4, 64, 32) x (8, 4, 64, 32)
+# on one core; below it the path search costs more than it saves.
+EINSUM_OPTIMIZE_ABOVE: Final = 1 << 14
+
+
+def einsum_call(equation: str, *operands: Any) -> Any:
+    """``xp.einsum`` of an explicit equation (arrays, or Tensors under create_graph)."""
+    if len(operands) > 1:
+        sizes: dict[str, int] = {}
+        for t, a in zip(equation.partition("->")[0].split(","), operands, strict=True):
+            sizes.update(zip(t, a.shape, strict=True))
+        if math.prod(sizes.values()) > EINSUM_OPTIMIZE_ABOVE and not any(
+            isinstance(a, Tensor) for a in operands
+        ):
+            return xp.einsum(equation, *operands, optimize=True)
+    return xp.einsum(equation, *operands)
+
+
+def einsum_grad(
+    g: Any, other: Any, out: str, target: str, other_subs: str | None, sizes: dict[str, int]
+) -> Any:
+    # The gradient of one operand of ``einsum(f"{target},{other_subs}->{out}")``: the einsum of
+    # g and the other operand with the target's subscripts as output. An index that only the
+    # target has (summed away) comes back through a vector of ones; an index repeated in the
+    # target (a diagonal) is computed once and placed on the diagonal, zeros elsewhere (as
+    # torch's diagonal backward: not a product with an identity, which turns inf into NaN).
+    operands = [g]
+    subs = [out]
+    if other is not None:
+        operands.append(other)
+        subs.append(other_subs or "")
+    ref = _device_array(g)
+    mod = backend.namespace(ref)
+    have = set(out) | set(other_subs or "")
+    for c in dict.fromkeys(target):
+        if c not in have:
+            operands.append(mod.ones(sizes[c], dtype=ref.dtype))
+            subs.append(c)
+    first = "".join(dict.fromkeys(target))
+    r = einsum_call(",".join(subs) + "->" + first, *operands)
+    if first == target:
+        return r
+    nd = len(target)
+    repeats = [k for k in range(nd) if target.index(target[k]) != k]
+    mask: Any = None
+    for k in repeats:
+        f = target.index(target[k])
+        n = sizes[target[k]]
+        shape = [1] * nd
+        shape[f] = shape[k] = n
+        eye = mod.eye(n, dtype=bool).reshape(shape)
+        mask = eye if mask is None else mask & eye
+    return xp.where(mask, xp.expand_dims(r, tuple(repeats)), 0.0)
+
+
+# ----- Convolution and pooling -----
+# NOTE [Convolution is three ops]
+# conv(x, w, b) (op ``convolution``), its gradient with respect to x (a transposed convolution,
+# ``conv_input_grad``) and its gradient with respect to w (``conv_weight_grad``) are each an op of
+# the table, and the rules of each are written with the three, so gradients of gradients are
+# convolutions too (gradgradcheck runs on all three). They share one parameter dict: ``stride`` and
+# ``dilation`` (pairs), ``padding`` ((top, bottom), (left, right)), ``groups``, ``x_hw`` (the
+# input's height and width, which conv_input_grad produces) and ``k_hw`` (the kernel's, which
+# conv_weight_grad produces). A 1-D convolution is the 2-D one with height 1 (``_as_2d``): the ops
+# keep the shapes they were given. Under create_graph the rules get Tensors and must record ops,
+# which live in a layer above this one: asyncgrad/ops/conv.py puts its recording functions in
+# ``CONV_OPS``.
+CONV_OPS: dict[str, Any] = {}
+
+
+def _as_2d(a: Any) -> Any:
+    return a if a.ndim == 4 else a[:, :, None, :]
+
+
+def _back_to(a: Any, ndim: int) -> Any:
+    return a if ndim == 4 else a[:, :, 0, :]
+
+
+def _conv_cols(
+    x: Any, k_hw: tuple[int, int], groups: int, stride: Any, padding: Any, dilation: Any
+) -> Any:
+    """im2col of x (N, C, H, W): (N, G, C/G*kh*kw, OH*OW), and (OH, OW)."""
+    n, c, h, w = x.shape
+    (pt, pb), (pl, pr) = padding
+    if pt or pb or pl or pr:
+        xpad = backend.namespace(x).zeros((n, c, h + pt + pb, w + pl + pr), dtype=x.dtype)
+        xpad[:, :, pt : pt + h, pl : pl + w] = x
+        x = xpad
+    win = backend.windows(x, k_hw, stride, dilation)  # (N, C, kh, kw, OH, OW), a view
+    oh, ow = win.shape[-2:]
+    return win.reshape(n, groups, -1, oh * ow), (oh, ow)
+
+
+def conv_array(x: Any, w: Any, b: Any, *, groups: int, k_hw: Any, **p: Any) -> Any:
+    """The convolution of arrays: one batched matmul (G, O/G, K) @ (N, G, K, L) over im2col."""
+    x4, w4 = _as_2d(x), _as_2d(w)
+    cols, (oh, ow) = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    o = w4.shape[0]
+    y = w4.reshape(groups, o // groups, -1) @ cols  # (N, G, O/G, OH*OW)
+    y = y.reshape(x4.shape[0], o, oh, ow)
+    if b is not None:
+        y += b.reshape(1, o, 1, 1)
+    return _back_to(y, x.ndim)
+
+
+def conv_input_grad_array(gy: Any, w: Any, *, groups: int, x_hw: Any, **p: Any) -> Any:
+    """The transposed convolution: w^T @ gy per group, then col2im as one strided
+    accumulation per kernel offset (kh*kw of them, no loop over pixels)."""
+    g4, w4 = _as_2d(gy), _as_2d(w)
+    n, o, oh, ow = g4.shape
+    _, cg, kh, kw = w4.shape
+    (sh, sw), (dh, dw) = p["stride"], p["dilation"]
+    (pt, pb), (pl, pr) = p["padding"]
+    h, wd = x_hw
+    wt = xp.swapaxes(w4.reshape(groups, o // groups, -1), -1, -2)  # (G, K, O/G)
+    cols = wt @ g4.reshape(n, groups, o // groups, oh * ow)  # (N, G, K, L)
+    cols = cols.reshape(n, groups * cg, kh, kw, oh, ow)
+    dx = backend.namespace(cols).zeros((n, groups * cg, h + pt + pb, wd + pl + pr), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx[
+                :,
+                :,
+                i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+            ] += cols[:, :, i, j]
+    if pt or pb or pl or pr:
+        dx = dx[:, :, pt : pt + h, pl : pl + wd]
+    return _back_to(dx, gy.ndim)
+
+
+def conv_weight_grad_array(x: Any, gy: Any, *, groups: int, k_hw: Any, **p: Any) -> Any:
+    """The gradient of a convolution's weight: gy @ im2col(x)^T per group, summed over the
+    batch."""
+    x4, g4 = _as_2d(x), _as_2d(gy)
+    cols, _ = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    n, o = g4.shape[:2]
+    gw = g4.reshape(n, groups, o // groups, -1) @ xp.swapaxes(cols, -1, -2)  # (N, G, O/G, K)
+    gw = gw.sum(axis=0).reshape(o, -1, *k_hw)
+    return _back_to(gw, x.ndim)
+
+
+def _recorded(*args: Any) -> bool:
+    return any(isinstance(a, Tensor) for a in args)
+
+
+def conv(x: Any, w: Any, b: Any, **p: Any) -> Any:
+    if _recorded(x, w, b):
+        return CONV_OPS["conv"](x, w, b, **p)
+    return conv_array(x, w, b, **p)
+
+
+def conv_input_grad(gy: Any, w: Any, **p: Any) -> Any:
+    if _recorded(gy, w):
+        return CONV_OPS["conv_input_grad"](gy, w, **p)
+    return conv_input_grad_array(gy, w, **p)
+
+
+def conv_weight_grad(x: Any, gy: Any, **p: Any) -> Any:
+    if _recorded(x, gy):
+        return CONV_OPS["conv_weight_grad"](x, gy, **p)
+    return conv_weight_grad_array(x, gy, **p)
+
+
+def conv_bias_grad(gy: Any) -> Any:
+    return xp.sum(gy, axis=(0, *range(2, gy.ndim)))
+
+
+def max_pool_grad(g: Any, index: Any, in_shape: tuple[int, ...], unique: bool) -> Any:
+    # max_pool2d picks x.reshape(-1)[index]: its gradient adds g at index (windows that overlap
+    # may pick one element several times; ``unique`` when they cannot).
+    n = math.prod(in_shape)
+    if isinstance(g, Tensor):
+        return xp.reshape(g.reshape(-1)._index_add_zeros((index,), (n,)), in_shape)
+    flat = g.reshape(-1)
+    if unique:
+        z = backend.namespace(g).zeros(n, dtype=g.dtype)
+        z[index] = flat
+    else:
+        z = backend.index_add_zeros(flat, (index,), (n,))
+    return z.reshape(in_shape)

@@ -21,8 +21,13 @@ import math
 from ..backend import xp
 from .formulas import (
     cat_grads,
+    conv,
+    conv_bias_grad,
+    conv_input_grad,
+    conv_weight_grad,
     copy_to,
     count,
+    einsum_grad,
     expand,
     extreme_grad,
     gelu_grad,
@@ -35,15 +40,21 @@ from .formulas import (
     masked,
     matmul_grad_x,
     matmul_grad_y,
+    max_pool_grad,
     minmax_grad,
     nll_grad,
+    norm_grad,
     pow_grad_base,
     pow_grad_exp,
+    prod_grad,
+    repeat_grad,
+    reverse_cumsum,
     sign,
     silu_grad,
     split_grad,
     stack_grads,
     unstack_grad,
+    var_grad,
 )
 from .registry import defvjp, mark_heavy
 
@@ -197,6 +208,10 @@ defvjp("cast", lambda g, ans, x: g)  # the rule's result is cast back to x's dty
 defvjp("copy", lambda g, ans, x, src: xp.zeros_like(g), lambda g, ans, x, src: g)
 defvjp("fill", lambda g, ans, x, *, value: xp.zeros_like(g))
 
+# ----- shape, indexing and random ops -----
+# (narrow, select, flip, roll, gather, ... record getitem: See NOTE [Index ops are getitem])
+defvjp("repeat", lambda g, ans, x, *, reps, in_shape: repeat_grad(g, reps, in_shape))
+
 # ----- Neural-network functions -----
 _linear = defvjp(
     "linear",  # y = x @ w.T + b
@@ -231,3 +246,73 @@ defvjp(
     ),
     save="logp",
 )
+
+# ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----
+defvjp(
+    "var",
+    lambda g, ans, x, *, dim, keepdim, n, correction: var_grad(g, x, dim, keepdim, n, correction),
+    save="x",
+)
+defvjp(
+    "std",  # d std = d var / (2 std)
+    lambda g, ans, x, *, dim, keepdim, n, correction: var_grad(
+        g / (2.0 * ans), x, dim, keepdim, n, correction
+    ),
+    save="ans x",
+)
+defvjp("prod", lambda g, ans, x, *, dim, keepdim: prod_grad(g, ans, x, dim, keepdim), save="ans x")
+defvjp(
+    "norm",
+    lambda g, ans, x, *, p, dim, keepdim: norm_grad(g, ans, x, p, dim, keepdim),
+    save="ans x",
+)
+defvjp("cumsum", lambda g, ans, x, *, dim: reverse_cumsum(g, dim))  # sum over j >= i
+defvjp("dot", lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x, save="x y")
+defvjp(
+    "outer", lambda g, ans, x, y: xp.matmul(g, y), lambda g, ans, x, y: xp.matmul(x, g), save="x y"
+)
+defvjp(
+    "einsum",  # See NOTE [einsum as pairwise contractions] in asyncgrad/ops/linalg.py
+    lambda g, ans, x, y, *, sx, sy, out, sizes: einsum_grad(g, y, out, sx, sy, sizes),
+    lambda g, ans, x, y, *, sx, sy, out, sizes: einsum_grad(g, x, out, sy, sx, sizes),
+    save="x y",
+)
+defvjp("sort", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+defvjp("topk", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+
+# ----- Convolution and pooling -----
+# See NOTE [Convolution is three ops] in formulas.py; ``p`` is their shared parameter dict.
+_conv = defvjp(
+    "convolution",
+    lambda g, ans, x, w, b, **p: conv_input_grad(g, w, **p),
+    lambda g, ans, x, w, b, **p: conv_weight_grad(x, g, **p),
+    lambda g, ans, x, w, b, **p: conv_bias_grad(g),
+    save="x w",
+)
+
+
+def _conv_inner(x: tuple[int, ...] | None, w: tuple[int, ...] | None) -> int:
+    # C/G * kh * kw multiply-adds per element of g; without w, the input's channels (a lower
+    # bound: the kernel's size is not known here)
+    return math.prod(w[1:]) if w is not None else x[1]  # type: ignore[index]
+
+
+mark_heavy(_conv, _conv_inner)
+defvjp(
+    "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
+    lambda g, ans, gy, w, **p: conv(g, w, None, **p),
+    lambda g, ans, gy, w, **p: conv_weight_grad(g, gy, **p),
+    save="gy w",
+)
+defvjp(
+    "conv_weight_grad",  # gw = conv_weight_grad(x, gy), linear in x and in gy
+    lambda g, ans, x, gy, **p: conv_input_grad(gy, g, **p),
+    lambda g, ans, x, gy, **p: conv(x, g, None, **p),
+    save="x gy",
+)
+_max_pool = defvjp(
+    "max_pool2d_with_indices",
+    lambda g, ans, x, *, index, in_shape, unique: max_pool_grad(g, index, in_shape, unique),
+)
+_max_pool.node_cls.__name__ = "MaxPool2DWithIndicesBackward0"  # torch's spelling of "2d"
+_max_pool.node_cls.__qualname__ = _max_pool.node_cls.__name__

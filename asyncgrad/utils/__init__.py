@@ -1,7 +1,19 @@
-"""``ag.utils``: tools above the model layer."""
+"""ag.utils: activation checkpointing (``ag.utils.checkpoint``) and data loading
+(``ag.utils.data``, imported on first use)."""
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from .checkpoint import checkpoint
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "data"]
+
+_LAZY = ("data",)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

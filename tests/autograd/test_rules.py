@@ -649,6 +649,78 @@ case(
     lambda r: (randn(r, 3), randn(r)),
 )
 
+# ----- shape, indexing and random ops -----
+# narrow, select, flip, roll, gather, index_select and pad (reflect, replicate,
+# circular) record getitem; scatter_add and constant pad record index_add_zeros; tril, triu and
+# masked_fill record where (See NOTE [Index ops are getitem] in asyncgrad/ops/index.py).
+_GATHER_INDEX: Final = idx([0, 2], [1, 1], [3, 0])
+_SCATTER_INDEX: Final = idx([0, 1, 0], [2, 2, 2])
+
+
+def _scatter_add_(w: ag.Tensor, s: ag.Tensor) -> ag.Tensor:
+    x = w * 1
+    x.scatter_add_(0, _SCATTER_INDEX, s)
+    return x * w
+
+
+def _masked_fill_view(w: ag.Tensor) -> ag.Tensor:
+    x = w * 1
+    x.narrow(1, 1, 2).masked_fill_(x.narrow(1, 1, 2) > 0, 0.5)
+    return x * w
+
+
+for _id, _fn, _shape in [
+    ("narrow", lambda x: x.narrow(1, 1, 2) * 2, (3, 4)),
+    ("narrow_neg_start", lambda x: ag.narrow(x, -1, -3, 2), (2, 4)),
+    ("select", lambda x: x.select(1, -1), (3, 4)),
+    ("select_of_narrow", lambda x: ag.select(x.narrow(0, 1, 2), 0, 1), (3, 4)),
+    ("flip", lambda x: ag.flip(x, (0, -1)), (3, 4)),
+    ("flip_method", lambda x: x.flip(1), (3, 4)),
+    ("roll", lambda x: ag.roll(x, (1, -2), (0, 1)), (3, 4)),
+    ("roll_flat", lambda x: x.roll(5), (3, 4)),
+    ("gather", lambda x: ag.gather(x, 1, _GATHER_INDEX), (3, 4)),
+    ("gather_dim0", lambda x: x.gather(0, _GATHER_INDEX), (4, 3)),
+    ("index_select", lambda x: ag.index_select(x, 1, idx(3, 0, 3)), (2, 4)),
+    ("pad_reflect", lambda x: F.pad(x, (2, 1), mode="reflect"), (2, 4)),
+    ("pad_replicate_2d", lambda x: F.pad(x, (1, 2, 2, 0), mode="replicate"), (1, 3, 2)),
+    ("pad_circular_crop", lambda x: F.pad(x, (2, -1), mode="circular"), (2, 4)),
+]:
+    case("getitem", _id, _fn, lambda r, s=_shape: (randn(r, *s),))
+case("repeat", "leading_dim", lambda x: x.repeat(2, 1, 3), lambda r: (randn(r, 2, 3),))
+case("repeat", "0d", lambda x: x.repeat(3), lambda r: (randn(r),))
+case("repeat", "no_reps_0d", lambda x: x.repeat(()) * x, lambda r: (randn(r),))
+case("repeat", "zero_copies", lambda x: ag.cat([x.repeat(0, 1), x]), lambda r: (randn(r, 2, 3),))
+case("repeat", "tile", lambda x: ag.tile(x, (2,)), lambda r: (randn(r, 2, 3),))
+case(
+    "index_add_zeros",
+    "scatter_add",
+    lambda x, s: ag.scatter_add(x, 0, _SCATTER_INDEX, s),
+    lambda r: (randn(r, 3, 4), randn(r, 2, 3)),
+)
+case(
+    "index_add_zeros",
+    "scatter_add_src_larger",
+    lambda x, s: x.scatter_add(1, _GATHER_INDEX, s),
+    lambda r: (randn(r, 3, 4), randn(r, 3, 3)),
+)
+case("index_add_zeros", "scatter_add_", _scatter_add_, lambda r: (randn(r, 3, 4), randn(r, 2, 3)))
+case("index_add_zeros", "pad_constant", lambda x: F.pad(x, (1, 2)), lambda r: (randn(r, 2, 3),))
+case(
+    "index_add_zeros",
+    "pad_constant_value_crop",
+    lambda x: F.pad(x, (1, -1, -1, 2), value=0.5),
+    lambda r: (randn(r, 3, 3),),
+)
+case("where", "tril", lambda x: ag.tril(x, 1), lambda r: (randn(r, 3, 4),))
+case("where", "triu_batched", lambda x: x.triu(-1), lambda r: (randn(r, 2, 3, 3),))
+case(
+    "where",
+    "masked_fill_function",
+    lambda x: ag.masked_fill(x, x > 0, 2.0),
+    lambda r: (away(r, 2, 3),),
+)
+case("where", "masked_fill_narrow_view", _masked_fill_view, lambda r: (away(r, 2, 4),))
+
 # =====================================================================================
 # Neural-network functions
 # =====================================================================================
@@ -774,6 +846,244 @@ case(
     "none",
     lambda x, y: F.mse_loss(x, y, reduction="none"),
     lambda r: (randn(r, 3), randn(r, 3)),
+)
+
+
+# ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----
+for _op, _fn in [("var", ag.var), ("std", ag.std)]:
+    case(_op, "all", _fn, lambda r: (randn(r, 2, 3),))
+    case(_op, "dim1", lambda x, f=_fn: f(x, 1), lambda r: (randn(r, 2, 3),))
+    case(
+        _op,
+        "dims_tuple_keepdim",
+        lambda x, f=_fn: f(x, (0, 2), keepdim=True),
+        lambda r: (randn(r, 2, 2, 3),),
+    )
+    case(_op, "correction0", lambda x, f=_fn: f(x, -1, correction=0), lambda r: (randn(r, 3, 4),))
+    case(_op, "unbiased_false", lambda x, f=_fn: f(x, 0, False), lambda r: (randn(r, 3, 2),))
+    case(
+        _op,
+        "method_correction2",
+        lambda x, n=_op: getattr(x, n)(correction=2),
+        lambda r: (randn(r, 5),),
+    )
+case("prod", "all", ag.prod, lambda r: (away(r, 2, 3),))
+case("prod", "dim1", lambda x: ag.prod(x, 1), lambda r: (away(r, 2, 3),))
+case("prod", "neg_dim_keepdim", lambda x: x.prod(-2, keepdim=True), lambda r: (away(r, 3, 2, 2),))
+case("prod", "0d", ag.prod, lambda r: (away(r),))
+_ZEROS: Final = np.array([[0.0, 0.7, -1.3, 1.1], [0.0, 0.0, 0.9, 1.2], [0.8, -0.6, 1.4, 0.5]])
+case(
+    "prod",
+    "zeros_dim1",  # rows with one zero, two zeros, none
+    lambda x: x.prod(1),
+    lambda r: (ag.tensor(_ZEROS, dtype=ag.float64, requires_grad=True),),
+)
+case(
+    "prod",
+    "one_zero_all",
+    ag.prod,
+    lambda r: (
+        ag.tensor(_ZEROS[:, 2:] + np.eye(3, 2) * -0.9, dtype=ag.float64, requires_grad=True),
+    ),
+)
+for _label, _p in [
+    ("default", None),
+    ("p1", 1),
+    ("p3", 3),
+    ("p1_5", 1.5),
+    ("inf", float("inf")),
+    ("neg_inf", -float("inf")),
+    ("p0_5", 0.5),
+    ("fro", "fro"),
+]:
+    if _p is None:
+        case("norm", _label, ag.norm, lambda r: (away(r, 2, 3),))
+        continue
+    case("norm", _label, lambda x, p=_p: ag.norm(x, p), lambda r: (distinct(r, 2, 3),))
+    case("norm", f"{_label}_dim1", lambda x, p=_p: x.norm(p, dim=1), lambda r: (distinct(r, 2, 3),))
+case(
+    "norm",
+    "dims_keepdim",
+    lambda x: x.norm(dim=(0, 2), keepdim=True),
+    lambda r: (randn(r, 2, 2, 3),),
+)
+case("cumsum", "dim0", lambda x: ag.cumsum(x, 0), lambda r: (randn(r, 3, 2),))
+case("cumsum", "neg_dim", lambda x: x.cumsum(-1), lambda r: (randn(r, 2, 4),))
+case("cumsum", "0d", lambda x: x.cumsum(0), lambda r: (randn(r),))
+case("cumsum", "squared", lambda x: x.cumsum(1) ** 2, lambda r: (randn(r, 2, 3),))
+case("dot", "dot", ag.dot, lambda r: (randn(r, 4), randn(r, 4)))
+case("dot", "method_const", lambda x, c: x.dot(c), lambda r: (randn(r, 3), const(r, 3)))
+case("outer", "outer", ag.outer, lambda r: (randn(r, 3), randn(r, 2)))
+case("outer", "method_squared", lambda x, y: x.outer(y) ** 2, lambda r: (randn(r, 2), randn(r, 3)))
+for _id, _eq, _shapes in [
+    ("matmul", "ij,jk->ik", [(2, 3), (3, 4)]),
+    ("implicit_output", "ij,jk", [(2, 3), (3, 2)]),
+    ("trace", "ii", [(3, 3)]),
+    ("diagonal", "ii->i", [(3, 3)]),
+    ("transpose", "ij->ji", [(2, 3)]),
+    ("sum_only_in_x", "ij,j->i", [(2, 3), (3,)]),
+    ("batched_ellipsis", "...ij,...jk->...ik", [(2, 2, 3), (2, 3, 2)]),
+    ("ellipsis_broadcast", "...i,...i->...", [(2, 3), (3,)]),
+    ("size1_broadcast", "ij,ij->ij", [(1, 3), (2, 3)]),
+    ("three_operands", "ij,jk,kl->il", [(2, 3), (3, 2), (2, 2)]),
+    ("outer_three", "i,j,k->ijk", [(2,), (3,), (2,)]),
+    ("diag_times_vector", "ii,i->", [(3, 3), (3,)]),
+    ("repeated_in_both", "iij,jj->ij", [(2, 2, 3), (3, 3)]),
+    ("bilinear_same_operand", "i,ij,j->", [(3,), (3, 3), (3,)]),
+    ("uppercase_list", "Ab,bC->AC", [(2, 2), (2, 3)]),
+]:
+    case(
+        "einsum",
+        _id,
+        lambda *xs, eq=_eq: ag.einsum(eq, *xs),
+        lambda r, shapes=_shapes: tuple(randn(r, *s) for s in shapes),
+    )
+case(
+    "einsum",
+    "operand_list",
+    lambda x, y: ag.einsum("i,i", [x, y]),
+    lambda r: (randn(r, 3), randn(r, 3)),
+)
+case(
+    "einsum", "same_tensor_twice", lambda x: ag.einsum("ij,ij->", x, x), lambda r: (randn(r, 2, 3),)
+)
+case("sort", "dim1", lambda x: x.sort(1).values, lambda r: (distinct(r, 2, 3),))
+case(
+    "sort",
+    "descending_dim0",
+    lambda x: ag.sort(x, 0, descending=True)[0],
+    lambda r: (distinct(r, 3, 2),),
+)
+case(
+    "sort",
+    "1d_times_weights",
+    lambda x: x.sort().values * ag.arange(4.0),
+    lambda r: (distinct(r, 4),),
+)
+case("sort", "0d", lambda x: x.sort().values, lambda r: (distinct(r),))
+case("topk", "largest", lambda x: x.topk(2).values, lambda r: (distinct(r, 2, 4),))
+case(
+    "topk",
+    "smallest_dim0",
+    lambda x: ag.topk(x, 2, dim=0, largest=False)[0],
+    lambda r: (distinct(r, 3, 2),),
+)
+case(
+    "topk",
+    "unsorted_squared",
+    lambda x: x.topk(3, sorted=False).values ** 2,
+    lambda r: (distinct(r, 5),),
+)
+
+
+# ----- convolution and pooling -----
+def _conv_params(
+    stride: tuple[int, int] = (1, 1),
+    padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0)),
+    dilation: tuple[int, int] = (1, 1),
+    groups: int = 1,
+    x_hw: tuple[int, int] = (5, 4),
+    k_hw: tuple[int, int] = (2, 3),
+) -> dict[str, Any]:
+    """The parameters the three conv ops share (See NOTE [Convolution is three ops])."""
+    return {
+        "stride": stride,
+        "padding": padding,
+        "dilation": dilation,
+        "groups": groups,
+        "x_hw": x_hw,
+        "k_hw": k_hw,
+    }
+
+
+_CONV_P: Final = _conv_params(stride=(2, 1), padding=((1, 0), (1, 2)), dilation=(1, 2), groups=2)
+case(
+    "convolution",
+    "2d_bias",
+    lambda x, w, b: F.conv2d(x, w, b),
+    lambda r: (randn(r, 2, 2, 4, 4), randn(r, 3, 2, 2, 2), randn(r, 3)),
+)
+case(
+    "convolution",
+    "2d_stride_padding_non_square",
+    lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 0)),
+    lambda r: (randn(r, 1, 2, 5, 4), randn(r, 2, 2, 3, 2)),
+)
+case(
+    "convolution",
+    "2d_dilation_groups_same",
+    lambda x, w, b: F.conv2d(x, w, b, padding="same", dilation=(1, 2), groups=2),
+    lambda r: (randn(r, 2, 4, 3, 5), randn(r, 4, 2, 2, 2), randn(r, 4)),
+)
+case(
+    "convolution",
+    "2d_unbatched_const_weight",
+    lambda x, w: F.conv2d(x, w, padding=1),
+    lambda r: (randn(r, 2, 3, 3), const(r, 2, 2, 2, 2)),
+)
+case(
+    "convolution",
+    "1d_stride_dilation_groups",
+    lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2, groups=2),
+    lambda r: (randn(r, 2, 4, 7), randn(r, 2, 2, 2), randn(r, 2)),
+)
+case(
+    "convolution",
+    "avg_pool2d_padding_ceil_mode",
+    lambda x: F.avg_pool2d(x, (3, 2), stride=2, padding=1, ceil_mode=True),
+    lambda r: (randn(r, 2, 2, 5, 4),),
+)
+case(
+    "convolution",
+    "avg_pool2d_exclude_pad",
+    lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+    lambda r: (randn(r, 1, 2, 5, 5),),
+)
+case(
+    "conv_input_grad",
+    "strided_padded_groups",
+    lambda gy, w: ops.conv.conv_input_grad_op(gy, w, **_CONV_P),
+    lambda r: (randn(r, 2, 4, 3, 3), randn(r, 4, 2, 2, 3)),
+)
+case(
+    "conv_input_grad",
+    "1d",
+    lambda gy, w: ops.conv.conv_input_grad_op(
+        gy, w, **_conv_params(stride=(1, 2), x_hw=(1, 6), k_hw=(1, 2))
+    ),
+    lambda r: (randn(r, 2, 3, 3), randn(r, 3, 2, 2)),
+)
+case(
+    "conv_weight_grad",
+    "strided_padded_groups",
+    lambda x, gy: ops.conv.conv_weight_grad_op(x, gy, **_CONV_P),
+    lambda r: (randn(r, 2, 4, 5, 4), randn(r, 2, 4, 3, 3)),
+)
+case(
+    "conv_weight_grad",
+    "1d",
+    lambda x, gy: ops.conv.conv_weight_grad_op(
+        x, gy, **_conv_params(stride=(1, 2), x_hw=(1, 6), k_hw=(1, 2))
+    ),
+    lambda r: (randn(r, 2, 3, 6), randn(r, 2, 3, 3)),
+)
+case(
+    "max_pool2d_with_indices",
+    "kernel_2",
+    lambda x: F.max_pool2d(x, 2),
+    lambda r: (distinct(r, 1, 2, 4, 4),),
+)
+case(
+    "max_pool2d_with_indices",
+    "overlapping_padded_ceil_mode",
+    lambda x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
+    lambda r: (distinct(r, 1, 1, 6, 5),),
+)
+case(
+    "max_pool2d_with_indices",
+    "dilation_unbatched",
+    lambda x: F.max_pool2d(x, (2, 2), stride=1, dilation=(2, 1)),
+    lambda r: (distinct(r, 1, 5, 4),),
 )
 
 

@@ -247,6 +247,25 @@ case(
 case("copy", "broadcast_src", lambda m, w, s: (w * 1).copy_(s), _V12, _V12[1])
 case("fill", "fill", lambda m, w: (w * 1).fill_(NAN), _V12)
 
+# ----- shape, indexing and random ops -----
+case("repeat", "repeat", lambda m, x: x.repeat(2, 1, 3), _V12)
+case("repeat", "tile", lambda m, x: m.tile(x, (2, 1)), _V12)
+case("getitem", "narrow_select", lambda m, x: x.narrow(1, 1, 2).select(0, 2), _V12)
+case("getitem", "flip_roll", lambda m, x: m.roll(m.flip(x, (1,)), (1, -1), (0, 1)), _V12)
+case("getitem", "gather", lambda m, x: x.gather(1, m.tensor([[0, 0], [3, 1], [2, 2]])), _V12)
+case("getitem", "index_select", lambda m, x: x.index_select(1, m.tensor([3, 3, 0])), _V12)
+case("getitem", "pad_reflect", lambda m, x: F(m).pad(x, (2, 1), mode="reflect"), _V12)
+case("index_add_zeros", "pad_constant", lambda m, x: F(m).pad(x, (1, -1, 2, 0), value=NAN), _V12)
+case(
+    "index_add_zeros",
+    "scatter_add",
+    lambda m, x, s: x.scatter_add(1, m.tensor([[0, 0], [3, 1], [2, 2]]), s),
+    _V12,
+    _V12[:, :2][::-1],
+)
+case("where", "tril", lambda m, x: m.tril(x, 1), _V12)
+case("where", "triu", lambda m, x: x.triu(-1), _V12)
+
 # =====================================================================================
 # Neural-network functions
 # =====================================================================================
@@ -286,6 +305,101 @@ case(
     "of_log_softmax",
     lambda m, x: F(m).cross_entropy(x, m.tensor(_TARGET)),
     _LOGP,
+)
+
+
+# ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----
+for _op in ["var", "std"]:
+    case(_op, "dim1", lambda m, x, o=_op: getattr(x, o)(1), ROWS)
+    case(_op, "dim0_correction0", lambda m, x, o=_op: getattr(m, o)(x, 0, correction=0), ROWS)
+    case(_op, "all", lambda m, x, o=_op: getattr(x, o)(), ROWS[9:])
+_PROD_ROWS: Final = np.array(
+    [[0.0, 2.0, 3.0], [0.0, 0.0, 2.0], [-0.0, 1.5, -2.0], [INF, 0.0, 1.0], [NAN, 2.0, 0.0]]
+)
+case("prod", "dim1", lambda m, x: x.prod(1), np.concatenate([ROWS, _PROD_ROWS]))
+case("prod", "dim0_keepdim", lambda m, x: m.prod(x, 0, keepdim=True), _PROD_ROWS.T)
+case("prod", "all_one_zero", lambda m, x: x.prod(), _PROD_ROWS[0])
+case("prod", "all_two_zeros", lambda m, x: x.prod(), _PROD_ROWS[1])
+case("prod", "all_no_zero", lambda m, x: m.prod(x), ROWS[9])
+_NORM_ROWS: Final = np.concatenate([ROWS, np.zeros((1, 3)), [[0.0, -0.0, 0.0], [3.0, -3.0, 1.0]]])
+for _p in [2, 1, INF, -INF, 3, 0.5, 0, -1, "fro"]:
+    case("norm", f"p{_p}_dim1", lambda m, x, p=_p: x.norm(p, dim=1), _NORM_ROWS)
+case("norm", "default_all_zero", lambda m, x: m.norm(x), np.zeros((2, 3)))
+case("norm", "default_all", lambda m, x: m.norm(x), ROWS[9:])
+case("cumsum", "dim1", lambda m, x: x.cumsum(1), ROWS)
+case("cumsum", "dim0", lambda m, x: m.cumsum(x, 0), ROWS)
+case("dot", "dot", lambda m, x, y: m.dot(x, y), MAT_A[:, 0], MAT_A[:, 2])
+case("outer", "outer", lambda m, x, y: m.outer(x, y), MAT_A[:, 0], MAT_B[:, 1])
+case("einsum", "matmul", lambda m, a, b: m.einsum("ij,jk->ik", a, b), MAT_A, MAT_B)
+case("einsum", "trace", lambda m, a: m.einsum("ii", a), MAT_A[:3])
+case("einsum", "diagonal_times", lambda m, a, v: m.einsum("ii,i->i", a, v), MAT_A[:3], MAT_B[:, 0])
+case("sort", "dim1", lambda m, x: x.sort(dim=1, stable=True).values, ROWS)
+case("sort", "descending", lambda m, x: m.sort(x, dim=0, descending=True, stable=True)[0], ROWS)
+case("topk", "largest", lambda m, x: x.topk(1).values, ROWS[[1, 5, 6, 9, 10]])
+case("topk", "smallest", lambda m, x: m.topk(x, 2, largest=False).values, ROWS[[1, 2, 5, 9]])
+
+# ----- convolution and pooling -----
+# The input gradient and weight gradient ops, called directly, against torch.nn.grad's.
+_CONV_X: Final = np.resize(VALUES, 2 * 2 * 4 * 5).reshape(2, 2, 4, 5)
+_CONV_W: Final = np.array([0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 1.0, 3.0] * 3).reshape(3, 2, 2, 2)
+_CONV_P: Final[dict[str, Any]] = {
+    "stride": (2, 1),
+    "padding": ((1, 1), (0, 0)),
+    "dilation": (1, 2),
+    "groups": 1,
+    "x_hw": (4, 5),
+    "k_hw": (2, 2),
+}
+_CONV_TORCH: Final[dict[str, Any]] = {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}
+_CONV_GY: Final = np.resize(VALUES[::-1], 2 * 3 * 3 * 3).reshape(2, 3, 3, 3)
+case(
+    "convolution",
+    "specials_in_input",
+    lambda m, x, w, b: F(m).conv2d(x, w, b, **_CONV_TORCH),
+    _CONV_X,
+    _CONV_W,
+    np.array([0.5, -1.0, 2.0]),
+)
+case(
+    "convolution",
+    "specials_in_weight_1d",
+    lambda m, x, w: F(m).conv1d(x, w, padding=1),
+    _CONV_W.reshape(3, 2, 4) / 2,
+    np.resize(VALUES, 12).reshape(3, 2, 2),
+)
+case(
+    "conv_input_grad",
+    "specials",
+    lambda m, gy, w: (
+        ops.conv.conv_input_grad_op(gy, w, **_CONV_P)
+        if m is ag
+        else torch.nn.grad.conv2d_input((2, 2, 4, 5), w, gy, **_CONV_TORCH)
+    ),
+    _CONV_GY,
+    _CONV_W,
+)
+case(
+    "conv_weight_grad",
+    "specials",
+    lambda m, x, gy: (
+        ops.conv.conv_weight_grad_op(x, gy, **_CONV_P)
+        if m is ag
+        else torch.nn.grad.conv2d_weight(x, (3, 2, 2, 2), gy, **_CONV_TORCH)
+    ),
+    _CONV_X,
+    _CONV_GY / 4,
+)
+case(
+    "max_pool2d_with_indices",
+    "ties_nan_inf",
+    lambda m, x: F(m).max_pool2d(x, 2, stride=1, padding=1),
+    np.resize(VALUES, 2 * 4 * 5).reshape(1, 2, 4, 5),
+)
+case(
+    "max_pool2d_with_indices",
+    "relu_zeros",
+    lambda m, x: F(m).max_pool2d(F(m).relu(x), (2, 3), stride=2, ceil_mode=True),
+    np.resize(VALUES, 2 * 5 * 5).reshape(2, 1, 5, 5),
 )
 
 

@@ -289,6 +289,10 @@ def test_stream_runs_work_in_order_under_random_delays() -> None:
     stream = sim.cuda.Stream()
     seen: list[int] = []
     x = sim.asarray(np.zeros(1))
+    # The upload runs on the default stream, which nothing orders with `stream` (every stream
+    # is non-blocking here): without this wait a delayed upload could overwrite the first
+    # increment, and every count would be one short.
+    sim.cuda.get_current_stream().synchronize()
 
     def count(expected: int) -> None:  # a host function sees the kernels queued before it only
         seen.append(int(x._data[0]) - expected)

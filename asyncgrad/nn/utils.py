@@ -1,0 +1,77 @@
+"""ag.nn.utils: gradient clipping."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from .. import ops
+from .._tensor import Tensor
+from ..graph.grad_mode import no_grad
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm"]
+
+
+def _grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    return [p.grad for p in params if p.grad is not None]
+
+
+def get_total_norm(
+    tensors: Tensor | Iterable[Tensor],
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """The ``norm_type`` norm of all ``tensors`` together (as if concatenated)."""
+    ts = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    norm_type = float(norm_type)
+    if not ts:
+        return ops.tensor(0.0)
+    with no_grad():
+        flat = [ops.reshape(t.detach().to(ts[0].device), (-1,)) for t in ts]
+        if norm_type == math.inf:
+            total = ops.amax(ops.stack([ops.amax(ops.abs(f)) for f in flat if f.numel()]))
+        elif norm_type == -math.inf:
+            total = ops.amin(ops.stack([ops.amin(ops.abs(f)) for f in flat if f.numel()]))
+        else:
+            powered = [ops.sum(ops.pow(ops.abs(f), norm_type)) for f in flat]
+            total = ops.pow(ops.sum(ops.stack(powered)), 1.0 / norm_type)
+    if error_if_nonfinite and not bool(ops.isfinite(total).item()):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, "
+            "so it cannot be clipped. To disable this error and scale the gradients by the "
+            "non-finite norm anyway, set `error_if_nonfinite=False`"
+        )
+    return total
+
+
+def clip_grad_norm_(
+    parameters: Tensor | Iterable[Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+) -> Tensor:
+    """Scale the gradients in place so that their total ``norm_type`` norm is at most
+    ``max_norm``; returns the total norm before clipping (a tensor), as torch does."""
+    grads = _grads(parameters)
+    if not grads:
+        return ops.tensor(0.0)
+    total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    # As torch: the factor is clamped to 1 (no branch on the norm's value).
+    coef = ops.clamp(ops.div(float(max_norm), ops.add(total, 1e-6)), max=1.0)
+    with no_grad():
+        for g in grads:
+            ops.mul_(g, coef.to(g.device).to(g.dtype))
+    return total
+
+
+def clip_grad_value_(
+    parameters: Tensor | Iterable[Tensor], clip_value: float, foreach: bool | None = None
+) -> None:
+    """Clamp every gradient in place to ``[-clip_value, clip_value]``."""
+    clip_value = float(clip_value)
+    with no_grad():
+        for g in _grads(parameters):
+            ops.clamp_(g, -clip_value, clip_value)

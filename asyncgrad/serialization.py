@@ -1,0 +1,430 @@
+"""``ag.save`` and ``ag.load``: tensors and nested containers of them, with no pickle anywhere.
+
+NOTE [Saved file format]
+``ag.save(obj, path)`` writes a ``.npz`` archive (NumPy's zip of ``.npy`` files): one entry per
+distinct tensor (``t0``, ``t1``, ...), holding its host data with its exact dtype and shape, and
+an entry ``__asyncgrad__`` holding, as UTF-8 JSON, the object's structure, in which tensors are
+``{"type": "tensor", "data": "t0", "device": "cuda:0", "requires_grad": true, ...}`` and JSON
+objects appear only as such tagged nodes (dicts are ``{"type": "dict", "items": [[k, v], ...]}``
+so their keys keep their types: an optimizer's state is keyed by ints). A tensor that appears
+twice in ``obj`` is stored once and loads as one tensor. A path ending in ``.safetensors``
+writes a safetensors file instead, which holds a flat ``{str: Tensor}`` dict (a state dict), with
+each tensor's device and requires_grad in the file's metadata.
+
+Loading reads arrays with ``allow_pickle=False`` and the structure with ``json``: a file can
+describe data, never code, so loading an untrusted file executes nothing. Anything malformed
+(truncated, random bytes, a pickled object array, a structure that names a missing array)
+raises a ``RuntimeError`` that names the file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import IO, Any, Final
+
+from . import backend, cuda, dtypes
+from ._tensor import Tensor
+from .backend import CPU, Device
+from .backend.arrayio import (
+    ArrayFileError,
+    read_npz,
+    read_safetensors,
+    write_npz,
+    write_safetensors,
+)
+from .nn.modules import Parameter
+
+__all__ = ["load", "save"]
+
+FORMAT_VERSION: Final = 1
+# The .npz entry that holds the structure, and the safetensors metadata key that holds the
+# tensors' devices and requires_grad flags.
+STRUCTURE_KEY: Final = "__asyncgrad__"
+
+FileLike = str | os.PathLike[str] | IO[bytes]
+MapLocation = str | Device | dict[Any, Any] | Callable[[str], Any] | None
+
+
+def save(obj: Any, f: FileLike) -> None:
+    """Save tensors, and dicts, lists and tuples of them and of plain values, to ``f``.
+
+    Args:
+        obj: a Tensor, or nested dicts/lists/tuples of Tensors, ``None``, bools, ints, floats,
+            strings, dtypes and devices (a state dict, an optimizer's state dict).
+        f: a path, or a binary file object. A path ending in ``.safetensors`` writes a
+            safetensors file (``obj`` must then be a flat ``{str: Tensor}`` dict); anything
+            else an ``.npz`` archive (See NOTE [Saved file format]). A path is replaced whole,
+            never left half-written.
+
+    Raises:
+        TypeError: ``obj`` holds a value of another type (the message says where).
+
+    Example:
+        >>> import asyncgrad as ag, io
+        >>> buf = io.BytesIO()
+        >>> ag.save({"w": ag.ones(2), "step": 3}, buf)
+        >>> ag.load(io.BytesIO(buf.getvalue()))
+        {'w': tensor([1., 1.]), 'step': 3}
+    """
+    if _is_path(f) and os.fspath(f).endswith(".safetensors"):  # type: ignore[arg-type]
+        data = _encode_safetensors(obj)
+        _write_path(f, lambda out: out.write(data))  # type: ignore[arg-type]
+        return
+    import json  # imported on use, to keep `import asyncgrad` fast
+
+    enc = _Encoder()
+    root = enc.encode(obj, "obj")
+    header = {"format": "asyncgrad", "version": FORMAT_VERSION, "root": root}
+    text = json.dumps(header, allow_nan=True, separators=(",", ":")).encode("utf-8")
+    arrays: dict[str, Any] = {STRUCTURE_KEY: text, **enc.arrays}
+    if _is_path(f):
+        _write_path(f, lambda out: write_npz(out, arrays))  # type: ignore[arg-type]
+    else:
+        write_npz(f, arrays)  # type: ignore[arg-type]
+
+
+def load(f: FileLike, map_location: MapLocation = None) -> Any:
+    """Load what ``ag.save`` saved to ``f`` (a path or a binary file object).
+
+    Args:
+        f: the file. A plain ``.npz`` of arrays (no structure entry) or a safetensors file
+            written elsewhere loads as a ``{name: Tensor}`` dict.
+        map_location: where tensors go: ``None`` (the device each was saved from), a device
+            (``"cpu"``, ``"cuda:1"``, ``ag.device(...)``) for all, a dict mapping saved devices
+            to devices (``{"cuda:0": "cpu"}``), or a function from the saved device's name to
+            a device.
+
+    Raises:
+        RuntimeError: the file is not a well-formed asyncgrad, ``.npz`` or safetensors file
+            (truncated, corrupt, holding pickled objects), naming it; or a tensor would go to
+            a CUDA device where none is available.
+    """
+    name = _name_of(f)
+    if _is_path(f):
+        with open(f, "rb") as fh:  # type: ignore[arg-type]
+            data = fh.read()
+    else:
+        data = f.read()  # type: ignore[union-attr]
+    try:
+        if data[:2] == b"PK" or not _looks_like_safetensors(data):
+            return _decode_npz(data, map_location)
+        return _decode_safetensors(data, map_location)
+    except _CorruptError as e:
+        raise RuntimeError(f"ag.load: {name} is not a valid asyncgrad file: {e}") from e.__cause__
+    except ArrayFileError as e:
+        raise RuntimeError(f"ag.load: {name} is not a valid asyncgrad file: {e}") from e.__cause__
+
+
+# ----------------------------------------------------------------------------- files
+def _is_path(f: Any) -> bool:
+    return isinstance(f, str | os.PathLike)
+
+
+def _name_of(f: Any) -> str:
+    if _is_path(f):
+        return repr(os.fspath(f))
+    name = getattr(f, "name", None)
+    return repr(name) if isinstance(name, str) else f"<{type(f).__name__}>"
+
+
+def _write_path(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> None:
+    """Write to a temporary file beside ``path``, then move it into place."""
+    import tempfile
+
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".agsave-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _looks_like_safetensors(data: bytes) -> bool:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON object."""
+    return len(data) >= 9 and data[8:9] == b"{"
+
+
+class _CorruptError(Exception):
+    """The file's structure is malformed (the message says how)."""
+
+
+# ----------------------------------------------------------------------------- encoding
+_PLAIN: Final = (type(None), bool, int, float, str)
+
+
+class _Encoder:
+    """Turns an object into its JSON structure, collecting each distinct tensor's host array."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, Any] = {}
+        self.names: dict[int, str] = {}  # id(tensor) -> its entry
+        self.keep: list[Tensor] = []  # keeps ids valid while encoding
+        self.active: set[int] = set()  # containers being encoded: a cycle check
+
+    def encode(self, v: Any, where: str) -> Any:
+        if type(v) in _PLAIN:
+            return v
+        if isinstance(v, Tensor):
+            return self.tensor(v)
+        if isinstance(v, backend.generic):  # a NumPy scalar: its Python value
+            return self.encode(v.item(), where)
+        if isinstance(v, bool | int | float | str):  # subclasses (IntEnum, ...): the base value
+            return v.__index__() if isinstance(v, int) and not isinstance(v, bool) else v
+        if isinstance(v, dtypes.dtype):
+            return {"type": "dtype", "name": str(v)}
+        if isinstance(v, Device):
+            return {"type": "device", "name": str(v)}
+        if isinstance(v, dict | list | tuple):
+            if id(v) in self.active:
+                raise ValueError(f"ag.save: {where} contains itself")
+            self.active.add(id(v))
+            try:
+                if isinstance(v, dict):
+                    items = [
+                        [self.key(k, where), self.encode(x, f"{where}[{k!r}]")]
+                        for k, x in v.items()
+                    ]
+                    kind = "OrderedDict" if isinstance(v, OrderedDict) else "dict"
+                    return {"type": kind, "items": items}
+                seq = [self.encode(x, f"{where}[{i}]") for i, x in enumerate(v)]
+                return seq if isinstance(v, list) else {"type": "tuple", "items": seq}
+            finally:
+                self.active.discard(id(v))
+        raise TypeError(
+            f"ag.save: cannot save {where} of type {type(v).__module__}.{type(v).__qualname__}: "
+            "only Tensors, dicts, lists, tuples, None, bools, ints, floats, strings, dtypes "
+            "and devices are saved"
+        )
+
+    def key(self, k: Any, where: str) -> Any:
+        if isinstance(k, Tensor | dict | list):
+            raise TypeError(
+                f"ag.save: cannot save a dict key of type {type(k).__name__} in {where}"
+            )
+        return self.encode(k, f"a key of {where}")
+
+    def tensor(self, t: Tensor) -> dict[str, Any]:
+        name = self.names.get(id(t))
+        if name is None:
+            name = self.names[id(t)] = f"t{len(self.names)}"
+            self.keep.append(t)
+            a = t._array
+            self.arrays[name] = a if type(a) is backend.ndarray else backend.to_device(a, CPU)
+        node = {
+            "type": "tensor",
+            "data": name,
+            "device": str(t.device),
+            "requires_grad": t.requires_grad,
+        }
+        if isinstance(t, Parameter):
+            node["class"] = "Parameter"
+        return node
+
+
+def _encode_safetensors(obj: Any) -> bytes:
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()
+    ):
+        raise TypeError(
+            "ag.save: a .safetensors file holds a flat dict of str -> Tensor (a state dict), "
+            f"got {_describe(obj)}; save other objects (optimizer state, nested dicts) to a "
+            ".npz path"
+        )
+    if any(k == STRUCTURE_KEY for k in obj):
+        raise ValueError(f"ag.save: {STRUCTURE_KEY!r} is reserved as a tensor name")
+    import json
+
+    arrays = {}
+    info = []
+    for k, t in obj.items():
+        a = t._array
+        arrays[k] = a if type(a) is backend.ndarray else backend.to_device(a, CPU)
+        meta: dict[str, Any] = {"device": str(t.device), "requires_grad": t.requires_grad}
+        if isinstance(t, Parameter):
+            meta["class"] = "Parameter"
+        info.append([k, meta])
+    header = {"format": "asyncgrad", "version": FORMAT_VERSION, "tensors": info}
+    return write_safetensors(arrays, {STRUCTURE_KEY: json.dumps(header)})
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                return f"a dict with a key of type {type(k).__name__}"
+            if not isinstance(v, Tensor):
+                return f"a dict whose value at {k!r} is of type {type(v).__name__}"
+    return f"an object of type {type(obj).__name__}"
+
+
+# ----------------------------------------------------------------------------- decoding
+class _Decoder:
+    def __init__(self, arrays: dict[str, Any], map_location: MapLocation) -> None:
+        self.arrays = arrays
+        self.map_location = map_location
+        self.tensors: dict[str, Tensor] = {}
+
+    def decode(self, node: Any) -> Any:
+        if node is None or type(node) in (bool, int, float, str):
+            return node
+        if type(node) is list:
+            return [self.decode(x) for x in node]
+        if type(node) is not dict:
+            raise _CorruptError(f"unexpected {type(node).__name__} in the structure")
+        kind = node.get("type")
+        if kind == "tensor":
+            return self.tensor(node)
+        if kind in ("dict", "OrderedDict"):
+            items = self.items(node)
+            pairs = []
+            for pair in items:
+                if type(pair) is not list or len(pair) != 2:
+                    raise _CorruptError("a dict item is not a [key, value] pair")
+                k = self.decode(pair[0])
+                try:
+                    hash(k)
+                except TypeError:
+                    raise _CorruptError("a dict key is not hashable") from None
+                pairs.append((k, self.decode(pair[1])))
+            return OrderedDict(pairs) if kind == "OrderedDict" else dict(pairs)
+        if kind == "tuple":
+            return tuple(self.decode(x) for x in self.items(node))
+        if kind == "dtype":
+            try:
+                return dtypes.to_dtype(_str(node, "name"))
+            except TypeError:
+                raise _CorruptError(f"unknown dtype {node.get('name')!r}") from None
+        if kind == "device":
+            return _device(_str(node, "name"))
+        raise _CorruptError(f"unknown node type {kind!r} in the structure")
+
+    @staticmethod
+    def items(node: dict[str, Any]) -> list[Any]:
+        items = node.get("items")
+        if type(items) is not list:
+            raise _CorruptError(f"a {node.get('type')} node has no list of items")
+        return items
+
+    def tensor(self, node: dict[str, Any]) -> Tensor:
+        name = _str(node, "data")
+        t = self.tensors.get(name)
+        if t is None:
+            arr = self.arrays.get(name)
+            if arr is None:
+                raise _CorruptError(f"the structure names a missing array {name!r}")
+            t = self.tensors[name] = _make_tensor(arr, node, self.map_location)
+        return t
+
+
+def _str(node: dict[str, Any], field: str) -> str:
+    v = node.get(field)
+    if type(v) is not str:
+        raise _CorruptError(f"a {node.get('type')} node has no string {field!r}")
+    return v
+
+
+def _device(name: str) -> Device:
+    try:
+        return Device(name)
+    except (RuntimeError, TypeError):
+        raise _CorruptError(f"invalid device {name!r}") from None
+
+
+def _target(saved: str, map_location: MapLocation) -> Device:
+    """Where a tensor saved from device ``saved`` goes."""
+    if map_location is None:
+        dev = _device(saved)
+    elif isinstance(map_location, dict):
+        table = {str(Device(k)): v for k, v in map_location.items()}
+        dev = Device(table.get(str(_device(saved)), saved))
+    elif isinstance(map_location, str | Device):
+        dev = Device(map_location)
+    elif callable(map_location):
+        dev = Device(map_location(saved))
+    else:
+        raise TypeError(
+            "map_location must be None, a device, a dict of devices or a function, "
+            f"got {type(map_location).__name__}"
+        )
+    if dev.type == "cuda" and not cuda.is_available():
+        raise RuntimeError(
+            "Attempting to deserialize object on a CUDA device but ag.cuda.is_available() is "
+            "False. If you are running on a CPU-only machine, please use ag.load with "
+            "map_location='cpu' to map your tensors to the CPU."
+        )
+    return dev
+
+
+def _make_tensor(arr: Any, meta: dict[str, Any], map_location: MapLocation) -> Tensor:
+    rg = meta.get("requires_grad", False)
+    if type(rg) is not bool:
+        raise _CorruptError("a tensor's requires_grad is not a bool")
+    if rg and not dtypes.is_floating(arr.dtype):
+        raise _CorruptError(f"a tensor of dtype {arr.dtype} requires grad")
+    dev = _target(_str(meta, "device") if "device" in meta else "cpu", map_location)
+    if dev is not CPU:
+        arr = backend.to_device(arr, dev)
+    if meta.get("class") == "Parameter":
+        return Parameter(arr, requires_grad=rg)
+    t = Tensor._wrap(arr)
+    if rg:
+        t.requires_grad_(True)
+    return t
+
+
+def _decode_npz(data: bytes, map_location: MapLocation) -> Any:
+    arrays = read_npz(io.BytesIO(data))
+    raw = arrays.pop(STRUCTURE_KEY, None)
+    if raw is None:  # a plain .npz of arrays, written elsewhere
+        return {k: _make_tensor(a, {}, map_location) for k, a in arrays.items()}
+    if raw.ndim != 1 or str(raw.dtype) != "uint8":
+        raise _CorruptError(f"the {STRUCTURE_KEY} entry is not a byte string")
+    header = _parse_json(raw.tobytes())
+    if type(header) is not dict or header.get("format") != "asyncgrad" or "root" not in header:
+        raise _CorruptError(f"the {STRUCTURE_KEY} entry is not an asyncgrad structure")
+    if header.get("version") != FORMAT_VERSION:
+        raise _CorruptError(
+            f"format version {header.get('version')!r} (this asyncgrad reads {FORMAT_VERSION})"
+        )
+    try:
+        return _Decoder(arrays, map_location).decode(header["root"])
+    except RecursionError:
+        raise _CorruptError("the structure is nested too deeply") from None
+
+
+def _decode_safetensors(data: bytes, map_location: MapLocation) -> Any:
+    arrays, metadata = read_safetensors(data)
+    raw = metadata.get(STRUCTURE_KEY)
+    if raw is None:  # written elsewhere: every tensor on the CPU, in the file's order
+        return {k: _make_tensor(a, {}, map_location) for k, a in arrays.items()}
+    header = _parse_json(raw.encode("utf-8"))
+    info = header.get("tensors") if type(header) is dict else None
+    if type(info) is not list:
+        raise _CorruptError(f"the {STRUCTURE_KEY} metadata is not an asyncgrad header")
+    out = {}
+    for item in info:
+        if type(item) is not list or len(item) != 2 or type(item[1]) is not dict:
+            raise _CorruptError(f"the {STRUCTURE_KEY} metadata is not an asyncgrad header")
+        k, meta = item
+        if k not in arrays:
+            raise _CorruptError(f"the metadata names a missing tensor {k!r}")
+        out[k] = _make_tensor(arrays[k], meta, map_location)
+    for k, a in arrays.items():
+        if k not in out:
+            out[k] = _make_tensor(a, {}, map_location)
+    return out
+
+
+def _parse_json(raw: bytes) -> Any:
+    import json
+
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _CorruptError(f"its structure is not valid JSON ({e})") from None

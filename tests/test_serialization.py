@@ -1,0 +1,421 @@
+"""ag.save / ag.load: exact round trips, state dicts across devices, and files that are not ours."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import pickle
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad import nn
+
+SAFETENSORS_REASON = "needs the safetensors package (pip install '.[safetensors]')"
+
+
+def _needs_cuda() -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("no CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
+
+
+def _same(a: ag.Tensor, b: ag.Tensor) -> None:
+    """Equal bit for bit: dtype, shape, device, requires_grad and every byte of data."""
+    assert type(a) is type(b)
+    assert a.dtype == b.dtype
+    assert a.shape == b.shape
+    assert a.device == b.device
+    assert a.requires_grad == b.requires_grad
+    ha, hb = a.detach().cpu().numpy(), b.detach().cpu().numpy()
+    assert ha.shape == hb.shape
+    assert np.ascontiguousarray(ha).tobytes() == np.ascontiguousarray(hb).tobytes()
+
+
+def _round_trip(obj: Any, path: Path | None = None, **load_kwargs: Any) -> Any:
+    if path is None:
+        buf = io.BytesIO()
+        ag.save(obj, buf)
+        return ag.load(io.BytesIO(buf.getvalue()), **load_kwargs)
+    ag.save(obj, path)
+    return ag.load(path, **load_kwargs)
+
+
+TENSORS = {
+    "float32": lambda: ag.randn(3, 4),
+    "float64": lambda: ag.randn(2, 3, dtype=ag.float64),
+    "float16": lambda: ag.randn(5, dtype=ag.float16),
+    "int64": lambda: ag.arange(-5, 7).reshape(3, 4),
+    "int32": lambda: ag.tensor([2**31 - 1, -(2**31)], dtype=ag.int32),
+    "uint8": lambda: ag.from_numpy(np.arange(250, 256, dtype=np.uint8)),
+    "bool": lambda: ag.tensor([[True, False], [False, True]]),
+    "0d": lambda: ag.tensor(3.5),
+    "0d_int": lambda: ag.tensor(-7),
+    "empty": lambda: ag.zeros(0),
+    "empty_2d": lambda: ag.zeros(3, 0, 2, dtype=ag.int64),
+    "view": lambda: ag.arange(24.0).reshape(4, 6)[1:, ::2].t(),
+    "special": lambda: ag.tensor([math.nan, math.inf, -math.inf, -0.0, 1e-45, 3.4e38]),
+    "requires_grad": lambda: ag.randn(2, 2, requires_grad=True),
+    "parameter": lambda: nn.Parameter(ag.randn(3)),
+}
+
+
+@pytest.mark.parametrize("name", TENSORS)
+def test_tensors_round_trip_exactly(name: str, tmp_path: Path) -> None:
+    x = TENSORS[name]()
+    _same(x, _round_trip(x))
+    _same(x, _round_trip(x, tmp_path / "x.pt"))
+
+
+def test_a_non_leaf_saves_as_a_leaf_that_requires_grad() -> None:
+    x = ag.ones(2, requires_grad=True) * 3
+    y = _round_trip(x)
+    assert y.is_leaf
+    assert y.requires_grad
+    assert y.tolist() == [3.0, 3.0]
+
+
+def test_nested_structures_with_plain_values_round_trip() -> None:
+    t = ag.ones(2)
+    obj = {
+        "tensor": t,
+        "again": [t, (t,)],
+        "plain": [None, True, False, 0, -(2**70), 1.5, -0.0, "text ✓", ""],
+        "special": [math.inf, -math.inf],
+        "tuple": (1, (2.0, "three"), []),
+        "int_keys": {0: "a", 1: {"nested": (None,)}, -3: 4},
+        "other_keys": {1.5: 1, None: 2, True: 3, (1, "x"): 4},
+        "ordered": OrderedDict([("b", 1), ("a", 2)]),
+        "dtype": ag.float64,
+        "device": ag.device("cpu"),
+        "numpy_scalars": [np.float32(0.25), np.int64(3), np.bool_(True)],
+    }
+    back = _round_trip(obj)
+    assert back["plain"] == obj["plain"]
+    assert [type(v) for v in back["plain"]] == [type(v) for v in obj["plain"]]
+    assert back["special"] == obj["special"]
+    assert back["tuple"] == obj["tuple"]
+    assert type(back["tuple"][1]) is tuple
+    assert back["int_keys"] == obj["int_keys"]
+    assert back["other_keys"] == obj["other_keys"]
+    assert type(back["ordered"]) is OrderedDict
+    assert list(back["ordered"]) == ["b", "a"]
+    assert back["dtype"] == ag.float64
+    assert back["device"] is ag.device("cpu")
+    assert back["numpy_scalars"] == [0.25, 3, True]
+    assert list(back) == list(obj)
+    # One tensor saved under several names loads as one tensor.
+    assert back["again"][0] is back["tensor"]
+    assert back["again"][1][0] is back["tensor"]
+    nan = _round_trip([math.nan])[0]
+    assert math.isnan(nan)
+
+
+def test_a_model_and_its_optimizer_resume_exactly(tmp_path: Path) -> None:
+    def make() -> tuple[nn.Module, ag.optim.Optimizer]:
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+        return model, ag.optim.Adam(model.parameters(), lr=0.01, betas=(0.8, 0.9))
+
+    def step(model: nn.Module, opt: ag.optim.Optimizer, x: ag.Tensor) -> None:
+        opt.zero_grad()
+        (model(x) ** 2).sum().backward()
+        opt.step()
+
+    ag.manual_seed(0)
+    model, opt = make()
+    xs = [ag.randn(5, 3) for _ in range(3)]
+    step(model, opt, xs[0])
+    ag.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": 1}, tmp_path / "ck")
+    assert os.listdir(tmp_path) == ["ck"]  # the path as given: no ".npz" added, no temp left
+    step(model, opt, xs[1])
+
+    model2, opt2 = make()
+    ck = ag.load(tmp_path / "ck")
+    assert ck["epoch"] == 1
+    assert ck["opt"]["param_groups"][0]["betas"] == (0.8, 0.9)
+    model2.load_state_dict(ck["model"])
+    opt2.load_state_dict(ck["opt"])
+    step(model2, opt2, xs[1])
+    for a, b in zip(model.parameters(), model2.parameters(), strict=True):
+        assert a.tolist() == b.tolist()
+
+
+def test_unsupported_values_raise_and_write_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "x.pt"
+    with pytest.raises(TypeError, match=r"cannot save obj\['a'\]\[1\] of type builtins.set"):
+        ag.save({"a": [ag.ones(1), {1, 2}]}, path)
+    with pytest.raises(TypeError, match=r"numpy\.ndarray"):
+        ag.save([np.ones(2)], path)
+    with pytest.raises(TypeError, match="dict key of type Tensor"):
+        ag.save({ag.ones(1): 1}, path)
+    cyclic: list[Any] = [1]
+    cyclic.append(cyclic)
+    with pytest.raises(ValueError, match=r"obj\[1\] contains itself"):
+        ag.save(cyclic, path)
+    assert os.listdir(tmp_path) == []
+    # A failed save leaves an earlier file as it was.
+    ag.save({"a": 1}, path)
+    with pytest.raises(TypeError):
+        ag.save({"a": object()}, path)
+    assert ag.load(path) == {"a": 1}
+
+
+def test_the_file_is_an_npz_without_pickles(tmp_path: Path) -> None:
+    path = tmp_path / "x.npz"
+    ag.save({"w": ag.ones(2, 3), "n": 4}, path)
+    with np.load(path, allow_pickle=False) as npz:
+        assert sorted(npz.files) == ["__asyncgrad__", "t0"]
+        assert npz["t0"].shape == (2, 3)
+    assert zipfile.is_zipfile(path)
+
+
+def test_a_plain_npz_loads_as_a_dict_of_tensors(tmp_path: Path) -> None:
+    path = tmp_path / "plain.npz"
+    np.savez(path, a=np.arange(3), b=np.ones((2, 2), dtype=np.float16))
+    out = ag.load(path)
+    assert list(out) == ["a", "b"]
+    assert out["a"].tolist() == [0, 1, 2]
+    assert out["b"].dtype == ag.float16
+
+
+# ============================================================================= bad files
+
+
+def _good_file(tmp_path: Path) -> bytes:
+    ag.save({"w": ag.randn(20, 20), "step": 3, "name": "x" * 50}, tmp_path / "good")
+    return (tmp_path / "good").read_bytes()
+
+
+def test_truncated_files_raise_naming_the_file(tmp_path: Path) -> None:
+    data = _good_file(tmp_path)
+    path = tmp_path / "cut.pt"
+    for n in (0, 1, 10, 100, len(data) // 2, len(data) - 30, len(data) - 1):
+        path.write_bytes(data[:n])
+        with pytest.raises(RuntimeError, match=rf"ag.load: '{path}' is not a valid asyncgrad file"):
+            ag.load(path)
+
+
+def test_random_bytes_raise(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    path = tmp_path / "noise"
+    for n in (1, 9, 64, 4096):
+        path.write_bytes(rng.bytes(n))
+        with pytest.raises(RuntimeError, match="is not a valid asyncgrad file"):
+            ag.load(path)
+    with pytest.raises(RuntimeError, match=r"<BytesIO> is not a valid asyncgrad file"):
+        ag.load(io.BytesIO(b"PK\x03\x04 not really a zip"))
+
+
+def test_corrupted_bytes_inside_a_file_raise(tmp_path: Path) -> None:
+    data = bytearray(_good_file(tmp_path))
+    path = tmp_path / "flipped"
+    rng = np.random.default_rng(1)
+    errors = []
+    for _ in range(20):
+        bad = bytearray(data)
+        for i in rng.integers(0, len(bad), 8):
+            bad[i] ^= 0xFF
+        path.write_bytes(bytes(bad))
+        try:
+            ag.load(path)  # a flip inside the tensor's data still loads: the file is well formed
+        except RuntimeError as e:
+            errors.append(str(e))
+    assert errors
+    assert all("is not a valid asyncgrad file" in e for e in errors)
+
+
+class _Payload:
+    """Pickling this runs ``os.system`` on load: what a malicious checkpoint does."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickled_objects_are_never_loaded(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.npz"
+    with open(path, "wb") as f:
+        np.savez(f, a=np.array([_Payload(marker)], dtype=object))
+    with pytest.raises(RuntimeError, match=r"object array .* never loaded"):
+        ag.load(path)
+    path.write_bytes(pickle.dumps({"w": _Payload(marker)}))
+    with pytest.raises(RuntimeError, match="is not a valid asyncgrad file"):
+        ag.load(path)
+    np.save(path, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
+    with pytest.raises(RuntimeError, match="is not a valid asyncgrad file"):
+        ag.load(path)
+    assert not marker.exists()
+
+
+def _npz_with_structure(path: Path, structure: bytes, **arrays: Any) -> None:
+    with open(path, "wb") as f:
+        np.savez(f, __asyncgrad__=np.frombuffer(structure, dtype=np.uint8), **arrays)
+
+
+@pytest.mark.parametrize(
+    ("structure", "why"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "not an asyncgrad structure"),
+        (b'{"format": "asyncgrad", "version": 99, "root": 1}', "format version 99"),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": {"type": "tensor", "data": "t9"}}',
+            "missing array 't9'",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": {"type": "code", "src": "x"}}',
+            "unknown node type 'code'",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": {"type": "dict", "items": [[[1], 2]]}}',
+            "not hashable",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": {"type": "dtype", "name": "object"}}',
+            "unknown dtype",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": '
+            b'{"type": "tensor", "data": "t0", "device": "tpu"}}',
+            "invalid device",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": '
+            b'{"type": "tensor", "data": "t0", "requires_grad": true}}',
+            "dtype int64 requires",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": '
+            + b"[" * 100000
+            + b"]" * 100000
+            + b"}",
+            "nested too deeply|not valid JSON",
+        ),
+    ],
+)
+def test_malformed_structures_raise(structure: bytes, why: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.npz"
+    _npz_with_structure(path, structure, t0=np.arange(3))
+    with pytest.raises(
+        RuntimeError, match=rf"{path.name}' is not a valid asyncgrad file: .*({why})"
+    ):
+        ag.load(path)
+
+
+# ============================================================================= devices
+
+
+def test_a_state_dict_from_cuda_loads_on_the_cpu_and_back(tmp_path: Path) -> None:
+    _needs_cuda()
+    ag.manual_seed(0)
+    gpu = nn.Linear(3, 2).to("cuda")
+    ag.save(gpu.state_dict(), tmp_path / "gpu.pt")
+    kept = ag.load(tmp_path / "gpu.pt")
+    assert kept["weight"].device == ag.device("cuda:0")
+    cpu = nn.Linear(3, 2)
+    cpu.load_state_dict(ag.load(tmp_path / "gpu.pt", map_location="cpu"))
+    x = ag.randn(4, 3)
+    assert np.array_equal(cpu(x).detach().numpy(), gpu(x.cuda()).detach().cpu().numpy())
+
+    ag.save(cpu.state_dict(), tmp_path / "cpu.pt")
+    gpu2 = nn.Linear(3, 2).to("cuda")
+    sd = ag.load(tmp_path / "cpu.pt", map_location=ag.device("cuda"))
+    assert all(v.device == ag.device("cuda:0") for v in sd.values())
+    gpu2.load_state_dict(sd)
+    assert np.array_equal(gpu2(x.cuda()).cpu().detach().numpy(), cpu(x).detach().numpy())
+
+    by_dict = ag.load(tmp_path / "gpu.pt", map_location={"cuda:0": "cpu"})
+    by_fn = ag.load(tmp_path / "gpu.pt", map_location=lambda saved: "cpu")
+    assert by_dict["bias"].device is ag.device("cpu")
+    assert by_fn["bias"].device is ag.device("cpu")
+    if ag.cuda.device_count() > 1:
+        moved = ag.load(tmp_path / "gpu.pt", map_location={"cuda:0": "cuda:1"})
+        assert moved["weight"].device == ag.device("cuda:1")
+
+
+def test_cuda_tensors_without_cuda_need_a_map_location(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "x.pt"
+    with open(path, "wb") as f:
+        np.savez(
+            f,
+            __asyncgrad__=np.frombuffer(
+                b'{"format": "asyncgrad", "version": 1, "root": '
+                b'{"type": "tensor", "data": "t0", "device": "cuda:0"}}',
+                dtype=np.uint8,
+            ),
+            t0=np.ones(2),
+        )
+    monkeypatch.setattr(ag.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+        ag.load(path)
+    assert ag.load(path, map_location="cpu").device is ag.device("cpu")
+    with pytest.raises(TypeError, match="map_location must be"):
+        ag.load(path, map_location=3)  # type: ignore[arg-type]
+
+
+# ============================================================================= safetensors
+
+
+def test_safetensors_round_trip(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors", reason=SAFETENSORS_REASON)
+    sd = {name: build() for name, build in TENSORS.items() if name != "special"}
+    path = tmp_path / "model.safetensors"
+    ag.save(sd, path)
+    back = ag.load(path)
+    assert list(back) == list(sd)
+    for k in sd:
+        _same(sd[k], back[k])
+    model = nn.Linear(3, 2)
+    ag.save(model.state_dict(), path)
+    model2 = nn.Linear(3, 2)
+    model2.load_state_dict(ag.load(path))
+    assert all(ag.equal(a, b) for a, b in zip(model.parameters(), model2.parameters(), strict=True))
+
+
+def test_safetensors_hold_flat_dicts_of_tensors_only(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors", reason=SAFETENSORS_REASON)
+    path = tmp_path / "x.safetensors"
+    for bad, why in [
+        ({"a": {"b": ag.ones(1)}}, "value at 'a' is of type dict"),
+        ({"a": ag.ones(1), "step": 3}, "value at 'step' is of type int"),
+        ({1: ag.ones(1)}, "key of type int"),
+        ([ag.ones(1)], "object of type list"),
+    ]:
+        with pytest.raises(TypeError, match=rf"flat dict of str -> Tensor .*{why}.* \.npz path"):
+            ag.save(bad, path)
+    assert not path.exists()
+
+
+def test_safetensors_written_elsewhere_load(tmp_path: Path) -> None:
+    st = pytest.importorskip("safetensors.numpy", reason=SAFETENSORS_REASON)
+    path = tmp_path / "other.safetensors"
+    st.save_file({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "m": np.array([True])}, path)
+    out = ag.load(path)
+    assert out["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert out["w"].dtype == ag.float32
+    assert out["m"].dtype == ag.bool
+    # Ours load elsewhere: a plain safetensors file.
+    ag.save({"w": ag.ones(2, dtype=ag.float64)}, path)
+    assert st.load_file(path)["w"].tolist() == [1.0, 1.0]
+
+
+def test_corrupt_safetensors_raise(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors", reason=SAFETENSORS_REASON)
+    path = tmp_path / "x.safetensors"
+    ag.save({"w": ag.randn(10, 10)}, path)
+    data = path.read_bytes()
+    for cut in (9, 40, len(data) - 10):
+        path.write_bytes(data[:cut])
+        with pytest.raises(RuntimeError, match="is not a valid asyncgrad file"):
+            ag.load(path)
