@@ -5,6 +5,7 @@ their backward passes concurrently."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -270,7 +271,11 @@ def test_argument_errors_as_torch() -> None:
         r"Tensor with a single element\.$",
     ):
         F.vjp_sync(lambda t: t * 2, x)
-    with pytest.raises(RuntimeError, match=r"^v has invalid size: should be \(3,\) but got \(2,\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"^v has invalid size: should be {re.escape(str(x.shape))} but got "
+        rf"{re.escape(str(ag.ones(2).shape))}\.$",
+    ):
         F.vjp_sync(lambda t: t * 2, x, v=ag.ones(2, dtype=ag.float64))
     with pytest.raises(RuntimeError, match=r"^v is a tuple of invalid length: should be 2 but got"):
         F.jvp_sync(lambda a, b: a * b, (x, x), v=(x,))
