@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
 import bench_chain
+import bench_checkpoint
 import bench_cnn
 import bench_cuda
 import bench_loop
@@ -40,6 +41,8 @@ BENCHES = {
     "cuda": bench_cuda,
     "server_load": server_load,
     "smoothgrad": server_smoothgrad,
+    # ----- checkpointing -----
+    "checkpoint": bench_checkpoint,
 }
 
 

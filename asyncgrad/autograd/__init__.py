@@ -22,12 +22,16 @@ from .api import backward, backward_sync, grad, grad_sync
 from .function import Function, once_differentiable
 from .gradcheck import gradcheck, gradgradcheck
 
+# ----- functional, saved-tensor hooks -----
+from . import functional  # isort: skip
+
 __all__ = [
     "Function",
     "backward",
     "backward_sync",
     "enable_grad",
     "engine",
+    "functional",
     "grad",
     "grad_sync",
     "gradcheck",

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .._tensor import Tensor
+from .accumulate_grad import AccumulateGrad
 
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["FREED", "SavedTensor", "raise_freed"]
+__all__ = [
+    "FREED",
+    "HookedSavedTensor",
+    "SavedTensor",
+    "hooks_used",
+    "raise_freed",
+    "saved_hooks",
+]
 
 # What a node's saved values become once a backward without retain_graph has run it.
 FREED: Final = ("freed",)
@@ -30,6 +40,10 @@ class SavedTensor:
         # An output is saved without its grad_fn (the node would keep itself alive through it);
         # it is rebuilt on unpack for create_graph.
         self.tensor: Tensor | None = None if is_output else tensor
+        if _hooks_used:  # See NOTE [Saved tensor hooks]
+            hooks = saved_hooks.get()
+            if hooks is not None:
+                _pack(self, tensor, hooks)
 
     def check(self, node: Node) -> None:
         if self.vc[0] != self.version:
@@ -73,6 +87,129 @@ class SavedTensor:
         return t
 
 
+# NOTE [Saved tensor hooks]
+# Under ``ag.autograd.graph.saved_tensors_hooks(pack, unpack)`` every tensor a node saves goes
+# through ``pack`` when it is saved, and the node keeps only what ``pack`` returned; the backward
+# gets ``unpack(packed)`` instead of the array. The hooks live in a context variable (per task
+# and thread, like grad modes); only the innermost pair applies, as in torch. Saving is on the
+# hot path of every op, so the context variable is read only once some block has been opened
+# in the process (``_hooks_used``, a module global that stays set: a task created inside a block
+# inherits the hooks and may outlive it, so a count of open blocks would not do): a program that
+# never uses hooks pays one global load and test per save. A hooked save then changes its
+# object's class to HookedSavedTensor (same layout, no slots added), whose ``array`` is a
+# property that unpacks: the rules and the engine read ``saved.array`` as before and never learn
+# about hooks. It keeps no reference to the tensor or its array (that is the point of
+# offloading), only its version counter, shape and dtype for the in-place check, and the
+# gradient edge to give the unpacked tensor under create_graph.
+saved_hooks: ContextVar[tuple[Callable[[Tensor], Any], Callable[[Any], Any]] | None] = ContextVar(
+    "asyncgrad_saved_tensors_hooks", default=None
+)
+_hooks_used = False
+
+
+def hooks_used() -> None:
+    """Called by every saved_tensors_hooks block as it opens: from then on saves look up the
+    context variable."""
+    global _hooks_used
+    _hooks_used = True
+
+
+# The slots' descriptors: HookedSavedTensor's ``array`` property hides the slot, whose storage
+# then holds the _Packed record.
+_array_slot: Final[Any] = SavedTensor.__dict__["array"]
+_tensor_slot: Final[Any] = SavedTensor.__dict__["tensor"]
+
+
+class _Packed:
+    """What a hooked SavedTensor keeps instead of the array."""
+
+    __slots__ = ("edge", "meta", "packed", "unpack_hook")
+
+    def __init__(self, packed: Any, unpack_hook: Callable[[Any], Any], meta: Any, edge: Any):
+        self.packed = packed
+        self.unpack_hook = unpack_hook
+        self.meta = meta
+        self.edge = edge
+
+
+def _pack(st: SavedTensor, tensor: Tensor, hooks: Any) -> None:
+    pack_hook, unpack_hook = hooks
+    arr = st.array
+    if st.is_output:
+        # The output has no grad_fn yet (it is being recorded): the hook gets a tensor over its
+        # data, which it may keep without keeping the node alive.
+        arg = Tensor._wrap(arr)
+        arg._vc = tensor._vc
+        edge = None
+    else:
+        arg = tensor
+        edge = tensor._edge() if (tensor._requires_grad or tensor._grad_fn is not None) else None
+    # Ops run by the hook itself save nothing through it (no recursion).
+    tok = saved_hooks.set(None)
+    try:
+        packed = pack_hook(arg)
+    finally:
+        saved_hooks.reset(tok)
+    _array_slot.__set__(st, _Packed(packed, unpack_hook, (arr.shape, arr.dtype), edge))
+    _tensor_slot.__set__(st, None)
+    st.__class__ = HookedSavedTensor
+
+
+class HookedSavedTensor(SavedTensor):
+    """A SavedTensor saved under saved_tensors_hooks (See NOTE [Saved tensor hooks])."""
+
+    __slots__ = ()
+
+    def _unpacked(self) -> Tensor:
+        p: _Packed = _array_slot.__get__(self)
+        t = p.unpack_hook(p.packed)
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                "Output of saved tensor unpack_hook expected to be a Tensor but got result of "
+                f"type {type(t).__name__}"
+            )
+        shape, dtype = p.meta
+        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+            raise RuntimeError(
+                f"saved tensor unpack_hook returned a tensor of shape {tuple(t.shape)} and dtype "
+                f"{t.dtype}; the saved tensor had shape {tuple(shape)} and dtype {dtype}"
+            )
+        return t
+
+    @property
+    def array(self) -> Any:
+        return self._unpacked()._array
+
+    def check(self, node: Node) -> None:
+        if self.vc[0] != self.version:
+            shape, dtype = _array_slot.__get__(self).meta
+            what = "output" if self.is_output else "input"
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{dtype} {list(shape)}], which is an {what} of "
+                f"{node.name()}, is at version {self.vc[0]}; expected version {self.version} "
+                f"instead. Hint: the operation that modified it ran after {node.name()} saved "
+                "it; clone() the tensor before modifying it in place."
+            )
+
+    def unpack(self, node: Node, output_nr: int = 0) -> Tensor:
+        self.check(node)
+        p: _Packed = _array_slot.__get__(self)
+        t = Tensor._wrap(self._unpacked()._array)
+        t._vc = self.vc
+        if self.is_output:
+            t._grad_fn = node
+            t._output_nr = output_nr
+        elif p.edge is not None:
+            fn, nr = p.edge
+            if type(fn) is not AccumulateGrad:
+                t._grad_fn, t._output_nr = fn, nr
+            else:  # a leaf's AccumulateGrad: gradients through t still reach the leaf
+                t._requires_grad = True
+                t._get_meta().grad_accumulator = fn
+        return t
+
+
 def raise_freed(node: Node) -> NoReturn:
     raise RuntimeError(
         f"Trying to backward through the graph a second time (or directly access saved tensors "
@@ -87,7 +224,7 @@ def unpack_saved(s: Any, node: Node, create: bool) -> Any:
     """A saved value as a rule reads it: an array (a Tensor under create_graph); a tuple of them
     for the outputs of a multi-output op; a constant as it is."""
     t = type(s)
-    if t is SavedTensor:
+    if t is SavedTensor or t is HookedSavedTensor:
         if s.vc[0] != s.version:
             s.check(node)
         return s.unpack(node) if create else s.array

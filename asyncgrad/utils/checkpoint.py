@@ -1,0 +1,200 @@
+"""Activation checkpointing: ``ag.utils.checkpoint(fn, *args)`` keeps no activation of ``fn``
+for backward and recomputes them when backward needs them.
+
+# NOTE [Two checkpoints]
+# Reentrant (``use_reentrant=True``, the default as in torch): ``fn`` runs under no_grad inside
+# a custom Function; its backward runs ``fn`` again with grad on detached copies of the inputs
+# and runs a nested backward through that graph (awaited when the outer pass is, on the engine's
+# reentrant machinery). Gradients of parameters used inside ``fn`` are accumulated by that nested
+# pass into their ``.grad``, so this form serves ``backward()`` but not ``grad()``, as in torch.
+# Non-reentrant: ``fn`` runs with grad on, under saved-tensor hooks whose pack returns a handle
+# (its position among the region's saves) and keeps nothing; the first unpack runs ``fn`` once
+# again under hooks that collect the tensors it saves, in the same order, and every unpack then
+# takes its own. It works with ``grad()``, ``inputs=``, and higher order, and the graph is the
+# usual one between the region's inputs and outputs.
+# Both restore the default generator's state for the recomputation (``preserve_rng_state``), so
+# dropout draws the same mask: the state is saved when the forward starts and swapped in for the
+# recomputation only (another thread drawing meanwhile would see it).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .._tensor import Tensor
+from ..autograd.api import backward as _backward
+from ..autograd.function import Function
+from ..autograd.graph import saved_tensors_hooks
+from ..engine.reentrant import current_graph_task
+from ..graph.grad_mode import enable_grad, inference_mode, no_grad
+from ..ops.creation import default_generator
+
+__all__ = ["checkpoint"]
+
+
+def _rng_snapshot() -> tuple[Any, dict[Any, Any]]:
+    g = default_generator
+    return copy.deepcopy(g._rng), copy.deepcopy(g._devices)
+
+
+@contextmanager
+def _rng_restored(snapshot: tuple[Any, dict[Any, Any]] | None) -> Iterator[None]:
+    if snapshot is None:
+        yield
+        return
+    g = default_generator
+    cur = g._rng, g._devices
+    g._rng, g._devices = copy.deepcopy(snapshot)  # a copy: a second recomputation draws alike
+    try:
+        yield
+    finally:
+        g._rng, g._devices = cur
+
+
+def _as_tuple(x: Any) -> tuple[Any, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+class _CheckpointFunction(Function):
+    @staticmethod
+    def forward(ctx: Any, run_function: Callable[..., Any], preserve: bool, *args: Any) -> Any:
+        ctx.run_function = run_function
+        ctx.rng = _rng_snapshot() if preserve else None
+        ctx.tensor_pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        ctx.args = [None if isinstance(a, Tensor) else a for a in args]
+        ctx.save_for_backward(*(a for a in args if isinstance(a, Tensor)))
+        with no_grad():
+            return run_function(*args)
+
+    @staticmethod
+    async def backward(ctx: Any, *grads: Any) -> Any:
+        gt = current_graph_task.get()
+        if gt is not None and gt.exec_info is not None:
+            raise RuntimeError(
+                "When use_reentrant=True, torch.utils.checkpoint is incompatible with .grad() or "
+                "passing an `inputs` parameter to .backward(). To resolve this error, you can "
+                "either set use_reentrant=False, or call .backward() without passing the "
+                "`inputs` argument."
+            )
+        args = list(ctx.args)
+        inputs: list[Tensor] = []
+        for pos, t in zip(ctx.tensor_pos, ctx.saved_tensors, strict=True):
+            d = t.detach()
+            d.requires_grad_(t.requires_grad)
+            args[pos] = d
+            inputs.append(d)
+        with _rng_restored(ctx.rng), inference_mode(False), enable_grad():
+            outputs = _as_tuple(ctx.run_function(*args))
+        outs: list[Tensor] = []
+        gs: list[Tensor] = []
+        for o, g in zip(outputs, grads, strict=False):
+            if isinstance(o, Tensor) and o.requires_grad:
+                outs.append(o)
+                gs.append(g)
+        if not outs:
+            raise RuntimeError(
+                "none of output has requires_grad=True, this checkpoint() is not necessary"
+            )
+        await _backward(outs, gs)
+        return (None, None, *(d.grad if isinstance(d, Tensor) else None for d in args))
+
+
+class _Frame:
+    """One non-reentrant region: its function and inputs, and the recomputed saves."""
+
+    def __init__(self, fn: Callable[..., Any], args: Any, kwargs: Any, rng: Any) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.rng = rng
+        self.count = 0  # tensors saved by the forward
+        self.recomputed: dict[int, Tensor] = {}
+        self.lock = threading.Lock()
+
+    def pack(self, t: Tensor) -> tuple[_Frame, int]:
+        i = self.count
+        self.count += 1
+        return self, i
+
+    def recompute(self) -> None:
+        got: dict[int, Tensor] = {}
+
+        def pack(t: Tensor) -> None:
+            got[len(got)] = t.detach()
+
+        def unpack(_: None) -> Tensor:
+            raise RuntimeError("checkpoint: the recomputation's graph is not for backward")
+
+        with (
+            _rng_restored(self.rng),
+            inference_mode(False),
+            enable_grad(),
+            saved_tensors_hooks(pack, unpack),
+        ):
+            self.fn(*self.args, **self.kwargs)
+        if len(got) != self.count:
+            raise RuntimeError(
+                "torch.utils.checkpoint: A different number of tensors was saved during the "
+                "original forward and recomputation.\n"
+                f"Number of tensors saved during forward: {self.count}\n"
+                f"Number of tensors saved during recomputation: {len(got)}"
+            )
+        self.recomputed = got
+
+    @staticmethod
+    def unpack(handle: tuple[_Frame, int]) -> Tensor:
+        frame, i = handle
+        with frame.lock:
+            t = frame.recomputed.pop(i, None)
+            if t is None:  # first read, or a second backward (retain_graph)
+                frame.recompute()
+                t = frame.recomputed.pop(i)
+        return t
+
+
+def checkpoint(
+    function: Callable[..., Any],
+    *args: Any,
+    use_reentrant: bool | None = None,
+    preserve_rng_state: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """Run ``function(*args, **kwargs)`` keeping none of its activations for backward; they are
+    recomputed when backward reaches the region (See NOTE [Two checkpoints]).
+
+    Gradients equal those without checkpointing. ``use_reentrant`` (default True, as torch):
+    recompute inside a nested backward, for ``backward()`` only; False: recompute through
+    saved-tensor hooks, which also serves ``grad()`` and higher order, and allows keyword
+    arguments. ``preserve_rng_state``: the recomputation draws the same random numbers
+    (dropout) as the forward did.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> lin = ag.nn.Linear(4, 4)
+        >>> x = ag.randn(2, 4, requires_grad=True)
+        >>> y = ag.utils.checkpoint(lambda t: lin(t).relu(), x, use_reentrant=False)
+        >>> y.sum().backward()
+    """
+    if use_reentrant is None:
+        use_reentrant = True
+    if use_reentrant is not True and use_reentrant is not False:
+        raise TypeError(f"use_reentrant must be True, False or None, got {use_reentrant!r}")
+    if not callable(function):
+        raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
+    if use_reentrant:
+        if kwargs:
+            raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+        if not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            warnings.warn(
+                "None of the inputs have requires_grad=True. Gradients will be None",
+                stacklevel=2,
+            )
+        return _CheckpointFunction.apply(function, bool(preserve_rng_state), *args)
+    frame = _Frame(function, args, kwargs, _rng_snapshot() if preserve_rng_state else None)
+    with saved_tensors_hooks(frame.pack, _Frame.unpack):
+        return function(*args, **kwargs)
