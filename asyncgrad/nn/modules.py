@@ -1068,7 +1068,7 @@ class Conv2d(_ConvNd):
         >>> import asyncgrad as ag
         >>> conv = ag.nn.Conv2d(1, 8, 3, padding=1)
         >>> conv(ag.zeros(2, 1, 5, 5)).shape
-        (2, 8, 5, 5)
+        asyncgrad.Size([2, 8, 5, 5])
     """
 
     _n = 2
