@@ -135,6 +135,10 @@ int = int32
 
 __version__ = "0.1.0"
 
+# ----- graph drawing -----
+# ag.viz imports nothing optional until a graph is rendered (graphviz, lazily).
+from . import viz  # noqa: E402
+
 __all__ = [
     "Device",
     "Generator",
@@ -253,6 +257,7 @@ __all__ = [
     "unbind",
     "unflatten",
     "unsqueeze",
+    "viz",
     "where",
     "zeros",
     "zeros_like",

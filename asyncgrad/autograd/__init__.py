@@ -22,10 +22,21 @@ from .api import backward, backward_sync, grad, grad_sync
 from .function import Function, once_differentiable
 from .gradcheck import gradcheck, gradgradcheck
 
+# ----- anomaly mode, profiler -----
+from . import anomaly_mode, profiler  # isort: skip
+from .anomaly_mode import (  # isort: skip
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_detect_anomaly,
+)
+
 __all__ = [
     "Function",
+    "anomaly_mode",
     "backward",
     "backward_sync",
+    "detect_anomaly",
     "enable_grad",
     "engine",
     "grad",
@@ -34,11 +45,15 @@ __all__ = [
     "gradgradcheck",
     "graph",
     "inference_mode",
+    "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled",
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "no_grad",
     "once_differentiable",
+    "profiler",
     "queue_callback",
     "run",
+    "set_detect_anomaly",
     "set_grad_enabled",
 ]

@@ -9,10 +9,11 @@ from collections import deque
 from collections.abc import Generator
 from contextvars import Token
 from heapq import heappop, heappush
-from time import perf_counter
+from time import perf_counter, perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..backend import cuda, quiet_fp, restore_fp
+from ..graph.anomaly_mode import _anomaly, anomaly_mode
 from ..graph.grad_mode import _grad_enabled
 from . import ready_queue
 from .devices import install_waker, route, route_from_task
@@ -21,6 +22,7 @@ from .input_buffer import InputBuffer
 from .offload import compute_pool
 from .reentrant import config, current_graph_task
 from .streams import Launch, Streams
+from .watch import Watch, evaluate_watched, run_watched
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -97,8 +99,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     count = 0
     total = 0  # nodes run, for the metrics (See NOTE [Engine metrics])
     cur: GraphTask | None = None
-    mode_tok = gt_tok = None
-    create = keep = False
+    mode_tok = gt_tok = am_tok = None
+    create = keep = slow = False
+    w: Watch | None = None
     direct: tuple[int, Node, list[Any]] | None = None
     gt: GraphTask
     st: Streams | None = None
@@ -118,6 +121,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     if mode_tok is not None:
                         _grad_enabled.reset(mode_tok)
                         current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
+                    if am_tok is not None:
+                        _anomaly.reset(am_tok)
+                        am_tok = None
                     if fair:
                         # See NOTE [Fair order]: charge the one that ran until now.
                         now = perf_counter()
@@ -130,6 +136,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     create = gt.create_graph
                     keep = gt.keep_graph
                     st = gt.streams
+                    # See NOTE [Watched graph tasks]: nothing per node for unwatched ones.
+                    w = gt.watch
+                    slow = w is not None or gt.exec_info is not None
+                    am = 0 if w is None else w.anomaly
+                    if am != anomaly_mode():  # the graph task's anomaly mode, not the worker's
+                        am_tok = _anomaly.set(am)
             else:
                 break
             try:
@@ -140,7 +152,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     _spawn_off_loop(queue, gt, node, buf)  # See NOTE [Large nodes]
                     continue
                 if special and (node._hooks is not None or node._async_apply):
-                    gen = evaluate(gt, node, buf)
+                    gen = (
+                        evaluate(gt, node, buf) if w is None else evaluate_watched(gt, w, node, buf)
+                    )
                     try:
                         aw = gen.send(None)
                     except StopIteration as stop:
@@ -152,8 +166,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                             _spawn(queue, gt, node, gen, aw)
                             continue
                         out = finish_blocking(gen, aw)
-                elif gt.exec_info is not None:
-                    out = evaluate_plain(gt, node, buf)
+                elif slow:  # under exec_info, or watched
+                    out = (
+                        evaluate_plain(gt, node, buf)
+                        if w is None
+                        else run_watched(gt, w, node, buf)
+                    )
                 else:
                     # The hot path: a plain node in a plain backward.
                     out = node.apply(buf, None, create)
@@ -205,6 +223,8 @@ def drain(queue: ReadyQueue, budget: float) -> None:
         if mode_tok is not None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
+        if am_tok is not None:
+            _anomaly.reset(am_tok)
         restore_fp(fp_tok)
 
 
@@ -284,6 +304,7 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
     if gt.done:  # cancelled or failed while it waited for a thread
         return None, 0.0
     t0 = perf_counter()
+    t0_ns = perf_counter_ns()
     fp_tok = quiet_fp()
     try:
         if gt.exec_info is not None:
@@ -292,6 +313,9 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
             out = node.apply(buf, None, gt.create_graph)
             if not gt.keep_graph:
                 node.release_variables()
+        w = gt.watch
+        if w is not None:  # See NOTE [Watched graph tasks]
+            w.done(gt, node, out, t0_ns, off_loop=True)
     finally:
         restore_fp(fp_tok)
     return out, perf_counter() - t0
@@ -352,6 +376,9 @@ def _after_gpu(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any,
     assert dev.index is not None
     ev = cuda.record(node._stream, dev.index)
     yield cuda.wait_until_done([(ev, node._stream)])
+    w = gt.watch
+    if w is not None:
+        return (yield from evaluate_watched(gt, w, node, buf))
     return (yield from evaluate(gt, node, buf))
 
 
