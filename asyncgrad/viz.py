@@ -58,7 +58,7 @@ def _quote(s: str) -> str:
 
 
 def _shape(shape: Any) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ")"
+    return str(tuple(int(d) for d in shape))
 
 
 def make_dot(
@@ -88,7 +88,7 @@ def make_dot(
         >>> g.source.count(" -> ")
         3
     """
-    outs = [t] if isinstance(t, Tensor) else list(t)
+    outs = [t] if isinstance(t, Tensor) else list(t) if isinstance(t, (tuple, list)) else [t]
     for o in outs:
         if not isinstance(o, Tensor):
             raise TypeError(f"make_dot expects a Tensor or tensors, got {type(o).__name__}")

@@ -148,7 +148,8 @@ class profile(Recorder):
 
         sep = "-" * len(line(headers))
         n_tasks = len({e.graph_task for e in self.events})
-        foot = f"{len(self.events)} node evaluations in {n_tasks} graph tasks"
+        foot = f"{len(self.events)} node evaluations in {n_tasks} graph task"
+        foot += "" if n_tasks == 1 else "s"
         return "\n".join([sep, line(headers), sep, *(line(r) for r in rows), sep, foot])
 
     def __str__(self) -> str:
