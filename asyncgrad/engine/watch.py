@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Generator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._tensor import Tensor
 from ..backend import namespace
-from ..graph.anomaly_mode import ON_CHECK_NAN, anomaly_mode
+from ..graph.anomaly_mode import OFF, ON_CHECK_NAN, _anomaly, anomaly_mode
 from .evaluate import evaluate, evaluate_plain
 
 if TYPE_CHECKING:
@@ -99,6 +99,21 @@ def watch_for() -> Watch | None:
     if not am and not recs:
         return None
     return Watch(am, recs)
+
+
+def enter_watch(w: Watch | None) -> tuple[Token[int], Token[tuple[Recorder, ...]]]:
+    """In a device worker: make anomaly mode and the profilers those of the graph task whose
+    nodes run now (``w`` is its Watch), so that what its nodes build and start (graphs recorded
+    under ``create_graph``, nested backward passes) follows it rather than the worker's context,
+    which is a copy of the one that started the worker."""
+    if w is None:
+        return _anomaly.set(OFF), _recorders.set(())
+    return _anomaly.set(w.anomaly), _recorders.set(w.recorders)
+
+
+def exit_watch(tokens: tuple[Token[int], Token[tuple[Recorder, ...]]]) -> None:
+    _recorders.reset(tokens[1])
+    _anomaly.reset(tokens[0])
 
 
 def check_nan(node: Node, grads: Any) -> None:

@@ -13,7 +13,7 @@ from time import perf_counter, perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..backend import cuda, quiet_fp, restore_fp
-from ..graph.anomaly_mode import _anomaly, anomaly_mode
+from ..graph.anomaly_mode import anomaly_mode
 from ..graph.grad_mode import _grad_enabled
 from . import ready_queue
 from .devices import install_waker, route, route_from_task
@@ -22,7 +22,7 @@ from .input_buffer import InputBuffer
 from .offload import compute_pool
 from .reentrant import config, current_graph_task
 from .streams import Launch, Streams
-from .watch import Watch, evaluate_watched, run_watched
+from .watch import Watch, enter_watch, evaluate_watched, exit_watch, recorders, run_watched
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -99,9 +99,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     count = 0
     total = 0  # nodes run, for the metrics (See NOTE [Engine metrics])
     cur: GraphTask | None = None
-    mode_tok = gt_tok = am_tok = None
+    mode_tok = gt_tok = watch_toks = None
     create = keep = slow = False
     w: Watch | None = None
+    # The worker's own anomaly mode and profilers (from the context that started it), which a
+    # graph task's replace while its nodes run (See NOTE [Watched graph tasks]).
+    base_watched = anomaly_mode() or recorders.get()
     direct: tuple[int, Node, list[Any]] | None = None
     gt: GraphTask
     st: Streams | None = None
@@ -121,9 +124,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     if mode_tok is not None:
                         _grad_enabled.reset(mode_tok)
                         current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
-                    if am_tok is not None:
-                        _anomaly.reset(am_tok)
-                        am_tok = None
+                    if watch_toks is not None:
+                        exit_watch(watch_toks)
+                        watch_toks = None
                     if fair:
                         # See NOTE [Fair order]: charge the one that ran until now.
                         now = perf_counter()
@@ -139,9 +142,8 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     # See NOTE [Watched graph tasks]: nothing per node for unwatched ones.
                     w = gt.watch
                     slow = w is not None or gt.exec_info is not None
-                    am = 0 if w is None else w.anomaly
-                    if am != anomaly_mode():  # the graph task's anomaly mode, not the worker's
-                        am_tok = _anomaly.set(am)
+                    if w is not None or base_watched:
+                        watch_toks = enter_watch(w)
             else:
                 break
             try:
@@ -223,8 +225,8 @@ def drain(queue: ReadyQueue, budget: float) -> None:
         if mode_tok is not None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
-        if am_tok is not None:
-            _anomaly.reset(am_tok)
+        if watch_toks is not None:
+            exit_watch(watch_toks)
         restore_fp(fp_tok)
 
 
@@ -304,7 +306,8 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
     if gt.done:  # cancelled or failed while it waited for a thread
         return None, 0.0
     t0 = perf_counter()
-    t0_ns = perf_counter_ns()
+    w = gt.watch
+    t0_ns = 0 if w is None else perf_counter_ns()
     fp_tok = quiet_fp()
     try:
         if gt.exec_info is not None:
@@ -313,7 +316,6 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
             out = node.apply(buf, None, gt.create_graph)
             if not gt.keep_graph:
                 node.release_variables()
-        w = gt.watch
         if w is not None:  # See NOTE [Watched graph tasks]
             w.done(gt, node, out, t0_ns, off_loop=True)
     finally:
