@@ -25,9 +25,13 @@ if TYPE_CHECKING:
 # worker looks at it once each time it switches to another graph task, not per node; a watched
 # graph task's nodes all go through `run_watched` / `evaluate_watched`, which time each node
 # for the profilers and check its gradients for NaN. A node that runs off the loop (See NOTE
-# [Large nodes]) is watched on its compute thread. The forward tracebacks of anomaly mode cost
-# the graph building one context-variable read per node (See NOTE [Anomaly mode is a context
-# variable]).
+# [Large nodes]) is watched on its compute thread. While a graph task's nodes run, the worker
+# also takes that graph task's anomaly mode and profilers (`enter_watch`): a worker's task is a
+# copy of the context of whoever started it, and what a node builds (a graph under create_graph,
+# a nested backward pass) must follow the graph task it runs for, not that context. Unless the
+# worker's own context is watched, this too costs nothing for unwatched graph tasks. The forward
+# tracebacks of anomaly mode cost the graph building one context-variable read per node (See
+# NOTE [Anomaly mode is a context variable]).
 
 
 class NodeEvent(NamedTuple):

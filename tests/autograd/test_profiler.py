@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -228,3 +229,35 @@ def test_a_profiler_runs_once() -> None:
     prof = profile()
     with prof, pytest.raises(RuntimeError, match="already running"):
         prof.__enter__()
+
+
+class AsyncNested(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+        ctx.save_for_backward(x)
+        return x * 1.0
+
+    @staticmethod
+    async def backward(ctx: Any, g: ag.Tensor) -> ag.Tensor:
+        (x,) = ctx.saved_tensors
+        with ag.enable_grad():
+            xx = x.detach().requires_grad_()
+            (inner,) = await ag.grad((xx.exp() * 2).sum(), xx)
+        return g * inner
+
+
+async def test_profilers_follow_the_graph_task_not_the_worker() -> None:
+    # The device worker's task copies the context of whoever started it (here a profiled one);
+    # an unprofiled graph task's nested pass, started by its node on that worker, stays
+    # unprofiled.
+    xa = ag.tensor([1.0], requires_grad=True)
+    xb = ag.tensor([1.0], requires_grad=True)
+    async with profile() as prof:
+        first = asyncio.ensure_future(ag.backward((xa * 2).sum()))  # starts the worker
+    async with asyncio.timeout(5):
+        await asyncio.gather(ag.backward(AsyncNested.apply(xb).sum()), first)
+    assert xb.grad is not None
+    assert xb.grad.item() == pytest.approx(2 * math.e)
+    assert Counter(e.name for e in prof.events) == Counter(
+        ["SumBackward0", "MulBackward0", "AccumulateGrad"]
+    )
