@@ -57,9 +57,11 @@ async def run_worker(queue: ReadyQueue) -> None:
     and end when it is empty (the next push starts a new worker)."""
     heap = queue.heap
     ahead: deque[tuple[Any, Any]] | None = deque() if queue.device.type == "cuda" else None
+    # Its context (copied from whoever started it) stays the same: See NOTE [Watched graph tasks].
+    watched = bool(anomaly_mode() or recorders.get())
     try:
         while heap:
-            drain(queue, config.slice_s)
+            drain(queue, config.slice_s, watched)
             if ahead is not None:
                 # See NOTE [Running ahead of the GPU].
                 idx = queue.device.index
@@ -83,7 +85,7 @@ async def run_worker(queue: ReadyQueue) -> None:
             heap.clear()
 
 
-def drain(queue: ReadyQueue, budget: float) -> None:
+def drain(queue: ReadyQueue, budget: float, base_watched: bool | None = None) -> None:
     """Evaluate ready nodes until the heap is empty or ``budget`` seconds have passed.
 
     # NOTE [Direct successor]
@@ -102,9 +104,10 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     mode_tok = gt_tok = watch_toks = None
     create = keep = slow = False
     w: Watch | None = None
-    # The worker's own anomaly mode and profilers (from the context that started it), which a
-    # graph task's replace while its nodes run (See NOTE [Watched graph tasks]).
-    base_watched = anomaly_mode() or recorders.get()
+    # Whether this context has anomaly mode or profilers of its own, which a graph task's
+    # replace while its nodes run (See NOTE [Watched graph tasks]).
+    if base_watched is None:
+        base_watched = bool(anomaly_mode() or recorders.get())
     direct: tuple[int, Node, list[Any]] | None = None
     gt: GraphTask
     st: Streams | None = None
