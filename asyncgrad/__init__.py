@@ -151,6 +151,10 @@ int = int32
 
 __version__ = "0.1.0"
 
+# ----- graph drawing -----
+# ag.viz imports nothing optional until a graph is rendered (graphviz, lazily).
+from . import viz  # noqa: E402
+
 __all__ = [
     "Device",
     "Generator",
@@ -284,6 +288,7 @@ __all__ = [
     "unflatten",
     "unsqueeze",
     "utils",
+    "viz",
     "where",
     "zeros",
     "zeros_like",

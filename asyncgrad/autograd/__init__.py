@@ -25,10 +25,21 @@ from .gradcheck import gradcheck, gradgradcheck
 # ----- functional, saved-tensor hooks -----
 from . import functional  # isort: skip
 
+# ----- anomaly mode, profiler -----
+from . import anomaly_mode, profiler  # isort: skip
+from .anomaly_mode import (  # isort: skip
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_detect_anomaly,
+)
+
 __all__ = [
     "Function",
+    "anomaly_mode",
     "backward",
     "backward_sync",
+    "detect_anomaly",
     "enable_grad",
     "engine",
     "functional",
@@ -38,11 +49,15 @@ __all__ = [
     "gradgradcheck",
     "graph",
     "inference_mode",
+    "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled",
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "no_grad",
     "once_differentiable",
+    "profiler",
     "queue_callback",
     "run",
+    "set_detect_anomaly",
     "set_grad_enabled",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
+from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.grad_mode import _grad_enabled, no_grad
 from ..graph.node import Edge, Node
 from ..graph.saved_tensor import FREED as _FREED
@@ -261,6 +262,8 @@ class Function(metaclass=_FunctionMeta):
                 in_meta.append(None)
         node: BackwardCFunction = object.__new__(cls._backward_cls)
         node._init_node(edges)
+        if anomaly_mode():  # See NOTE [Anomaly mode is a context variable]
+            node._metadata = forward_metadata()
         node._ctx = ctx
         node._fn_cls = cls
         node._in_meta = tuple(in_meta)

@@ -7,9 +7,11 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from ..graph.anomaly_mode import anomaly_note
 from .metrics import Stats
 from .ready_queue import key_base, now_us
 from .streams import Streams, release_later
+from .watch import Watch, watch_for
 
 if TYPE_CHECKING:
     from ..backend import Device
@@ -84,6 +86,7 @@ class GraphTask:
         "stats",
         "streams",
         "turn",
+        "watch",
     )
 
     def __init__(
@@ -132,6 +135,8 @@ class GraphTask:
         # Its loop's metrics (See NOTE [Engine metrics]); counted as running until it ends.
         self.stats = stats
         stats.running += 1
+        # Anomaly mode and profilers, decided once here (See NOTE [Watched graph tasks]).
+        self.watch: Watch | None = watch_for()
 
     def __repr__(self) -> str:
         return (
@@ -165,6 +170,10 @@ class GraphTask:
             exc = err
         elif node is not None and isinstance(exc, Exception):
             note = f"(raised while computing the backward of {node.name()})"
+            if note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)
+        if node is not None and self.watch is not None and self.watch.anomaly:
+            note = anomaly_note(node)  # See NOTE [Anomaly mode is a context variable]
             if note not in getattr(exc, "__notes__", ()):
                 exc.add_note(note)
         self.error = exc

@@ -9,10 +9,11 @@ from collections import deque
 from collections.abc import Generator
 from contextvars import Token
 from heapq import heappop, heappush
-from time import perf_counter
+from time import perf_counter, perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..backend import cuda, quiet_fp, restore_fp
+from ..graph.anomaly_mode import anomaly_mode
 from ..graph.grad_mode import _grad_enabled
 from . import ready_queue
 from .devices import install_waker, route, route_from_task
@@ -21,6 +22,7 @@ from .input_buffer import InputBuffer
 from .offload import compute_pool
 from .reentrant import config, current_graph_task
 from .streams import Launch, Streams
+from .watch import Watch, enter_watch, evaluate_watched, exit_watch, recorders, run_watched
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -55,9 +57,11 @@ async def run_worker(queue: ReadyQueue) -> None:
     and end when it is empty (the next push starts a new worker)."""
     heap = queue.heap
     ahead: deque[tuple[Any, Any]] | None = deque() if queue.device.type == "cuda" else None
+    # Its context (copied from whoever started it) stays the same: See NOTE [Watched graph tasks].
+    watched = bool(anomaly_mode() or recorders.get())
     try:
         while heap:
-            drain(queue, config.slice_s)
+            drain(queue, config.slice_s, watched)
             if ahead is not None:
                 # See NOTE [Running ahead of the GPU].
                 idx = queue.device.index
@@ -81,7 +85,7 @@ async def run_worker(queue: ReadyQueue) -> None:
             heap.clear()
 
 
-def drain(queue: ReadyQueue, budget: float) -> None:
+def drain(queue: ReadyQueue, budget: float, base_watched: bool | None = None) -> None:
     """Evaluate ready nodes until the heap is empty or ``budget`` seconds have passed.
 
     # NOTE [Direct successor]
@@ -97,8 +101,13 @@ def drain(queue: ReadyQueue, budget: float) -> None:
     count = 0
     total = 0  # nodes run, for the metrics (See NOTE [Engine metrics])
     cur: GraphTask | None = None
-    mode_tok = gt_tok = None
-    create = keep = False
+    mode_tok = gt_tok = watch_toks = None
+    create = keep = slow = False
+    w: Watch | None = None
+    # Whether this context has anomaly mode or profilers of its own, which a graph task's
+    # replace while its nodes run (See NOTE [Watched graph tasks]).
+    if base_watched is None:
+        base_watched = bool(anomaly_mode() or recorders.get())
     direct: tuple[int, Node, list[Any]] | None = None
     gt: GraphTask
     st: Streams | None = None
@@ -118,6 +127,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     if mode_tok is not None:
                         _grad_enabled.reset(mode_tok)
                         current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
+                    if watch_toks is not None:
+                        exit_watch(watch_toks)
+                        watch_toks = None
                     if fair:
                         # See NOTE [Fair order]: charge the one that ran until now.
                         now = perf_counter()
@@ -130,6 +142,11 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     create = gt.create_graph
                     keep = gt.keep_graph
                     st = gt.streams
+                    # See NOTE [Watched graph tasks]: nothing per node for unwatched ones.
+                    w = gt.watch
+                    slow = w is not None or gt.exec_info is not None
+                    if w is not None or base_watched:
+                        watch_toks = enter_watch(w)
             else:
                 break
             try:
@@ -140,7 +157,9 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                     _spawn_off_loop(queue, gt, node, buf)  # See NOTE [Large nodes]
                     continue
                 if special and (node._hooks is not None or node._async_apply):
-                    gen = evaluate(gt, node, buf)
+                    gen = (
+                        evaluate(gt, node, buf) if w is None else evaluate_watched(gt, w, node, buf)
+                    )
                     try:
                         aw = gen.send(None)
                     except StopIteration as stop:
@@ -152,8 +171,12 @@ def drain(queue: ReadyQueue, budget: float) -> None:
                             _spawn(queue, gt, node, gen, aw)
                             continue
                         out = finish_blocking(gen, aw)
-                elif gt.exec_info is not None:
-                    out = evaluate_plain(gt, node, buf)
+                elif slow:  # under exec_info, or watched
+                    out = (
+                        evaluate_plain(gt, node, buf)
+                        if w is None
+                        else run_watched(gt, w, node, buf)
+                    )
                 else:
                     # The hot path: a plain node in a plain backward.
                     out = node.apply(buf, None, create)
@@ -205,6 +228,8 @@ def drain(queue: ReadyQueue, budget: float) -> None:
         if mode_tok is not None:
             _grad_enabled.reset(mode_tok)
             current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
+        if watch_toks is not None:
+            exit_watch(watch_toks)
         restore_fp(fp_tok)
 
 
@@ -284,6 +309,8 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
     if gt.done:  # cancelled or failed while it waited for a thread
         return None, 0.0
     t0 = perf_counter()
+    w = gt.watch
+    t0_ns = 0 if w is None else perf_counter_ns()
     fp_tok = quiet_fp()
     try:
         if gt.exec_info is not None:
@@ -292,6 +319,8 @@ def _run_off_loop(gt: GraphTask, node: Node, buf: list[Any]) -> tuple[Any, float
             out = node.apply(buf, None, gt.create_graph)
             if not gt.keep_graph:
                 node.release_variables()
+        if w is not None:  # See NOTE [Watched graph tasks]
+            w.done(gt, node, out, t0_ns, off_loop=True)
     finally:
         restore_fp(fp_tok)
     return out, perf_counter() - t0
@@ -352,6 +381,9 @@ def _after_gpu(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any,
     assert dev.index is not None
     ev = cuda.record(node._stream, dev.index)
     yield cuda.wait_until_done([(ev, node._stream)])
+    w = gt.watch
+    if w is not None:
+        return (yield from evaluate_watched(gt, w, node, buf))
     return (yield from evaluate(gt, node, buf))
 
 

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
 from ..graph.node import _next_sequence_nr as next_sequence_nr
@@ -154,6 +155,8 @@ def record(
         return
     node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
     node._init_node(edges)
+    if anomaly_mode():  # See NOTE [Anomaly mode is a context variable]
+        node._metadata = forward_metadata()
     node._op = op
     node._params = params
     a = outs[0]._array
@@ -298,7 +301,8 @@ def _attach(
     node._topological_nr = topo
     node._sequence_nr = next_sequence_nr()
     node._hooks = None
-    node._metadata = None
+    # In anomaly mode, where the forward made it (See NOTE [Anomaly mode is a context variable]).
+    node._metadata = forward_metadata() if anomaly_mode() else None
     node._op = op
     node._params = params
     a = t._array
