@@ -20,13 +20,13 @@ The import-linter contract in pyproject.toml checks this on every CI run.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 # Tensor first: its module imports the ops once the class exists, and every layer above needs
 # both (See NOTE [Tensor delegates upward]).
 from ._tensor import Tensor  # isort: skip
 from . import autograd, cuda, nn, optim
-
-# ----- nn extras: testing and utils (utils loads its submodules on first use) -----
-from . import testing, utils  # isort: skip
 from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
@@ -151,9 +151,6 @@ int = int32
 
 __version__ = "0.1.0"
 
-# ----- graph drawing -----
-# ag.viz imports nothing optional until a graph is rendered (graphviz, lazily).
-from . import viz  # noqa: E402
 
 __all__ = [
     "Device",
@@ -296,9 +293,32 @@ __all__ = [
 
 # ----- Size, saving and loading -----
 from ._tensor import Size  # noqa: E402
-from .serialization import load, save  # noqa: E402
 
 __all__ += ["Size", "load", "save"]
+
+# NOTE [Lazy extras]
+# ``import asyncgrad`` loads what every program needs. The tools a program may never touch
+# (``ag.save``/``ag.load``, ``ag.utils``, ``ag.testing``, ``ag.viz``) load on first use, through
+# the module's __getattr__ (PEP 562), which keeps their imports (zipfile, json, multiprocessing,
+# ...) out of every start-up. ``ag.autograd`` does the same for ``functional`` and ``profiler``.
+_LAZY_MODULES = frozenset({"testing", "utils", "viz"})
+
+if TYPE_CHECKING:
+    from . import testing, utils, viz
+    from .serialization import load, save
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")  # binds it on the package too
+    if name in ("save", "load"):
+        from . import serialization
+
+        value = getattr(serialization, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----
 from .ops import (  # noqa: E402

@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .. import engine
 from ..engine import queue_callback, run
 from ..graph.grad_mode import (
@@ -22,11 +25,8 @@ from .api import backward, backward_sync, grad, grad_sync
 from .function import Function, once_differentiable
 from .gradcheck import gradcheck, gradgradcheck
 
-# ----- functional, saved-tensor hooks -----
-from . import functional  # isort: skip
-
-# ----- anomaly mode, profiler -----
-from . import anomaly_mode, profiler  # isort: skip
+# ----- anomaly mode (functional and profiler load on first use: See NOTE [Lazy extras]) -----
+from . import anomaly_mode  # isort: skip
 from .anomaly_mode import (  # isort: skip
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -61,3 +61,13 @@ __all__ = [
     "set_detect_anomaly",
     "set_grad_enabled",
 ]
+
+
+if TYPE_CHECKING:
+    from . import functional, profiler
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("functional", "profiler"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
