@@ -454,3 +454,38 @@ def bench_main(
     rep.print_targets()
     if a.json:
         Path(a.json).write_text(json.dumps(rep.data, indent=1))
+
+
+def check_first_step(
+    files: dict[str, str],
+    names: Sequence[str],
+    labels: dict[str, str],
+    bench: str,
+    rtol: float,
+    atol: float,
+) -> str:
+    """The first training step's loss and gradients (``names`` in each worker's .npz) of every
+    library must match the NumPy floor's within ``rtol`` and ``atol`` times each array's largest
+    magnitude; exits naming the first that does not. Returns the line the report prints."""
+    import numpy as np
+
+    ref = np.load(files["numpy-floor"])
+    worst = 0.0
+    for lib, path in files.items():
+        d = np.load(path)
+        for k in ["loss", *names]:
+            a, b = d[k], ref[k]
+            scale = float(np.max(np.abs(b))) or 1.0
+            if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol * scale):
+                diff = float(np.max(np.abs(a - b))) if a.shape == b.shape else float("nan")
+                raise SystemExit(
+                    f"{bench}: {k} of {labels[lib]} does not match the NumPy floor after the "
+                    f"first step (max abs diff {diff:.3g}, scale {scale:.3g}, shapes {a.shape} "
+                    f"vs {b.shape})"
+                )
+            worst = max(worst, float(np.max(np.abs(a - b))) / scale)
+    return (
+        f"Gradient check passed: first-step loss and all {len(names)} parameter gradients of "
+        "every library match the NumPy floor (float32; max difference "
+        f"{worst:.1e} relative to each array's largest magnitude)."
+    )

@@ -302,28 +302,7 @@ def worker_main(lib: str, argv: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 def check_gradients(files: dict[str, str]) -> str:
     """First-step loss and gradients of every library must match the NumPy floor."""
-    import numpy as np
-
-    ref = np.load(files["numpy-floor"])
-    worst = 0.0
-    for lib, path in files.items():
-        d = np.load(path)
-        for k in ["loss", *PARAM_NAMES]:
-            a, b = d[k], ref[k]
-            scale = float(np.max(np.abs(b))) or 1.0
-            if a.shape != b.shape or not np.allclose(a, b, rtol=1e-4, atol=1e-5 * scale):
-                diff = float(np.max(np.abs(a - b))) if a.shape == b.shape else float("nan")
-                raise SystemExit(
-                    f"bench_mlp: {k} of {LABELS[lib]} does not match the NumPy "
-                    f"floor after the first step (max abs diff {diff:.3g}, "
-                    f"scale {scale:.3g}, shapes {a.shape} vs {b.shape})"
-                )
-            worst = max(worst, float(np.max(np.abs(a - b))) / scale)
-    return (
-        "Gradient check passed: first-step loss and all six parameter gradients of every "
-        "library match the NumPy floor (float32; max difference "
-        f"{worst:.1e} relative to each array's largest magnitude)."
-    )
+    return H.check_first_step(files, PARAM_NAMES, LABELS, "bench_mlp", rtol=1e-4, atol=1e-5)
 
 
 ROUNDS = 7
