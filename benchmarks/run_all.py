@@ -127,8 +127,9 @@ def main() -> None:
             "with PyTorch CUDA and hand-written CuPy.",
             "",
         ]
-    # Written by bench_instructions.py (slow) and bench_offload.py (asyncgrad alone): run apart.
-    for extra in (H.HERE / "offload.md", H.HERE / "instructions.md"):
+    # Written by bench_instructions.py (slow), bench_offload.py (asyncgrad alone) and
+    # bench_anomaly.py (asyncgrad alone, with callgrind counts): run apart.
+    for extra in (H.HERE / "offload.md", H.HERE / "anomaly.md", H.HERE / "instructions.md"):
         if extra.exists():
             lines.append(extra.read_text(encoding="utf-8"))
     out = Path(a.out)
