@@ -67,9 +67,12 @@ def test_trains_saves_traces_and_draws(tmp_path: Path) -> None:
         assert label in dot
 
 
+@pytest.mark.cuda
 @pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_runs_on_a_cuda_device(tmp_path: Path) -> None:
     """The same script on a CUDA device (simulated here unless ASYNCGRAD_SIM_CUDA=0)."""
+    if not ag.cuda.is_available():
+        pytest.skip("no CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
     out = run(tmp_path, "--device", "cuda", "--epochs", "1")
     assert "training on cuda" in out
     assert "reloaded model agrees: True" in out
