@@ -145,8 +145,8 @@ class DataLoader(Generic[T_co]):
         n = len(self.dataset)
         if not self.shuffle:
             return list(range(n))
-        rng = (self.generator or ops.default_generator).state(None)
-        order: list[int] = rng.random((n,), dtypes.float64).argsort().tolist()
+        gen = self.generator or ops.default_generator
+        order: list[int] = ops.randperm(n, generator=gen, device=gen.device).tolist()
         return order
 
     def __iter__(self) -> Iterator[Any]:
