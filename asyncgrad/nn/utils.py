@@ -30,13 +30,9 @@ def get_total_norm(
         return ops.tensor(0.0)
     with no_grad():
         flat = [ops.reshape(t.detach().to(ts[0].device), (-1,)) for t in ts]
-        if norm_type == math.inf:
-            total = ops.amax(ops.stack([ops.amax(ops.abs(f)) for f in flat if f.numel()]))
-        elif norm_type == -math.inf:
-            total = ops.amin(ops.stack([ops.amin(ops.abs(f)) for f in flat if f.numel()]))
-        else:
-            powered = [ops.sum(ops.pow(ops.abs(f), norm_type)) for f in flat]
-            total = ops.pow(ops.sum(ops.stack(powered)), 1.0 / norm_type)
+        # As torch: the norm of the tensors' norms (an empty tensor has no max or min).
+        keep = [f for f in flat if f.numel() or not math.isinf(norm_type)]
+        total = ops.norm(ops.stack([ops.norm(f, p=norm_type) for f in keep]), p=norm_type)
     if error_if_nonfinite and not bool(ops.isfinite(total).item()):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, "
