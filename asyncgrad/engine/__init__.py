@@ -42,7 +42,7 @@ def configure(
     compute_threads: int | None = None,
     max_running: int | _Unset | None = _UNSET,
     quantum_s: float | None = None,
-    window_s: float | None = None,
+    large_share: float | None = None,
     offload_threshold: float | None = None,
 ) -> None:
     """Set engine options; ``None`` leaves one unchanged.
@@ -61,8 +61,9 @@ def configure(
             rest wait in priority order (See NOTE [Admission]). ``None``: no cap (the default).
         quantum_s: node time after which a graph task counts as large and later arrivals may
             pass it (default 0.002 s; See NOTE [Fair order]).
-        window_s: how much later a large graph task's turn comes: graph tasks built more than
-            this after it wait behind it (default 0.5 s).
+        large_share: the least share of its device's time a large graph task keeps while
+            newer requests keep arriving, in (0, 1] (default 0.25; See NOTE [Fair order]). 1
+            keeps its turn: every graph task built after it waits for it.
         offload_threshold: the estimated multiply-adds from which a CPU node (a matmul, say)
             runs on a compute thread instead of the loop (default 2**25, about 1 ms; See
             NOTE [Large nodes]). ``float("inf")`` keeps every node on the loop.
@@ -93,10 +94,10 @@ def configure(
         if not quantum_s > 0:
             raise ValueError(f"quantum_s must be > 0, got {quantum_s!r}")
         config.quantum_s = float(quantum_s)
-    if window_s is not None:
-        if not window_s >= 0:
-            raise ValueError(f"window_s must be >= 0, got {window_s!r}")
-        config.window_s = float(window_s)
+    if large_share is not None:
+        if not 0 < large_share <= 1:
+            raise ValueError(f"large_share must be in (0, 1], got {large_share!r}")
+        config.large_share = float(large_share)
     if offload_threshold is not None:
         if not offload_threshold >= 0:
             raise ValueError(f"offload_threshold must be >= 0, got {offload_threshold!r}")
@@ -116,7 +117,7 @@ def __getattr__(name: str) -> Any:
         "executor_size",
         "max_running",
         "quantum_s",
-        "window_s",
+        "large_share",
         "offload_threshold",
     ):
         return getattr(config, name)

@@ -27,7 +27,7 @@ from .reentrant import (
     loop_pool,
     thread_pool,
 )
-from .worker import drain
+from .worker import drain, yield_to_loop
 
 
 def _depths(parent: GraphTask | None) -> tuple[int, int]:
@@ -70,6 +70,10 @@ def _prepare(
 # container per node (parallel stacks of nodes and edge positions, one shared ExecInfo for the
 # nodes that only run), so a large graph does not set off the cyclic collector inside the await.
 VISITS_PER_YIELD: Final = 256
+# A small graph is prepared in one go (its first slice is a whole `slice_s`); a large one goes
+# on a quarter slice per loop turn, beside the device workers' slices rather than doubling them
+# (measured: under small requests, its preparation had stretched each turn of the loop to 3-5 ms).
+PREP_SLICE_SHARE: Final = 0.25
 
 
 def _compute_dependencies(
@@ -245,6 +249,11 @@ async def execute(
             admission.leave(adm)
 
 
+# A forward's turn older than this is not a request's (a long-lived context that ran ag.run
+# once at start-up, say): the graph task then takes its own.
+REQUEST_TURN_MAX_AGE_S: Final = 0.5
+
+
 def _request_turn() -> int | None:
     """The turn of this caller's latest ``ag.run``, if recent, which a top-level graph task it
     builds now takes (See NOTE [Turns on compute threads] in offload.py); read once."""
@@ -252,7 +261,7 @@ def _request_turn() -> int | None:
     if turn is None:
         return None
     request_turn.set(None)
-    return turn if now_us() - turn <= config.window_s * 1e6 else None
+    return turn if now_us() - turn <= REQUEST_TURN_MAX_AGE_S * 1e6 else None
 
 
 async def _execute_on(
@@ -310,9 +319,9 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
                 now = perf_counter()
                 if now > t_end:
                     gt.stats.stall(now - t0)  # See NOTE [Engine metrics]
-                    await asyncio.sleep(0)
+                    await yield_to_loop()  # behind due timers, as a worker yields
                     t0 = perf_counter()
-                    t_end = t0 + config.slice_s
+                    t_end = t0 + config.slice_s * PREP_SLICE_SHARE
         except StopIteration as stop:
             start = stop.value
         gt.stats.stall(perf_counter() - t0)

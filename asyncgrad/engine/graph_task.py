@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..graph.anomaly_mode import anomaly_note
 from .metrics import Stats
-from .ready_queue import key_base, now_us
+from .ready_queue import key_base, leave_lane, now_us
 from .streams import Streams, release_later
 from .watch import Watch, watch_for
 
 if TYPE_CHECKING:
     from ..backend import Device
     from ..graph.node import Node
-    from .ready_queue import ReadyQueue
+    from .ready_queue import Lane, ReadyQueue
 
 
 class ExecInfo:
@@ -72,6 +72,7 @@ class GraphTask:
         "inflight",
         "keep_graph",
         "key_base",
+        "lane",
         "large",
         "local_depth",
         "loop",
@@ -86,6 +87,7 @@ class GraphTask:
         "stats",
         "streams",
         "turn",
+        "unmoved",
         "watch",
     )
 
@@ -108,6 +110,8 @@ class GraphTask:
         self.turn = now_us() if turn is None else turn
         self.service = 0.0
         self.large = False
+        self.lane: Lane | None = None  # its lane once large
+        self.unmoved = 0.0  # node time since its turn last moved, as a lane's head
         self.key_base = key_base(priority, depth, self.turn)
         self.dependencies: dict[Node, int] = {}
         self.not_ready: dict[Node, Any] = {}
@@ -203,6 +207,8 @@ class GraphTask:
 
     def _stop(self) -> None:
         self.done = True
+        if self.lane is not None:
+            leave_lane(self)
         self.stats.running -= 1
         if self.error is not None:
             self.stats.failed += 1
@@ -233,6 +239,8 @@ class GraphTask:
         if self.done:
             return
         self.done = True
+        if self.lane is not None:
+            leave_lane(self)
         self.stats.running -= 1
         self.stats.completed += 1
         self._free()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import weakref
 from heapq import heappush
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
@@ -29,16 +30,23 @@ if TYPE_CHECKING:
 # NOTE [Fair order]
 # Graph tasks of equal priority and depth take turns by arrival, with small ones first:
 #   - a graph task's turn is the time it was built (in microseconds);
-#   - once it has run `quantum_s` of node time it counts as large, and its turn moves `window_s`
-#     later (once; its queued nodes are re-keyed);
+#   - once it has run `quantum_s` of node time it counts as large and joins its loop's lane of
+#     large graph tasks (one lane per priority and depth), in arrival order;
+#   - the lane's head runs on a virtual turn: from the time it became the head (or the lane's
+#     virtual turn, if later), moved later by its node time times 1 / `large_share` (re-keyed
+#     every REKEY_S of node time). The others in the lane wait behind everything of their
+#     priority and depth until the head ends. (Starting from the time it became the head, not
+#     from its build time, keeps a graph task that waited long, in preparation say, from
+#     holding every newer request back while it catches up.)
 #   - when a graph task ends and a large one of the same priority is next, the worker yields to
 #     the loop at once, so the caller that was answered can send its next request first.
 # So small graph tasks (under a quantum: most requests) run in arrival order, each to the end,
-# and pass a large one that is running at the next slice; large ones run one at a time in
-# arrival order, so a burst of them finishes as if run in turn rather than all late together;
-# and a graph task built more than `window_s` after a large one queues behind it, so an old
-# large backward is never overtaken forever by a stream of new requests. Timings and tests:
-# tests/engine/test_fairness.py (driven by the engine's counters, not by sleeps).
+# and pass a large one at the next slice while it is ahead of its share; large ones run one at
+# a time in arrival order, so a burst of them finishes as if run in turn rather than all late
+# together; and a large one keeps at least `large_share` of its device's time under any stream
+# of new requests (its virtual turn falls behind the clock only while it gets more than that),
+# so it is never starved. Timings and tests: tests/engine/test_fairness.py (driven by the
+# engine's counters, not by sleeps).
 SEQ_BITS: Final = 64
 TURN_BITS: Final = 48
 DEPTH_BITS: Final = 16
@@ -132,3 +140,89 @@ class ReadyQueue:
 
     def __len__(self) -> int:
         return len(self.heap)
+
+
+# See NOTE [Fair order]: how much node time the lane's head runs between moves of its turn.
+REKEY_S: Final = 0.0002
+
+
+class Lane:
+    """The large graph tasks of one loop, priority and depth, oldest first; ``tasks[0]`` runs on
+    the virtual turn ``vturn``, the rest wait (See NOTE [Fair order])."""
+
+    __slots__ = ("tasks", "vturn")
+
+    def __init__(self) -> None:
+        self.tasks: list[GraphTask] = []
+        self.vturn = 0
+
+
+_lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, int], Lane]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def retime(gt: GraphTask, turn: int) -> int:
+    """Give ``gt`` the turn ``turn``: new keys for its queued nodes; returns the change."""
+    new = key_base(gt.priority, gt.depth, turn)
+    delta = new - gt.key_base
+    if delta:
+        gt.key_base = new
+        for q in gt.queues.values():
+            q.rekey(gt, delta)
+    return delta
+
+
+def join_lane(gt: GraphTask, stride: float) -> int:
+    """``gt`` has had its quantum: it joins its lane in arrival order, as the head (its turn
+    moved by ``stride`` times its node time so far) or behind it. Returns the change of its
+    keys."""
+    assert gt.loop is not None
+    per_loop = _lanes.get(gt.loop)
+    if per_loop is None:
+        per_loop = _lanes[gt.loop] = {}
+    lane = per_loop.get((gt.priority, gt.depth))
+    if lane is None:
+        lane = per_loop[(gt.priority, gt.depth)] = Lane()
+    gt.large = True
+    gt.lane = lane
+    tasks = lane.tasks
+    i = len(tasks)
+    while i > 0 and tasks[i - 1].turn > gt.turn:  # arrival order
+        i -= 1
+    tasks.insert(i, gt)
+    if i > 0:
+        return retime(gt, TURN_MAX)
+    # The head: a newer head that started while gt was still being prepared waits behind it.
+    if len(tasks) > 1:
+        retime(tasks[1], TURN_MAX)
+    lane.vturn = max(lane.vturn, now_us()) + int(gt.service * stride * 1e6)
+    gt.unmoved = 0.0
+    return retime(gt, lane.vturn)
+
+
+def move_head(gt: GraphTask, stride: float) -> int:
+    """The lane's head ``gt`` has run ``gt.unmoved`` seconds since its turn last moved: move it
+    later by ``stride`` times that. Returns the change of its keys."""
+    lane = gt.lane
+    assert lane is not None
+    lane.vturn += int(gt.unmoved * stride * 1e6)
+    gt.unmoved = 0.0
+    return retime(gt, lane.vturn)
+
+
+def leave_lane(gt: GraphTask) -> None:
+    """``gt`` ended: out of its lane; the next in the lane becomes the head, from the lane's
+    virtual turn."""
+    lane = gt.lane
+    if lane is None:
+        return
+    gt.lane = None
+    tasks = lane.tasks
+    head = tasks[0] is gt
+    tasks.remove(gt)
+    if head and tasks:
+        nxt = tasks[0]
+        nxt.unmoved = 0.0
+        lane.vturn = max(lane.vturn, now_us())
+        retime(nxt, lane.vturn)

@@ -24,7 +24,7 @@ DEFAULT_EXECUTOR_SIZE: Final = 4
 DEFAULT_QUANTUM_S: Final = 0.002
 # See NOTE [Large nodes] (multiply-adds); measured in benchmarks/bench_offload.py.
 DEFAULT_OFFLOAD_THRESHOLD: Final = float(1 << 25)
-DEFAULT_WINDOW_S: Final = 0.5
+DEFAULT_LARGE_SHARE: Final = 0.25
 # How long stopping a helper loop waits for the tasks still on it before cancelling them.
 LOOP_STOP_TIMEOUT_S: Final = 5.0
 
@@ -32,12 +32,12 @@ LOOP_STOP_TIMEOUT_S: Final = 5.0
 class _Config:
     __slots__ = (
         "executor_size",
+        "large_share",
         "max_reentrant_depth",
         "max_running",
         "offload_threshold",
         "quantum_s",
         "slice_s",
-        "window_s",
     )
 
     def __init__(self) -> None:
@@ -45,7 +45,7 @@ class _Config:
         self.slice_s = DEFAULT_SLICE_S
         self.executor_size = DEFAULT_EXECUTOR_SIZE
         self.quantum_s = DEFAULT_QUANTUM_S
-        self.window_s = DEFAULT_WINDOW_S
+        self.large_share = DEFAULT_LARGE_SHARE
         self.max_running: int | None = None  # See NOTE [Admission]
         self.offload_threshold = DEFAULT_OFFLOAD_THRESHOLD  # See NOTE [Large nodes]
 

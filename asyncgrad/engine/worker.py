@@ -76,13 +76,19 @@ async def run_worker(queue: ReadyQueue) -> None:
                 # sleep(0) would requeue the worker ahead of timers that fell due meanwhile (the
                 # loop moves due timers behind already-ready callbacks), so a ticker would wait a
                 # second slice. A due-now timer sorts behind every earlier timer instead.
-                await asyncio.sleep(YIELD_DELAY_S)
+                await yield_to_loop()
     finally:
         queue.worker = None
         if heap:  # stopped from outside (the loop is closing): fail what is left
             for gt in {e[4] for e in heap}:
                 gt.fail(RuntimeError("the asyncgrad engine worker was stopped"))
             heap.clear()
+
+
+async def yield_to_loop() -> None:
+    """Let the loop run its other ready callbacks and due timers (See NOTE [Yield behind
+    timers])."""
+    await asyncio.sleep(YIELD_DELAY_S)
 
 
 def drain(queue: ReadyQueue, budget: float, base_watched: bool | None = None) -> None:
@@ -218,11 +224,11 @@ def drain(queue: ReadyQueue, budget: float, base_watched: bool | None = None) ->
     finally:
         end = perf_counter()
         queue.stats.add_slice(queue.label, total + count, end - started)
-        if fair and cur is not None:
-            cur.service += end - since
         if direct is not None:
             assert cur is not None
             heappush(heap, (direct[0], ready_queue.next_tie(), direct[1], direct[2], cur))
+        if fair and cur is not None:
+            charge(cur, end - since)  # See NOTE [Fair order]
         if launch is not None:
             launch.leave()
         if mode_tok is not None:
@@ -234,18 +240,30 @@ def drain(queue: ReadyQueue, budget: float, base_watched: bool | None = None) ->
 
 
 def charge(gt: GraphTask, seconds: float) -> int:
-    """Add ``seconds`` of node time to ``gt``; once it has had its quantum it counts as large
-    and its turn moves ``window_s`` later (See NOTE [Fair order]). Returns the change of its
-    keys (0 when they stay)."""
+    """Add ``seconds`` of node time to ``gt``: once it has had its quantum it joins its lane of
+    large graph tasks, and as the lane's head its turn moves later with its node time (See NOTE
+    [Fair order]). Returns the change of its keys (0 when they stay)."""
     gt.service += seconds
-    if gt.large or gt.service < config.quantum_s:
+    if gt.done:  # ended: it leaves (or never joins) its lane
         return 0
-    gt.large = True
-    delta = int(config.window_s * 1e6) << ready_queue.SEQ_BITS
-    gt.key_base += delta
-    for q in gt.queues.values():
-        q.rekey(gt, delta)
-    return delta
+    if gt.large:
+        lane = gt.lane
+        if lane is None or lane.tasks[0] is not gt:
+            return 0
+        gt.unmoved += seconds
+        if gt.unmoved < ready_queue.REKEY_S:
+            return 0
+        return ready_queue.move_head(gt, _stride())
+    if gt.service < config.quantum_s or gt.loop is None:
+        return 0
+    return ready_queue.join_lane(gt, _stride())
+
+
+def _stride() -> float:
+    """How much a large graph task's turn moves per second of its node time: 1 / large_share,
+    and 0 (it keeps its turn) at a share of 1."""
+    share = config.large_share
+    return 0.0 if share >= 1.0 else 1.0 / share
 
 
 def _on_gpu(
