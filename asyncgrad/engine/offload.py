@@ -36,12 +36,14 @@ from .ready_queue import key_base, now_us
 T = TypeVar("T")
 
 # NOTE [Turns on compute threads]
-# Compute threads take their jobs in the ready queues' order (See NOTE [Fair order]), not first
-# come first served: a large node of a graph task goes ahead of the forward passes of requests
-# that came after it, so a burst of requests that each run a forward with ``ag.run`` and then a
-# backward does not finish all late together. A request's backward takes the turn of its
-# forward: ``ag.run`` records its turn in the caller's context (``request_turn``), and the next
-# top-level graph task that caller builds starts from that turn (and clears it).
+# Compute threads take their jobs by priority, then by the turn of the request they serve (its
+# arrival), not in submission order: a large node of a graph task goes ahead of the forward
+# passes of requests that came after it, so a burst of requests that each run a forward with
+# ``ag.run`` and then a backward does not finish all late together. (The turn is the graph
+# task's own, not its place among large ones in the ready queues, See NOTE [Fair order]: that
+# place moves while it runs, and waiting ones sort last there.) A request's backward takes the
+# turn of its forward: ``ag.run`` records its turn in the caller's context (``request_turn``),
+# and the next top-level graph task that caller builds starts from that turn (and clears it).
 request_turn: ContextVar[int | None] = ContextVar("asyncgrad_request_turn", default=None)
 
 DEFAULT_COMPUTE_THREADS = max(1, os.cpu_count() or 1)

@@ -35,17 +35,17 @@ if TYPE_CHECKING:
 #   - the lane's head runs on a virtual turn: from the time it became the head (or the lane's
 #     virtual turn, if later), moved later by its node time times 1 / `large_share` (re-keyed
 #     every REKEY_S of node time). The others in the lane wait behind everything of their
-#     priority and depth until the head ends. (Starting from the time it became the head, not
-#     from its build time, keeps a graph task that waited long, in preparation say, from
-#     holding every newer request back while it catches up.)
+#     priority and depth, oldest first, until the head ends. (Starting from the time it became
+#     the head, not from its build time, keeps a graph task that waited long, in preparation
+#     say, from holding every newer request back while it catches up.)
 #   - when a graph task ends and a large one of the same priority is next, the worker yields to
 #     the loop at once, so the caller that was answered can send its next request first.
 # So small graph tasks (under a quantum: most requests) run in arrival order, each to the end,
 # and pass a large one at the next slice while it is ahead of its share; large ones run one at
 # a time in arrival order, so a burst of them finishes as if run in turn rather than all late
 # together; and a large one keeps at least `large_share` of its device's time under any stream
-# of new requests (its virtual turn falls behind the clock only while it gets more than that),
-# so it is never starved. Timings and tests: tests/engine/test_fairness.py (driven by the
+# of new requests (its virtual turn runs ahead of the clock, letting newer requests pass, only
+# while it has had more than that), so it is never starved. Timings and tests: tests/engine/test_fairness.py (driven by the
 # engine's counters, not by sleeps).
 SEQ_BITS: Final = 64
 TURN_BITS: Final = 48
@@ -144,6 +144,10 @@ class ReadyQueue:
 
 # See NOTE [Fair order]: how much node time the lane's head runs between moves of its turn.
 REKEY_S: Final = 0.0002
+# The turns of the large graph tasks waiting behind their lane's head: after every other turn,
+# and among themselves in arrival order (when the head waits for something off the queue, such
+# as a node on a compute thread, they run, oldest first).
+PARKED: Final = 1 << 47
 
 
 class Lane:
@@ -192,10 +196,10 @@ def join_lane(gt: GraphTask, stride: float) -> int:
         i -= 1
     tasks.insert(i, gt)
     if i > 0:
-        return retime(gt, TURN_MAX)
+        return retime(gt, PARKED + gt.turn)
     # The head: a newer head that started while gt was still being prepared waits behind it.
     if len(tasks) > 1:
-        retime(tasks[1], TURN_MAX)
+        retime(tasks[1], PARKED + tasks[1].turn)
     lane.vturn = max(lane.vturn, now_us()) + int(gt.service * stride * 1e6)
     gt.unmoved = 0.0
     return retime(gt, lane.vturn)

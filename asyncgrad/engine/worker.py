@@ -315,9 +315,11 @@ def _spawn_off_loop(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]
     assert queue.loop is not None
     # The worker's context: grad mode and the current graph task are set for gt.
     ctx = contextvars.copy_context()
-    # In the graph task's turn among the compute threads' jobs (See NOTE [Turns on compute
-    # threads] in offload.py).
-    cf = compute_pool.get().submit_keyed(gt.key_base, ctx.run, _run_off_loop, gt, node, buf)
+    # In the graph task's arrival turn among the compute threads' jobs (See NOTE [Turns on
+    # compute threads] in offload.py), not its place in the lane of large ones: compute threads
+    # serve requests first come, first served.
+    key = ready_queue.key_base(gt.priority, gt.depth, gt.turn)
+    cf = compute_pool.get().submit_keyed(key, ctx.run, _run_off_loop, gt, node, buf)
     gen = _off_loop(gt, asyncio.wrap_future(cf, loop=queue.loop))
     _spawn(queue, gt, node, gen, gen.send(None))
 

@@ -233,8 +233,8 @@ async def test_the_lane_runs_large_passes_one_at_a_time_oldest_first() -> None:
         old.service = 0.002
         rq.join_lane(old, 4.0)  # older: it takes the head, the newer one waits behind it
         assert new.lane.tasks == [old, new]
-        assert _turn_of(new) == rq.TURN_MAX
-        assert _turn_of(old) < rq.TURN_MAX
+        assert _turn_of(new) == rq.PARKED + new.turn  # behind every other turn
+        assert _turn_of(old) < rq.PARKED
         vturn = new.lane.vturn
         old.unmoved = 0.001
         rq.move_head(old, 4.0)
@@ -261,11 +261,12 @@ async def test_an_ended_pass_leaves_the_lane_whichever_way_it_ends() -> None:
         rq.join_lane(gt, 4.0)
     lane = a.lane
     assert lane.tasks == [a, b, c]
-    b.cancel()  # waiting behind the head: the head stays
+    assert rq.PARKED < _turn_of(b) < _turn_of(c)  # waiting behind the head, oldest first
+    b.cancel()  # waiting: the head stays
     assert lane.tasks == [a, c]
     a.fail(RuntimeError("boom"))
     assert lane.tasks == [c]
-    assert _turn_of(c) < rq.TURN_MAX
+    assert _turn_of(c) < rq.PARKED
     c.finish()
     assert lane.tasks == []
 
