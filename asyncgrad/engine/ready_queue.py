@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 # a time in arrival order, so a burst of them finishes as if run in turn rather than all late
 # together; and a large one keeps at least `large_share` of its device's time under any stream
 # of new requests (its virtual turn runs ahead of the clock, letting newer requests pass, only
-# while it has had more than that), so it is never starved. Timings and tests: tests/engine/test_fairness.py (driven by the
-# engine's counters, not by sleeps).
+# while it has had more than that), so it is never starved. Timings and tests:
+# tests/engine/test_fairness.py (driven by the engine's counters, not by sleeps).
 SEQ_BITS: Final = 64
 TURN_BITS: Final = 48
 DEPTH_BITS: Final = 16
