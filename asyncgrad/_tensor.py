@@ -90,7 +90,7 @@ class _Meta:
     """Rarely used autograd state of a tensor, allocated on first use to keep tensors small."""
 
     __slots__ = (
-        "grad_accumulator",
+        "grad_edge",
         "hooks",
         "inference",
         "name",
@@ -101,7 +101,9 @@ class _Meta:
     )
 
     def __init__(self) -> None:
-        self.grad_accumulator: AccumulateGrad | None = None  # made on first use
+        # A leaf's gradient edge, (its AccumulateGrad, 0): made on first use, then shared by
+        # every node that consumes the leaf (See NOTE [Accumulator lifetime]).
+        self.grad_edge: tuple[AccumulateGrad, int] | None = None
         self.hooks: Hooks | None = None  # a leaf's tensor hooks
         self.post_acc_hooks: dict[int, Callable[..., Any]] | None = None
         self.retains_grad = False
@@ -408,10 +410,10 @@ class Tensor:
             return (fn, self._output_nr)  # type: ignore[return-value]
         if self._requires_grad:
             m = self._meta
-            acc = None if m is None else m.grad_accumulator
-            if acc is None:  # made on first use, under a lock
-                acc = _ops.grad_accumulator(self)
-            return (acc, 0)  # type: ignore[return-value]
+            e = None if m is None else m.grad_edge
+            if e is None:  # made on first use, under a lock
+                e = _ops.grad_edge(self)
+            return e  # type: ignore[return-value]
         return None
 
     def _grad_accumulator(self) -> Node:

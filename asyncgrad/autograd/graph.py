@@ -153,7 +153,7 @@ def register_multi_grad_hook(
                 if st is None:
                     st = state[key] = [[None] * len(tensors), None, False]
                     if gt is not None:
-                        gt.callbacks.append(lambda: _forget(key))
+                        gt.add_callback(lambda: _forget(key))
                 grads, waiting, fired = st
                 if mode == "any":
                     if fired:

@@ -523,4 +523,4 @@ def queue_callback(callback: Any) -> None:
             "Final callbacks can only be installed during the backward pass (from a hook or a "
             "backward function)."
         )
-    gt.callbacks.append(callback)
+    gt.add_callback(callback)

@@ -125,14 +125,18 @@ class GraphTask:
         self.queues: dict[Device, ReadyQueue] = {}
         self.error: BaseException | None = None
         self.error_node: Node | None = None
-        self.callbacks: list[Any] = []
+        # The containers below are made on first use: most graph tasks never need them, and a
+        # burst of requests keeps thousands of graph tasks alive for the cyclic garbage
+        # collector to scan (See NOTE [Fewer objects for the collector] in
+        # asyncgrad/ops/_record.py).
+        self.callbacks: list[Any] | None = None  # queue_callback's final callbacks
         self.done = False
-        self.inflight: set[asyncio.Task[Any]] = set()
+        self.inflight: set[asyncio.Task[Any]] | None = None  # tasks the engine runs for it
         # See NOTE [Cancellation links]. `remote` holds (loop, task) pairs: coroutines run on
         # another loop on behalf of this (blocking) graph task.
         self.parent: GraphTask | None = None
-        self.children: set[GraphTask] = set()
-        self.remote: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
+        self.children: set[GraphTask] | None = None
+        self.remote: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] | None = None
         self.cancel_requested = False
         # CUDA streams: See NOTE [Streams in the graph] (None in a process without CUDA).
         self.streams: Streams | None = None
@@ -215,8 +219,9 @@ class GraphTask:
         else:
             self.stats.cancelled += 1
         dropped = [q.purge(self) for q in self.queues.values()]
-        for t in list(self.inflight):
-            t.cancel()
+        if self.inflight:
+            for t in list(self.inflight):
+                t.cancel()
         st = self.streams
         if st is not None and st.used:
             # Kernels queued for this graph task may still read its buffers: free them only
@@ -226,14 +231,14 @@ class GraphTask:
         self._free()
         with _links:
             self.cancel_requested = True
-            children = list(self.children)
+            children = list(self.children) if self.children else None
         if children:
             request_cancel(children)
 
     def _free(self) -> None:
         self.not_ready.clear()
         self.dependencies.clear()
-        self.callbacks.clear()
+        self.callbacks = None
 
     def finish(self) -> None:
         if self.done:
@@ -257,6 +262,8 @@ class GraphTask:
         with _links:
             stopped = parent.cancel_requested
             if not stopped:
+                if parent.children is None:
+                    parent.children = set()
                 parent.children.add(self)
                 self.parent = parent
         if stopped:
@@ -270,7 +277,7 @@ class GraphTask:
             return
         with _links:
             parent, self.parent = self.parent, None
-            if parent is not None:
+            if parent is not None and parent.children is not None:
                 parent.children.discard(self)
 
     def add_remote(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
@@ -279,12 +286,33 @@ class GraphTask:
         with _links:
             if self.cancel_requested:
                 return False
+            if self.remote is None:
+                self.remote = set()
             self.remote.add((loop, task))
             return True
 
     def discard_remote(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
         with _links:
-            self.remote.discard((loop, task))
+            if self.remote is not None:
+                self.remote.discard((loop, task))
+
+    def add_callback(self, callback: Any) -> None:
+        """Run ``callback`` once all nodes have run (``queue_callback``), from any thread."""
+        cbs = self.callbacks
+        if cbs is None:
+            with _links:
+                cbs = self.callbacks
+                if cbs is None:
+                    cbs = self.callbacks = []
+        cbs.append(callback)
+
+    def own_task(self, task: asyncio.Task[Any]) -> None:
+        """Track a task the engine runs for this graph task (on its loop): cancelled with it."""
+        tasks = self.inflight
+        if tasks is None:
+            tasks = self.inflight = set()
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 def request_cancel(roots: Iterable[GraphTask]) -> None:
@@ -301,8 +329,10 @@ def request_cancel(roots: Iterable[GraphTask]) -> None:
             gt.cancel_requested = True
             if gt.loop is not None:
                 stop.append(gt)
-            tasks.extend(gt.remote)
-            stack.extend(gt.children)
+            if gt.remote:
+                tasks.extend(gt.remote)
+            if gt.children:
+                stack.extend(gt.children)
     # Never run a graph task's stop here, even on its own loop: it runs on its loop's next turn,
     # so a long chain is cancelled without recursion, and never from inside another one's stop.
     for gt in stop:

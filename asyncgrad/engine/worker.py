@@ -367,8 +367,7 @@ def on_drained(gt: GraphTask) -> None:
 def _own_task(gt: GraphTask, task: asyncio.Task[Any]) -> None:
     """Account for a task the engine started for ``gt``: cancelled with it, awaited by
     ``wait_idle``."""
-    gt.inflight.add(task)
-    task.add_done_callback(gt.inflight.discard)
+    gt.own_task(task)
     q = gt.queue
     if q is not None:
         q.tasks.add(task)

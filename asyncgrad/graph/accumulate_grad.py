@@ -16,6 +16,14 @@ __all__ = ["AccumulateGrad"]
 _NO_EDGES: Final[list[Edge | None]] = []
 _meta_lock = threading.Lock()
 
+# NOTE [Accumulation locks]
+# Graph tasks on several threads may reach one leaf at once (tests/engine/test_threads.py), so
+# reading, summing and writing `.grad` happens under a lock. A lock per accumulator would be one
+# more object per leaf for the cyclic garbage collector to scan (a served request's input is a
+# new leaf), so accumulators share a fixed set of locks, picked by address. Two leaves on one
+# lock only wait for each other's sum; no code runs under the lock that could take another.
+_LOCKS: Final = tuple(threading.Lock() for _ in range(64))
+
 
 class AccumulateGrad(Node):
     """The sink of a leaf tensor: sums every gradient that reaches it into ``variable.grad``.
@@ -27,7 +35,7 @@ class AccumulateGrad(Node):
     # gradient that reaches the accumulator of a leaf nobody holds any more is dropped.
     """
 
-    __slots__ = ("_lock", "_var_ref")
+    __slots__ = ("_var_ref",)
 
     def __init__(self, variable: Tensor) -> None:
         arr = variable._array
@@ -35,22 +43,19 @@ class AccumulateGrad(Node):
         self._var_ref = weakref.ref(variable)
         self._input_meta = ((arr.shape, arr.dtype),)
         self._set_device(variable.device)
-        # Held while `.grad` is read, summed and written: graph tasks on several threads may
-        # reach one leaf at once (tests/engine/test_threads.py).
-        self._lock = threading.Lock()
 
     @staticmethod
-    def of(variable: Tensor) -> AccumulateGrad:
-        """The leaf's accumulator, made once and then kept for the tensor's life (See NOTE
-        [Accumulator lifetime])."""
+    def edge_of(variable: Tensor) -> tuple[AccumulateGrad, int]:
+        """The leaf's gradient edge to its accumulator, made once and then kept for the tensor's
+        life (See NOTE [Accumulator lifetime])."""
         m = variable._get_meta()
-        acc = m.grad_accumulator
-        if acc is None:
+        e = m.grad_edge
+        if e is None:
             with _meta_lock:
-                acc = m.grad_accumulator
-                if acc is None:
-                    acc = m.grad_accumulator = AccumulateGrad(variable)
-        return acc
+                e = m.grad_edge
+                if e is None:
+                    e = m.grad_edge = (AccumulateGrad(variable), 0)
+        return e
 
     @property
     def variable(self) -> Tensor | None:
@@ -86,7 +91,7 @@ class AccumulateGrad(Node):
                 f"AccumulateGrad got a gradient of shape {tuple(g.shape)} for a leaf of shape "
                 f"{tuple(var.shape)}"
             )
-        with self._lock:
+        with _LOCKS[id(self) >> 4 & 63]:  # See NOTE [Accumulation locks]
             old = var._grad
             if create:
                 # See NOTE [Rules are NumPy]: g is a Tensor carrying its own graph.

@@ -81,7 +81,7 @@ class SavedTensor:
         if edge is not None:
             if saved._grad_fn is None:
                 t._requires_grad = True
-                t._get_meta().grad_accumulator = edge[0]  # type: ignore[assignment]
+                t._get_meta().grad_edge = edge  # type: ignore[assignment]
             else:
                 t._grad_fn, t._output_nr = edge
         return t
@@ -206,7 +206,7 @@ class HookedSavedTensor(SavedTensor):
                 t._grad_fn, t._output_nr = fn, nr
             else:  # a leaf's AccumulateGrad: gradients through t still reach the leaf
                 t._requires_grad = True
-                t._get_meta().grad_accumulator = fn
+                t._get_meta().grad_edge = p.edge
         return t
 
 

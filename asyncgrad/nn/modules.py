@@ -393,7 +393,7 @@ def _replace_array(p: Tensor, new: Tensor, *args: Any, **kwargs: Any) -> None:
     p._array = new._array
     p._vc[0] += 1
     if p._meta is not None:
-        p._meta.grad_accumulator = None  # it recorded the old shape/dtype/device
+        p._meta.grad_edge = None  # its accumulator recorded the old shape/dtype/device
     if p.grad is not None:
         g = p.grad.to(*args, **kwargs) if args or kwargs else p.grad.to(new.dtype)
         p._grad = None

@@ -37,6 +37,7 @@ from .creation import (
 )
 from .graph_link import (
     grad_accumulator,
+    grad_edge,
     refresh_view,
     register_post_accumulate_grad_hook,
     register_tensor_hook,
@@ -209,6 +210,7 @@ __all__ = [
     "gelu",
     "getitem",
     "grad_accumulator",
+    "grad_edge",
     "gt",
     "index_add_zeros",
     "index_select",

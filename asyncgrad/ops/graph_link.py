@@ -17,7 +17,11 @@ from ..graph.hooks import RemovableHandle, add_retain, tensor_hooks_of
 
 
 def grad_accumulator(t: Tensor) -> AccumulateGrad:
-    return AccumulateGrad.of(t)
+    return AccumulateGrad.edge_of(t)[0]
+
+
+def grad_edge(t: Tensor) -> tuple[AccumulateGrad, int]:
+    return AccumulateGrad.edge_of(t)
 
 
 def refresh_view(t: Tensor) -> None:

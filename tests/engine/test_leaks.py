@@ -153,6 +153,26 @@ def test_dropping_an_unused_graph_frees_it() -> None:
 
 
 @pytest.mark.usefixtures("no_gc")
+def test_a_leafs_edge_is_shared_by_its_consumers_and_dies_with_it() -> None:
+    # See NOTE [Fewer objects for the collector]: one edge per leaf, not one per consumer, and
+    # no cycle through it (the leaf holds its accumulator, which holds the leaf weakly).
+    w = ag.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    x = ag.tensor(np.ones((4, 2)), requires_grad=True)
+    a = x @ w
+    b = (w * 2.0).sum()
+    c = ag.nn.functional.linear(x, w.T)
+    edges = [a.grad_fn._next_edges[1]]
+    edges.append(b.grad_fn.next_functions[0][0]._next_edges[0])
+    assert edges[0] is edges[1]
+    assert edges[0] == (w._grad_accumulator(), 0)
+    (c.sum() + a.sum() + b).backward()
+    assert_close(w.grad.numpy(), 2 * (np.ones((2, 4)) @ np.ones((4, 3))) + 2.0)
+    refs = [weakref.ref(w), weakref.ref(edges[0][0])]
+    del w, a, b, c, edges
+    assert _alive(refs) == []
+
+
+@pytest.mark.usefixtures("no_gc")
 def test_backward_leaves_no_cycles_behind() -> None:
     x, out, refs = _graph_with_saved_intermediates()
     node_refs = [weakref.ref(out.grad_fn)]
