@@ -39,9 +39,10 @@ from _smoothgrad_app import SAMPLES, SIZES
 APP = H.HERE / "_smoothgrad_app.py"
 CONCURRENCY = 200
 WARMUP_REQUESTS = 24
-LIBS = ["asyncgrad", "torch-inline", "torch-thread"]
+LIBS = ["asyncgrad", "asyncgrad-frozen", "torch-inline", "torch-thread"]
 LABELS = {
     "asyncgrad": "asyncgrad await ag.run + await ag.grad",
+    "asyncgrad-frozen": "asyncgrad, as above, gc.freeze() after start-up",
     "torch-inline": "PyTorch inline (blocks the loop)",
     "torch-thread": "PyTorch via asyncio.to_thread",
 }
@@ -133,6 +134,8 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
         "lag_p99": lag.get("p99_ms"),
         "lag_max": lag.get("max_ms"),
         "ticks": lag.get("ticks"),
+        "gc_max": lag.get("gc_max_ms"),
+        "gc_full": lag.get("gc_full"),
         "server_loop": lag.get("loop"),
         "server_cores": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / wall,
         "client_cores": (cc1 - cc0) / wall,
@@ -149,7 +152,10 @@ def worker_main(lib: str, argv: list[str]) -> None:
     if lib not in LIBS:
         raise SystemExit(f"unknown library {lib!r}")
     port = free_port()
-    cmd = [sys.executable, str(APP), "--lib", lib, "--port", str(port), "--loop", SERVER_LOOP]
+    app_lib = lib.removesuffix("-frozen")
+    cmd = [sys.executable, str(APP), "--lib", app_lib, "--port", str(port), "--loop", SERVER_LOOP]
+    if lib.endswith("-frozen"):
+        cmd.append("--gc-freeze")
     with tempfile.TemporaryFile() as err:
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         try:
@@ -224,6 +230,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     for lib in libs:
         s = {k: med(lib, k) for k in ("rps", "p50", "p99", "lag_p99", "client_cores")}
         s["lag_max"] = max(per_round(lib, "lag_max"))
+        s["gc_max"] = max(per_round(lib, "gc_max"))
+        s["gc_full"] = med(lib, "gc_full")
         cores = [c for c in per_round(lib, "server_cores") if c is not None]
         s["server_cores"] = H.median(cores) if cores else None
         s["loop"] = results[lib][0]["server_loop"]
@@ -275,6 +283,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt(s["p99"], ".0f"),
                 H.fmt(s["lag_p99"], ".1f"),
                 H.fmt(s["lag_max"], ".1f"),
+                H.fmt(s["gc_max"], ".1f"),
+                H.fmt(s["gc_full"], ".0f"),
                 H.fmt(s["server_cores"]),
                 H.fmt(s["client_cores"]),
                 target,
@@ -289,12 +299,14 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "p99 ms",
             "loop lag p99 ms",
             "loop stall max ms",
+            "GC pause max ms",
+            "full GCs",
             "server cores",
             "client cores",
             "target",
         ],
         rows,
-        align=["l"] + ["r"] * 8 + ["l"],
+        align=["l"] + ["r"] * 10 + ["l"],
     )
     loops = sorted({s["loop"] for s in summary.values()})
     legend = (
@@ -304,7 +316,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         f"same machine. {WARMUP_REQUESTS + 1} warm-up requests, then {CONCURRENCY} clients "
         f"send {per} request{'s' if per > 1 else ''} each, one after another; req/s = requests "
         "/ wall time of the run; p50/p99 of the latencies the client saw. The server's 1 ms "
-        "ticker's lag p99 and max (longest stall) over the run, read from GET /lag. `server "
+        "ticker's lag p99 and max (longest stall) over the run, read from GET /lag, with the "
+        "cyclic garbage collector's longest pause and its full collections over the same "
+        "time (`GC pause max`: the worst round; `full GCs`: the median). The `gc.freeze()` "
+        "row is the same asyncgrad server calling `gc.collect(); gc.freeze()` once when "
+        "start-up ends, as the server example does; every other server does neither. `server "
         "cores` / `client cores`: CPU seconds each process used during the run / wall time. "
         f"Median over {rounds} interleaved rounds (stall max: the worst round). The to_thread "
         "server uses the loop's default pool (min(32, cores + 4) threads); asyncgrad's "
