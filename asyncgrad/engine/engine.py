@@ -249,19 +249,21 @@ async def execute(
             admission.leave(adm)
 
 
-# A forward's turn older than this is not a request's (a long-lived context that ran ag.run
-# once at start-up, say): the graph task then takes its own.
+# A forward that returned longer ago than this was not this graph task's request (a long-lived
+# context that ran ag.run once at start-up, say): the graph task then takes a turn of its own.
 REQUEST_TURN_MAX_AGE_S: Final = 0.5
 
 
 def _request_turn() -> int | None:
-    """The turn of this caller's latest ``ag.run``, if recent, which a top-level graph task it
-    builds now takes (See NOTE [Turns on compute threads] in offload.py); read once."""
-    turn = request_turn.get()
-    if turn is None:
+    """The turn of this caller's latest ``ag.run``, if it returned recently, which a top-level
+    graph task it builds now takes (See NOTE [Turns on compute threads] in offload.py); read
+    once."""
+    seen = request_turn.get()
+    if seen is None:
         return None
     request_turn.set(None)
-    return turn if now_us() - turn <= REQUEST_TURN_MAX_AGE_S * 1e6 else None
+    turn, returned = seen
+    return turn if now_us() - returned <= REQUEST_TURN_MAX_AGE_S * 1e6 else None
 
 
 async def _execute_on(

@@ -42,9 +42,13 @@ T = TypeVar("T")
 # ``ag.run`` and then a backward does not finish all late together. (The turn is the graph
 # task's own, not its place among large ones in the ready queues, See NOTE [Fair order]: that
 # place moves while it runs, and waiting ones sort last there.) A request's backward takes the
-# turn of its forward: ``ag.run`` records its turn in the caller's context (``request_turn``),
-# and the next top-level graph task that caller builds starts from that turn (and clears it).
-request_turn: ContextVar[int | None] = ContextVar("asyncgrad_request_turn", default=None)
+# turn of its forward: ``ag.run`` records its turn in the caller's context (``request_turn``)
+# when it returns, and the next top-level graph task that caller builds soon after (within
+# REQUEST_TURN_MAX_AGE_S in engine.py of the forward's end, not of its start: under a burst a
+# forward may wait long for a thread) starts from that turn, and clears it.
+request_turn: ContextVar[tuple[int, int] | None] = ContextVar(
+    "asyncgrad_request_turn", default=None
+)  # (the forward's turn, when it returned), both in now_us()
 
 DEFAULT_COMPUTE_THREADS = max(1, os.cpu_count() or 1)
 
@@ -183,7 +187,6 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             "function: await it directly instead"
         )
     turn = now_us()
-    request_turn.set(turn)  # See NOTE [Turns on compute threads]
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, fn, *args, **kwargs)
     loop = asyncio._get_running_loop()
@@ -191,9 +194,12 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         # Not on an asyncio loop: trio, or another loop anyio knows.
         import anyio.to_thread
 
-        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-    cf = compute_pool.get().submit_keyed(key_base(0, 0, turn), call)
-    return await asyncio.wrap_future(cf, loop=loop)
+        result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    else:
+        cf = compute_pool.get().submit_keyed(key_base(0, 0, turn), call)
+        result = await asyncio.wrap_future(cf, loop=loop)
+    request_turn.set((turn, now_us()))  # See NOTE [Turns on compute threads]
+    return result
 
 
 def _name(fn: Any) -> str:

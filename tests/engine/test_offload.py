@@ -324,6 +324,52 @@ async def test_a_backward_takes_the_turn_of_its_forward(threshold: Any) -> None:
     assert turns[1] >= after_forward
 
 
+async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
+    pool: GatedPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a burst a forward may wait in the compute queue for longer than
+    REQUEST_TURN_MAX_AGE_S: what counts is how long ago it returned, not when it was sent, so
+    its backward still takes its turn (a new one would queue behind every later forward). A
+    pass built long after the forward returned takes a turn of its own. The engine's clock is
+    a fake one the test moves."""
+    import asyncgrad.engine.engine as engine_mod
+    import asyncgrad.engine.graph_task as graph_task_mod
+    import asyncgrad.engine.offload as offload_mod
+    from asyncgrad.engine.reentrant import current_graph_task
+
+    clock = [1_000]
+    for mod in (offload_mod, engine_mod, graph_task_mod):
+        monkeypatch.setattr(mod, "now_us", lambda: clock[0])
+    age_us = int(engine_mod.REQUEST_TURN_MAX_AGE_S * 1e6)
+    turns: list[int] = []
+
+    def record(g: Any) -> None:
+        gt = current_graph_task.get()
+        assert gt is not None
+        turns.append(gt.turn)
+
+    x, w, _ = matmul_graph()
+
+    async def hold_the_forward() -> None:
+        await wait_entered(pool)
+        clock[0] += 10 * age_us  # the forward waits long...
+        pool.gate.set()
+
+    pool.gate.clear()
+    async with asyncio.timeout(TIMEOUT_S):
+        opener = asyncio.create_task(hold_the_forward())
+        # Awaited here, not in a task: ag.run records the turn in this task's context.
+        y = await ag.run(lambda: (x @ w).sum())  # ...and returns now
+        await opener
+        y.register_hook(record)
+        await ag.grad(y, [x])
+        y = await ag.run(lambda: (x @ w).sum())
+        clock[0] += 2 * age_us  # a pass built long after its forward returned
+        y.register_hook(record)
+        await ag.grad(y, [x])
+    assert turns == [1_000, clock[0]]
+
+
 async def test_a_large_node_is_queued_in_its_graph_task_turn(
     pool: GatedPool, threshold: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
