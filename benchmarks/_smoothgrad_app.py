@@ -13,9 +13,12 @@ require grad, as nn.Linear parameters do.
   - torch-inline: forward and ``torch.autograd.grad`` in the handler, blocking the loop;
   - torch-thread: the whole computation in ``await asyncio.to_thread(...)``.
 
-A ticker task sleeps 1 ms at a time and records how late it wakes; GET /lag answers the lag
-statistics since the last POST /lag/reset, with the cyclic garbage collector's longest pause and
-full collections over the same time (timed through ``gc.callbacks``). No gc.collect() and no
+A ticker task sleeps 1 ms at a time and records how late it wakes, and how many requests the
+server began (entered their handler) since its previous wake-up; GET /lag answers the lag
+statistics since the last POST /lag/reset (with the number of requests begun during the longest
+stall), the cyclic garbage collector's longest pause and full collections over the same time
+(timed through ``gc.callbacks``), and for asyncgrad the engine's own longest stall of the loop
+(``ag.autograd.engine.stats()``). No gc.collect() and no
 gc.freeze(), unless ``--gc-freeze`` says so: then the app calls ``gc.collect(); gc.freeze()``
 once at start-up, after the model is built (the remedy the server example documents).
 """
@@ -130,6 +133,8 @@ def make_saliency(lib: str) -> Any:
 class Ticker:
     def __init__(self) -> None:
         self.lags: list[float] = []
+        self.begun: list[int] = []  # requests begun during each tick
+        self.requests = 0  # requests begun since the last tick
         self.task: asyncio.Task | None = None
 
     async def run(self) -> None:
@@ -138,6 +143,13 @@ class Ticker:
             t = clock()
             await asyncio.sleep(TICK)
             self.lags.append(clock() - t - TICK)
+            self.begun.append(self.requests)
+            self.requests = 0
+
+    def reset(self) -> None:
+        self.lags.clear()
+        self.begun.clear()
+        self.requests = 0
 
     def stats(self) -> dict[str, Any]:
         lags = np.asarray(self.lags) * 1e3
@@ -148,6 +160,7 @@ class Ticker:
             "p50_ms": float(np.percentile(lags, 50)),
             "p99_ms": float(np.percentile(lags, 99)),
             "max_ms": float(lags.max()),
+            "begun_at_max": self.begun[int(lags.argmax())],
         }
 
 
@@ -180,6 +193,11 @@ def make_app(lib: str, freeze: bool = False) -> Any:
 
     saliency = make_saliency(lib)
     ticker = Ticker()
+    engine = None
+    if lib == "asyncgrad":
+        import asyncgrad as ag
+
+        engine = ag.autograd.engine
     gcw = GcWatch()
 
     @contextlib.asynccontextmanager
@@ -195,6 +213,7 @@ def make_app(lib: str, freeze: bool = False) -> Any:
 
     @app.post("/saliency")
     async def post_saliency(req: SaliencyRequest) -> dict[str, Any]:
+        ticker.requests += 1
         x = np.asarray(req.x, dtype=np.float32)
         if x.shape != (SIZES[0],):
             from fastapi import HTTPException
@@ -206,12 +225,17 @@ def make_app(lib: str, freeze: bool = False) -> Any:
     @app.get("/lag")
     async def get_lag() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        return {"lib": lib, "loop": type(loop).__module__, **ticker.stats(), **gcw.stats()}
+        out = {"lib": lib, "loop": type(loop).__module__, **ticker.stats(), **gcw.stats()}
+        if engine is not None:
+            out["engine_stall_ms"] = engine.stats()["longest_stall_s"] * 1e3
+        return out
 
     @app.post("/lag/reset")
     async def reset_lag() -> dict[str, Any]:
-        ticker.lags.clear()
+        ticker.reset()
         gcw.reset()
+        if engine is not None:
+            engine.reset_stats()
         return {"ok": True}
 
     return app

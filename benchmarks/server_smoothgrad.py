@@ -1,8 +1,8 @@
 """A real server under load: SmoothGrad saliency over HTTP (FastAPI on uvicorn).
 
 Each library's server (benchmarks/_smoothgrad_app.py) runs as its own fresh process on
-127.0.0.1 and a free port; a client process (this script's worker, httpx.AsyncClient) sends
-CONCURRENCY concurrent requests, each client REQUESTS_PER_CLIENT requests one after another.
+127.0.0.1 and a free port; a client process (this script's worker) runs CONCURRENCY users at
+once, each sending REQUESTS_PER_CLIENT requests one after another.
 A request asks for the SmoothGrad saliency of a 64-value input: the input gradient of the
 predicted class's score averaged over 32 noisy copies, batched in one forward and one
 backward of an MLP 64-1024-1024-1024-10 (float32). Servers:
@@ -13,9 +13,18 @@ backward of an MLP 64-1024-1024-1024-10 (float32). Servers:
 
 Each server runs a 1 ms ticker on its loop; after the timed run the client reads its lag
 statistics from GET /lag (reset after the warm-up). Reported: requests per second, latency
-p50/p99 seen by the client, the server loop's lag p99 and longest stall, and the CPU the
-server process used (cores busy on average). No gc.collect() and no gc.freeze() in client or
-server.
+p50/p99 seen by the client, the server loop's lag p99 and longest stall (with the number of
+requests the server began during it, and for asyncgrad the engine's own longest stall), and
+the CPU the server process used (cores busy on average). No gc.collect() and no gc.freeze() in
+client or server, except in the row that says so.
+
+NOTE [One client per user]
+Every user has an httpx.AsyncClient of its own, with one keep-alive connection opened before
+the timed run, as separate users would. One shared client with a pool of CONCURRENCY
+connections cannot keep up: httpcore's pool checks every connection on every request, so at
+200 connections the client process spent its whole core in that bookkeeping (cProfile: 2.2
+million ``is_idle`` calls for 400 requests), capped every server's throughput near 80 req/s
+and set their latencies by its own queueing.
 
 Usage: python benchmarks/server_smoothgrad.py [--rounds R] [--quick]
 """
@@ -82,13 +91,14 @@ def request_body(i: int) -> dict[str, Any]:
 
 async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[str, Any]:
     import asyncio
+    import contextlib
 
     import httpx
     import numpy as np
 
     base = f"http://127.0.0.1:{port}"
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=300.0) as http:
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx.AsyncClient(base_url=base, timeout=300.0))
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -106,21 +116,31 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
             )
             for r in rs:
                 r.raise_for_status()
+        # One client, with its one keep-alive connection, per user (See NOTE [One client per
+        # user]); each connects before the timed run.
+        users = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=base, timeout=300.0))
+            for _ in range(CONCURRENCY)
+        ]
+        for k in range(0, CONCURRENCY, 20):
+            rs = await asyncio.gather(*(u.get("/lag") for u in users[k : k + 20]))
+            for r in rs:
+                r.raise_for_status()
         bodies = [request_body(i) for i in range(CONCURRENCY)]
         lat: list[float] = []
         clock = time.perf_counter
 
-        async def one_client(body: dict[str, Any]) -> None:
+        async def one_client(user: httpx.AsyncClient, body: dict[str, Any]) -> None:
             for _ in range(per_client):
                 t = clock()
-                r = await http.post("/saliency", json=body)
+                r = await user.post("/saliency", json=body)
                 r.raise_for_status()
                 lat.append((clock() - t) * 1e3)
 
         (await http.post("/lag/reset")).raise_for_status()
         cpu0, cc0 = cpu_seconds(server_pid), time.process_time()
         t0 = clock()
-        await asyncio.gather(*(one_client(b) for b in bodies))
+        await asyncio.gather(*(one_client(u, b) for u, b in zip(users, bodies, strict=True)))
         wall = clock() - t0
         cpu1, cc1 = cpu_seconds(server_pid), time.process_time()
         lag = (await http.get("/lag")).json()
@@ -136,6 +156,8 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
         "ticks": lag.get("ticks"),
         "gc_max": lag.get("gc_max_ms"),
         "gc_full": lag.get("gc_full"),
+        "begun_at_max": lag.get("begun_at_max"),
+        "engine_stall": lag.get("engine_stall_ms"),
         "server_loop": lag.get("loop"),
         "server_cores": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / wall,
         "client_cores": (cc1 - cc0) / wall,
@@ -232,6 +254,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         s["lag_max"] = max(per_round(lib, "lag_max"))
         s["gc_max"] = max(per_round(lib, "gc_max"))
         s["gc_full"] = med(lib, "gc_full")
+        # The worst round's longest stall, and how many requests began in it.
+        worst = max(results[lib], key=lambda r: r["lag_max"])
+        s["begun_at_max"] = worst["begun_at_max"]
+        stalls = [r["engine_stall"] for r in results[lib] if r.get("engine_stall") is not None]
+        s["engine_stall"] = max(stalls) if stalls else None
         cores = [c for c in per_round(lib, "server_cores") if c is not None]
         s["server_cores"] = H.median(cores) if cores else None
         s["loop"] = results[lib][0]["server_loop"]
@@ -283,6 +310,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt(s["p99"], ".0f"),
                 H.fmt(s["lag_p99"], ".1f"),
                 H.fmt(s["lag_max"], ".1f"),
+                H.fmt(s["begun_at_max"], ".0f"),
+                H.fmt(s["engine_stall"], ".1f"),
                 H.fmt(s["gc_max"], ".1f"),
                 H.fmt(s["gc_full"], ".0f"),
                 H.fmt(s["server_cores"]),
@@ -299,6 +328,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "p99 ms",
             "loop lag p99 ms",
             "loop stall max ms",
+            "requests begun in it",
+            "engine's stall max ms",
             "GC pause max ms",
             "full GCs",
             "server cores",
@@ -306,25 +337,31 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "target",
         ],
         rows,
-        align=["l"] + ["r"] * 10 + ["l"],
+        align=["l"] + ["r"] * 12 + ["l"],
     )
     loops = sorted({s["loop"] for s in summary.values()})
     legend = (
         f"Each server is a fresh uvicorn process (loop `{SERVER_LOOP}`: "
         f"{', '.join(loops)} in this run; httptools or h11 as uvicorn picks) on 127.0.0.1; the "
-        "client is a separate fresh process (httpx.AsyncClient, no connection limit) on the "
-        f"same machine. {WARMUP_REQUESTS + 1} warm-up requests, then {CONCURRENCY} clients "
-        f"send {per} request{'s' if per > 1 else ''} each, one after another; req/s = requests "
-        "/ wall time of the run; p50/p99 of the latencies the client saw. The server's 1 ms "
-        "ticker's lag p99 and max (longest stall) over the run, read from GET /lag, with the "
-        "cyclic garbage collector's longest pause and its full collections over the same "
-        "time (`GC pause max`: the worst round; `full GCs`: the median). The `gc.freeze()` "
-        "row is the same asyncgrad server calling `gc.collect(); gc.freeze()` once when "
-        "start-up ends, as the server example does; every other server does neither. `server "
-        "cores` / `client cores`: CPU seconds each process used during the run / wall time. "
-        f"Median over {rounds} interleaved rounds (stall max: the worst round). The to_thread "
-        "server uses the loop's default pool (min(32, cores + 4) threads); asyncgrad's "
-        "compute threads are left at their default (one per core). " + H.THREADS_NOTE
+        "client is a separate fresh process on the same machine, with one httpx.AsyncClient "
+        "(one keep-alive connection, opened before the timed run) per user. "
+        f"{WARMUP_REQUESTS + 1} warm-up requests, then {CONCURRENCY} users send {per} "
+        f"request{'s' if per > 1 else ''} each, one after another, all starting at once; "
+        "req/s = requests / wall time of the run; p50/p99 of the latencies the client saw. "
+        "The server's 1 ms ticker's lag p99 and max (longest stall) over the run, read from "
+        "GET /lag; `requests begun in it`: how many requests entered their handler during "
+        "the worst round's longest stall (the users' first requests arrive together, and the "
+        "loop runs each handler up to its first await in one go); `engine's stall max`: the "
+        "longest the engine itself held the loop (`ag.autograd.engine.stats()`, worst "
+        "round). With them, the cyclic garbage collector's longest pause and its full "
+        "collections over the same time (`GC pause max`: the worst round; `full GCs`: the "
+        "median). The `gc.freeze()` row is the same asyncgrad server calling `gc.collect(); "
+        "gc.freeze()` once when start-up ends, as the server example does; every other "
+        "server does neither. `server cores` / `client cores`: CPU seconds each process used "
+        f"during the run / wall time. Median over {rounds} interleaved rounds (stall max: the "
+        "worst round). The to_thread server uses the loop's default pool (min(32, cores + 4) "
+        "threads); asyncgrad's compute threads are left at their default (one per core). "
+        + H.THREADS_NOTE
     )
     print()
     print(tab)
