@@ -21,6 +21,7 @@ stall), the cyclic garbage collector's longest pause and full collections over t
 (``ag.autograd.engine.stats()``). No gc.collect() and no
 gc.freeze(), unless ``--gc-freeze`` says so: then the app calls ``gc.collect(); gc.freeze()``
 once at start-up, after the model is built (the remedy the server example documents).
+``--compute-threads N`` sets asyncgrad's compute threads (default: one per core).
 """
 
 from __future__ import annotations
@@ -77,12 +78,15 @@ def one_hot(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mask, cls
 
 
-def make_saliency(lib: str) -> Any:
+def make_saliency(lib: str, compute_threads: int | None = None) -> Any:
     """An ``async def saliency(x, seed) -> (saliency, classes)`` for the library."""
     w = weights()
     if lib == "asyncgrad":
         import asyncgrad as ag
         import asyncgrad.nn.functional as F
+
+        if compute_threads is not None:
+            ag.autograd.engine.configure(compute_threads=compute_threads)
 
         p = [ag.nn.Parameter(a) for a in w]
 
@@ -188,10 +192,10 @@ class GcWatch:
         return {"gc_max_ms": self.longest * 1e3, "gc_full": self.full}
 
 
-def make_app(lib: str, freeze: bool = False) -> Any:
+def make_app(lib: str, freeze: bool = False, compute_threads: int | None = None) -> Any:
     from fastapi import FastAPI
 
-    saliency = make_saliency(lib)
+    saliency = make_saliency(lib, compute_threads)
     ticker = Ticker()
     engine = None
     if lib == "asyncgrad":
@@ -247,11 +251,12 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"))
     ap.add_argument("--gc-freeze", action="store_true", help="gc.collect(); gc.freeze() at start")
+    ap.add_argument("--compute-threads", type=int, help="asyncgrad's compute threads")
     a = ap.parse_args()
     import uvicorn
 
     uvicorn.run(
-        make_app(a.lib, a.gc_freeze),
+        make_app(a.lib, a.gc_freeze, a.compute_threads),
         host="127.0.0.1",
         port=a.port,
         loop=a.loop,

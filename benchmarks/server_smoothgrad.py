@@ -48,10 +48,13 @@ from _smoothgrad_app import SAMPLES, SIZES
 APP = H.HERE / "_smoothgrad_app.py"
 CONCURRENCY = 200
 WARMUP_REQUESTS = 24
-LIBS = ["asyncgrad", "asyncgrad-frozen", "torch-inline", "torch-thread"]
+LIBS = ["asyncgrad", "asyncgrad-frozen", "asyncgrad-spare", "torch-inline", "torch-thread"]
+# One core left to the loop (and the client): See NOTE [A core for the loop].
+SPARE_THREADS = max(1, (os.cpu_count() or 1) - 1)
 LABELS = {
     "asyncgrad": "asyncgrad await ag.run + await ag.grad",
     "asyncgrad-frozen": "asyncgrad, as above, gc.freeze() after start-up",
+    "asyncgrad-spare": f"asyncgrad, as above, compute_threads={SPARE_THREADS} (cores - 1)",
     "torch-inline": "PyTorch inline (blocks the loop)",
     "torch-thread": "PyTorch via asyncio.to_thread",
 }
@@ -174,10 +177,12 @@ def worker_main(lib: str, argv: list[str]) -> None:
     if lib not in LIBS:
         raise SystemExit(f"unknown library {lib!r}")
     port = free_port()
-    app_lib = lib.removesuffix("-frozen")
+    app_lib = lib.removesuffix("-frozen").removesuffix("-spare")
     cmd = [sys.executable, str(APP), "--lib", app_lib, "--port", str(port), "--loop", SERVER_LOOP]
     if lib.endswith("-frozen"):
         cmd.append("--gc-freeze")
+    if lib.endswith("-spare"):
+        cmd += ["--compute-threads", str(SPARE_THREADS)]
     with tempfile.TemporaryFile() as err:
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         try:

@@ -56,7 +56,9 @@ def configure(
             most pool event loops that run awaited levels past it (default 4; extra one-off
             threads are started when all are busy, so nothing can deadlock).
         compute_threads: threads that run ``ag.run`` calls and large nodes off the loop
-            (default: one per core; See NOTE [Work off the loop]).
+            (default: one per core; See NOTE [Work off the loop]). One fewer than the cores
+            keeps a core for the loop: lower loop lag, less throughput (See NOTE [A core for
+            the loop]).
         max_running: the most top-level graph tasks that run at once on each event loop; the
             rest wait in priority order (See NOTE [Admission]). ``None``: no cap (the default).
         quantum_s: node time after which a graph task counts as large and later arrivals may

@@ -13,6 +13,21 @@ default one per core) for two things:
   - a CPU node whose arrays are large (See NOTE [Large nodes] in worker.py) runs on a compute
     thread while the device worker goes on with other ready nodes.
 Under trio (no asyncio loop), ``ag.run`` goes through anyio's thread offload instead.
+
+NOTE [A core for the loop]
+Compute threads that keep every core busy also take the event loop's core: the loop thread is
+then runnable but waits for the OS to preempt one of them, so the loop lags by the OS's time
+slices, not by anything the engine runs. Measured on a 2-core VM (SmoothGrad load in one
+process: 200 requests at once, each ``ag.run`` of an MLP 64-1024-1024-1024-10 forward on 32
+samples, then ``ag.grad``; the loop thread's run-queue time from /proc): with two compute
+threads the loop thread waited for a core 41% of the run, the engine's slices (1 ms of work)
+took 5.6 ms at p99 and a 1 ms ticker lagged 9.0 ms at p99; with one, 0%, 0.6 ms and 1.1 ms,
+and throughput fell from 244 to 169 requests/s. The GIL is not the cause (a switch interval
+from 0.2 to 5 ms changed nothing), and a lower OS priority for compute threads (nice 19) left
+the loop waiting 14% of the run. So the default keeps every core computing; a server on few
+cores whose loop latency matters more than its throughput keeps one for the loop with
+``configure(compute_threads=os.cpu_count() - 1)``. benchmarks/server_smoothgrad.py measures
+both over HTTP.
 """
 
 from __future__ import annotations
