@@ -8,8 +8,8 @@ of x (Gaussian noise, SIGMA times the range of x), all copies in one batch throu
 and one backward. The model is an MLP 64-1024-1024-1024-10 (ReLU, float32) whose weights
 require grad, as nn.Linear parameters do.
 
-  - asyncgrad: forward with ``await ag.run(model, x)`` (on the engine's compute threads), then
-    ``await ag.grad(score, [x])``;
+  - asyncgrad: the noisy batch and the forward with ``await ag.run(forward, x, seed)`` (on the
+    engine's compute threads), then ``await ag.grad(score, [xb])``;
   - torch-inline: forward and ``torch.autograd.grad`` in the handler, blocking the loop;
   - torch-thread: the whole computation in ``await asyncio.to_thread(...)``.
 
@@ -95,9 +95,13 @@ def make_saliency(lib: str, compute_threads: int | None = None) -> Any:
                 x = F.relu(F.linear(x, p[i], p[i + 1]))
             return F.linear(x, p[-2], p[-1])
 
-        async def saliency(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        def forward(x: np.ndarray, seed: int) -> tuple[Any, Any]:
             xb = ag.tensor(noisy(x, seed), requires_grad=True)
-            logits = await ag.run(model, xb)
+            return xb, model(xb)
+
+        async def saliency(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+            # The noise, like the forward, is array work: off the loop with it.
+            xb, logits = await ag.run(forward, x, seed)
             mask, cls = one_hot(logits.detach().numpy())
             (g,) = await ag.grad((logits * ag.tensor(mask)).sum(), [xb])
             return g.numpy().mean(axis=0), cls
