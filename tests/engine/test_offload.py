@@ -295,19 +295,26 @@ def test_compute_threads_take_jobs_smallest_key_first() -> None:
         pool.submit(order.append, 1)
 
 
-async def test_a_backward_takes_the_turn_of_its_forward(threshold: Any) -> None:
-    """The graph task built after ``ag.run`` in one task starts from that call's turn, so its
-    large nodes go ahead of the forwards of requests that came after it; a later pass without
-    a new ``ag.run`` gets a turn of its own."""
-    from asyncgrad.engine.ready_queue import now_us
+def turn_recorder(turns: list[int]) -> Callable[[Any], None]:
+    """A tensor hook that records the turn of the graph task running it."""
     from asyncgrad.engine.reentrant import current_graph_task
-
-    turns: list[int] = []
 
     def record(g: Any) -> None:
         gt = current_graph_task.get()
         assert gt is not None
         turns.append(gt.turn)
+
+    return record
+
+
+async def test_a_backward_takes_the_turn_of_its_forward(threshold: Any) -> None:
+    """The graph task built after ``ag.run`` in one task starts from that call's turn, so its
+    large nodes go ahead of the forwards of requests that came after it; a later pass without
+    a new ``ag.run`` gets a turn of its own."""
+    from asyncgrad.engine.ready_queue import now_us
+
+    turns: list[int] = []
+    record = turn_recorder(turns)
 
     x, w, _ = matmul_graph()
     before = now_us()
@@ -335,18 +342,13 @@ async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
     import asyncgrad.engine.engine as engine_mod
     import asyncgrad.engine.graph_task as graph_task_mod
     import asyncgrad.engine.offload as offload_mod
-    from asyncgrad.engine.reentrant import current_graph_task
 
     clock = [1_000]
     for mod in (offload_mod, engine_mod, graph_task_mod):
         monkeypatch.setattr(mod, "now_us", lambda: clock[0])
     age_us = int(engine_mod.REQUEST_TURN_MAX_AGE_S * 1e6)
     turns: list[int] = []
-
-    def record(g: Any) -> None:
-        gt = current_graph_task.get()
-        assert gt is not None
-        turns.append(gt.turn)
+    record = turn_recorder(turns)
 
     x, w, _ = matmul_graph()
 
