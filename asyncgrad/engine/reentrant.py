@@ -25,6 +25,8 @@ DEFAULT_QUANTUM_S: Final = 0.002
 # See NOTE [Large nodes] (multiply-adds); measured in benchmarks/bench_offload.py.
 DEFAULT_OFFLOAD_THRESHOLD: Final = float(1 << 25)
 DEFAULT_LARGE_SHARE: Final = 0.25
+# See NOTE [Lower priorities' share] in asyncgrad/engine/worker.py.
+DEFAULT_LOWER_SHARE: Final = 0.1
 # How long stopping a helper loop waits for the tasks still on it before cancelling them.
 LOOP_STOP_TIMEOUT_S: Final = 5.0
 
@@ -33,6 +35,7 @@ class _Config:
     __slots__ = (
         "executor_size",
         "large_share",
+        "lower_share",
         "max_reentrant_depth",
         "max_running",
         "offload_threshold",
@@ -46,6 +49,7 @@ class _Config:
         self.executor_size = DEFAULT_EXECUTOR_SIZE
         self.quantum_s = DEFAULT_QUANTUM_S
         self.large_share = DEFAULT_LARGE_SHARE
+        self.lower_share = DEFAULT_LOWER_SHARE
         self.max_running: int | None = None  # See NOTE [Admission]
         self.offload_threshold = DEFAULT_OFFLOAD_THRESHOLD  # See NOTE [Large nodes]
 

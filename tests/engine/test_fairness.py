@@ -7,7 +7,7 @@ return), never by sleeps; the engine's quantum and large share are set per test.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -158,46 +158,95 @@ def test_configure_rejects_bad_fairness_settings() -> None:
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match=r"large_share must be in \(0, 1\]"):
             engine.configure(large_share=bad)
+    for bad in (-0.1, 1, 2.0):
+        with pytest.raises(ValueError, match=r"lower_share must be in \[0, 1\)"):
+            engine.configure(lower_share=bad)
 
 
-async def test_lower_priority_work_progresses_under_a_stream_of_higher_priority_requests() -> None:
-    """Serving while training: clients at priority 1 ask again as soon as they are answered;
-    the trainer's passes (priority 0, large) still finish, on what the clients leave of each
-    slice."""
-    # The property needs the clients' passes (4 x 31 nodes) to leave something of a slice. At
-    # the default 1 ms slice a machine slowed down by other load can fill every slice with them
-    # (priority is strict), so the slice here is long enough for any slowdown.
-    old_slice = engine.slice_s
-    engine.configure(slice_s=0.1)
-    try:
-        await _trainer_and_clients()
-    finally:
-        engine.configure(slice_s=old_slice)
+@pytest.fixture
+def lower_share() -> Iterator[Callable[[float], None]]:
+    old = engine.lower_share
+    yield lambda share: engine.configure(lower_share=share)
+    engine.configure(lower_share=old)
 
 
-async def _trainer_and_clients() -> None:
-    done = False
-    served = 0
+class _Clients:
+    """Eight clients asking at priority 1 again as soon as they are answered, each request a
+    300-node chain: together several slices of work, so every slice starts with some of it
+    queued and cannot run out of it (an answered client builds and queues its next request
+    before the worker's next turn)."""
 
-    async def client() -> None:
-        nonlocal served
-        while not done:
-            xs, small = chain_loss(30, factor=1.0)
+    def __init__(self) -> None:
+        self.served = 0
+        self.stop = False
+        self.reached: dict[int, asyncio.Event] = {}
+        self.tasks = [asyncio.create_task(self._client()) for _ in range(8)]
+
+    async def _client(self) -> None:
+        while not self.stop:
+            xs, small = chain_loss(300)
             (g,) = await ag.grad(small, [xs], priority=1)
             assert_close(g, np.ones(4))
-            served += 1
+            self.served += 1
+            ev = self.reached.get(self.served)
+            if ev is not None:
+                ev.set()
 
-    clients = [asyncio.create_task(client()) for _ in range(4)]
+    async def wait_served(self, n: int) -> None:
+        ev = self.reached.setdefault(n, asyncio.Event())
+        if self.served < n:
+            await ev.wait()
+
+    async def close(self) -> None:
+        self.stop = True
+        await asyncio.wait_for(asyncio.gather(*self.tasks), TIMEOUT_S)
+
+
+async def test_lower_priority_work_progresses_under_a_stream_of_higher_priority_requests(
+    lower_share: Callable[[float], None],
+) -> None:
+    """Serving while training (NOTE [Lower priorities' share]): clients at priority 1 keep
+    every slice busy, and the trainer's passes at priority 0 still finish while they are
+    served, at the default share."""
+    from asyncgrad.engine.reentrant import DEFAULT_LOWER_SHARE
+
+    lower_share(DEFAULT_LOWER_SHARE)
+    clients = _Clients()
     try:
         async with asyncio.timeout(TIMEOUT_S):
+            await clients.wait_served(8)
+            before = clients.served
             for _ in range(3):
-                x, loss = chain_loss(4_000)
+                x, loss = chain_loss(2_000)
                 await ag.backward(loss)
                 assert_close(x.grad, np.ones(4))
+            assert clients.served > before  # served all along
     finally:
-        done = True
-        await asyncio.wait_for(asyncio.gather(*clients), TIMEOUT_S)
-    assert served > 0
+        await clients.close()
+
+
+async def test_strict_priority_runs_lower_priority_work_only_when_higher_work_runs_out(
+    lower_share: Callable[[float], None],
+) -> None:
+    """``lower_share=0``: while higher-priority requests keep the worker busy, a lower-priority
+    pass does not run a single node; it runs once they stop."""
+    lower_share(0.0)
+    clients = _Clients()
+    x, loss = chain_loss(500)
+    started = started_flag(loss)
+    trainer = asyncio.create_task(ag.backward(loss))
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            await clients.wait_served(40)
+            assert not started.is_set()
+            await clients.close()
+            await trainer
+    finally:
+        trainer.cancel()
+        await asyncio.gather(trainer, return_exceptions=True)
+        await clients.close()
+    assert started.is_set()
+    assert_close(x.grad, np.ones(4))
 
 
 # ------------------------------------------------------------------ the lane of large passes
@@ -283,3 +332,125 @@ async def test_an_ended_pass_never_joins_the_lane() -> None:
     charge(gt, 10.0)
     assert gt.lane is None
     assert not gt.large
+
+
+# ------------------------------------------------------------------ slices and the loop's turn
+NODE_S = 5e-6  # what each node takes on the fake clock
+
+
+class _FakeClock:
+    """The worker's clock (See NOTE [Slices share the loop's turn]), moved by hand: each node of
+    a ``chain`` moves it NODE_S, and the tests' other work moves it as it goes. Records what
+    every slice the worker drained returned: (ran lower priorities, callers answered), and its
+    nodes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from asyncgrad.engine import worker
+
+        self.now = 0.0
+        self.slices: list[tuple[int, int]] = []  # (nodes, answered) per slice
+        monkeypatch.setattr(worker, "perf_counter", lambda: self.now)
+        real_drain = worker.drain
+
+        def drain(queue: Any, budget: float, *args: Any) -> Any:
+            before = self.nodes
+            lower, answered = real_drain(queue, budget, *args)
+            self.slices.append((self.nodes - before, answered))
+            return lower, answered
+
+        monkeypatch.setattr(worker, "drain", drain)
+        self.nodes = 0
+
+    def node(self, g: Any) -> None:
+        self.now += NODE_S
+        self.nodes += 1
+
+    def chain(self, n: int) -> tuple[ag.Tensor, ag.Tensor]:
+        x = leaf(np.linspace(0.5, 1.5, 4))
+        y = x
+        for _ in range(n):
+            y = y * 1.0
+            y.register_hook(self.node)
+        return x, y.sum()
+
+
+def _middle(xs: list[int]) -> list[int]:
+    return xs[1:-1]  # the first slice starts afresh, the last one runs out of nodes
+
+
+async def test_a_slice_leaves_the_loop_what_its_other_work_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Alone, a long pass runs slices of a whole ``slice_s``; beside a task that takes 300 us of
+    every turn of the loop, its slices run that much less (never below a quarter slice)."""
+    clock = _FakeClock(monkeypatch)
+    x, loss = clock.chain(2_000)
+    async with asyncio.timeout(TIMEOUT_S):
+        (g,) = await ag.grad(loss, [x], retain_graph=True)
+    assert_close(g, np.ones(4))
+    alone = _middle([n for n, _ in clock.slices])
+    clock.slices.clear()
+
+    done = False
+
+    async def busy() -> None:
+        while not done:
+            clock.now += 300e-6
+            await asyncio.sleep(0)  # one turn of the loop, not a wait for anything
+
+    other = asyncio.create_task(busy())
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            (g,) = await ag.grad(loss, [x])
+    finally:
+        done = True
+        await asyncio.wait_for(other, TIMEOUT_S)
+    assert_close(g, np.ones(4))
+    beside = _middle([n for n, _ in clock.slices])
+    full = engine.slice_s / NODE_S
+    assert min(alone) >= full  # whole slices
+    assert max(beside) < min(alone)
+    assert min(beside) >= full * 0.25  # the floor
+
+
+async def test_a_slice_leaves_time_for_the_callers_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Callers that take time on the loop once answered (their next forward, say): a slice
+    answers fewer of them, as much fewer as they take, so that a turn of the loop (the slice
+    and their work after it) stays near ``slice_s``."""
+    clock = _FakeClock(monkeypatch)
+
+    async def serve(cost_s: float) -> list[int]:
+        clock.slices.clear()
+        served = 0
+
+        async def client() -> None:
+            nonlocal served
+            while served < 400:
+                x, loss = clock.chain(8)
+                (g,) = await ag.grad(loss, [x])
+                assert_close(g, np.ones(4))
+                clock.now += cost_s
+                served += 1
+
+        async with asyncio.timeout(TIMEOUT_S):
+            await asyncio.gather(*(client() for _ in range(40)))
+        return _middle([a for _, a in clock.slices])
+
+    free = await serve(0.0)
+    costly = await serve(300e-6)
+    # Free callers: a whole slice of nodes, 9 nodes each (8 and the sum).
+    assert min(free) >= engine.slice_s / (9 * NODE_S)
+    # Callers taking 300 us each, once the worker has seen what they take: no more of them
+    # than their work fills a turn with, give or take the 16 nodes between two looks at the
+    # clock (without the estimate: as many as a quarter slice of nodes answers, 7 here).
+    assert max(costly[4:]) <= engine.slice_s / 300e-6 + 1
+
+
+def test_a_bad_setting_leaves_every_setting_as_it_was() -> None:
+    before = (engine.slice_s, engine.quantum_s, engine.large_share, engine.lower_share)
+    with pytest.raises(ValueError, match=r"lower_share must be in \[0, 1\)"):
+        engine.configure(slice_s=0.5, quantum_s=0.5, large_share=0.5, lower_share=1.0)
+    after = (engine.slice_s, engine.quantum_s, engine.large_share, engine.lower_share)
+    assert after == before
