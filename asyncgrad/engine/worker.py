@@ -142,9 +142,10 @@ async def yield_to_loop() -> None:
 def drain(
     queue: ReadyQueue, budget: float, base_watched: bool | None = None, answer_s: float = 0.0
 ) -> tuple[bool, int]:
-    """Evaluate ready nodes until the heap is empty or ``budget`` seconds have passed. Returns
-    whether it ran nodes of a lower priority than its first's (See NOTE [Lower priorities'
-    share]).
+    """Evaluate ready nodes until the heap is empty or ``budget`` seconds have passed, each
+    graph task it completes taking ``answer_s`` off the budget. Returns whether it ran nodes of
+    a lower priority than its first's (See NOTE [Lower priorities' share]), and how many graph
+    tasks it completed (See NOTE [Slices share the loop's turn]).
 
     # NOTE [Direct successor]
     # When a successor becomes ready with a key that would sort before everything in the heap

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import numpy as np
@@ -46,3 +47,15 @@ def record_calls(log: list[str], label: str, result: Any = None) -> Callable[...
 
     hook.__qualname__ = f"record_{label}"
     return hook
+
+
+@contextmanager
+def engine_setting(name: str) -> Iterator[Callable[[Any], None]]:
+    """A setter of the engine option ``name`` (``configure(name=...)``); the option is set back
+    to what it was on exit."""
+    engine = ag.autograd.engine
+    old = getattr(engine, name)
+    try:
+        yield lambda value: engine.configure(**{name: value})
+    finally:
+        engine.configure(**{name: old})

@@ -15,7 +15,7 @@ import pytest
 
 import asyncgrad as ag
 
-from .helpers import TIMEOUT_S, assert_close, leaf, scale_chain
+from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, scale_chain
 
 engine = ag.autograd.engine
 LONG = 20_000  # nodes: tens of milliseconds of backward, many slices
@@ -165,9 +165,8 @@ def test_configure_rejects_bad_fairness_settings() -> None:
 
 @pytest.fixture
 def lower_share() -> Iterator[Callable[[float], None]]:
-    old = engine.lower_share
-    yield lambda share: engine.configure(lower_share=share)
-    engine.configure(lower_share=old)
+    with engine_setting("lower_share") as set_:
+        yield set_
 
 
 class _Clients:

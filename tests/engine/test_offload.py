@@ -15,7 +15,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.engine.offload import TurnPool, compute_pool
 
-from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close, leaf
+from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close, engine_setting, leaf
 
 engine = ag.autograd.engine
 
@@ -51,9 +51,8 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedPool]:
 
 @pytest.fixture
 def threshold() -> Iterator[Callable[[float], None]]:
-    old = engine.offload_threshold
-    yield lambda v: engine.configure(offload_threshold=v)
-    engine.configure(offload_threshold=old)
+    with engine_setting("offload_threshold") as set_:
+        yield set_
 
 
 async def wait_entered(pool: GatedPool) -> None:
