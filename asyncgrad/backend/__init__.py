@@ -205,6 +205,38 @@ def overlaps_itself(a: Any) -> bool:
     return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True))
 
 
+# NOTE [Small-array fast paths]
+# On a small array NumPy's Python-level wrappers cost more than the arithmetic: a backward node
+# of a request-sized MLP (8 x 64 float32) spends most of its time in them. Two are replaced:
+#   - ``broadcast_to`` builds an nditer to check its arguments (about 9 us to expand the
+#     gradient of a full sum); a one-element array is expanded by a zero-stride view over its
+#     memory instead (about 2.5 us), read-only as broadcast_to's is (See overlaps_itself);
+#   - masking a gradient (``where(keep, g, 0)``): up to MASK_WHERE_MAX elements ``where`` costs
+#     about a third of ``g * keep`` plus the finiteness check that makes the product exact;
+#     beyond, ``where`` falls far behind (1.3 ms against 0.14 ms at 256 x 1024).
+MASK_WHERE_MAX: Final = 2048
+
+
+def broadcast_to(a: Any, shape: tuple[int, ...]) -> Any:
+    """A read-only view of ``a`` broadcast to ``shape`` (See NOTE [Small-array fast paths])."""
+    if type(a) is np.ndarray and a.size == 1 and a.ndim <= len(shape):
+        v = np.ndarray(shape, a.dtype, buffer=a, strides=(0,) * len(shape))
+        v.flags.writeable = False
+        return v
+    return np.broadcast_to(a, shape)
+
+
+def masked(g: Any, keep: Any) -> Any:
+    """``g`` where boolean ``keep``, else 0, as torch's ``where(keep, g, 0)``: 0 also where ``g``
+    is inf or NaN. For arrays and Tensors (create_graph) alike (See NOTE [Small-array fast
+    paths])."""
+    if type(g) is np.ndarray and g.size > MASK_WHERE_MAX:
+        r = g * keep
+        if np.isfinite(r).all():
+            return r
+    return np.where(keep, g, 0.0)
+
+
 def reshape_view(a: Any, shape: tuple[int, ...]) -> Any:
     """A view of ``a`` with ``shape``, or None when that needs a copy."""
     if type(a) is np.ndarray:

@@ -55,11 +55,13 @@ def _prepare(
         buf = []
     if outputs is not None:
         gt.captured = [None] * len(outputs)
-        info = yield from _init_exec_info(root, outputs, accumulate)
+        info, deps = yield from _init_exec_info(root, outputs, accumulate)
         gt.exec_info = info
         if root not in info:
             return None  # no output is reachable from the roots
-    gt.dependencies = yield from _compute_dependencies(root, gt.exec_info)
+        gt.dependencies = deps
+    else:
+        gt.dependencies = yield from _compute_dependencies(root)
     return root, buf
 
 
@@ -76,9 +78,9 @@ VISITS_PER_YIELD: Final = 256
 PREP_SLICE_SHARE: Final = 0.25
 
 
-def _compute_dependencies(
-    root: Node, exec_info: dict[Node, ExecInfo] | None
-) -> Generator[None, None, dict[Node, int]]:
+def _compute_dependencies(root: Node) -> Generator[None, None, dict[Node, int]]:
+    """How many edges lead into each node reachable from ``root`` (for ``grad()`` the exec_info
+    walk counts them: See NOTE [Dependencies from the exec_info walk])."""
     deps: dict[Node, int] = {}
     stack = [root]
     count = 0
@@ -90,7 +92,7 @@ def _compute_dependencies(
             nxt = e[0]
             if nxt in deps:
                 deps[nxt] += 1
-            elif exec_info is None or nxt in exec_info:
+            else:
                 deps[nxt] = 1
                 stack.append(nxt)
         count += 1
@@ -102,10 +104,13 @@ def _compute_dependencies(
 
 def _init_exec_info(
     root: Node, outputs: Sequence[Edge], accumulate: bool
-) -> Generator[None, None, dict[Node, ExecInfo]]:
+) -> Generator[None, None, tuple[dict[Node, ExecInfo], dict[Node, int]]]:
     """The nodes that must run for ``outputs`` to receive their gradients: those from which
-    some output is reachable. Nodes whose topological number is below every output's cannot
-    reach one and are never expanded (PyTorch's pruning)."""
+    some output is reachable; and the dependency counts among them. Nodes whose topological
+    number is below every output's cannot reach one and are never expanded (PyTorch's pruning).
+
+    The counts come from the same walk (See NOTE [Dependencies from the exec_info walk]).
+    """
     info: dict[Node, ExecInfo] = {}
     for i, (node, nr) in enumerate(outputs):
         ei = info.get(node)
@@ -119,6 +124,15 @@ def _init_exec_info(
             captures.append((nr, i))
     min_topo = min(n._topological_nr for n, _ in outputs)
 
+    # NOTE [Dependencies from the exec_info walk]
+    # A node's dependency count is the number of edges into it from nodes that run. The walk
+    # sees every edge from a reachable node once, and an edge's child is settled (in exec_info
+    # or not, for good) by the time the walk is past the edge: either it was visited before, or
+    # it is a leaf, or the walk has just come back up from it. So the edge is counted there, and
+    # only when its child is in exec_info, which puts the parent in it too: no second walk over
+    # the graph. A child without edges of its own (a leaf's accumulator) is settled at once and
+    # is not pushed: it may be met again, from another parent, and is settled the same way.
+    deps: dict[Node, int] = {}
     visited = {root}
     nodes: list[Node] = [root]  # the path from the root, and for each node
     pos: list[int] = [0]  # the position of its next edge to explore
@@ -133,8 +147,9 @@ def _init_exec_info(
             if e is None:
                 continue
             child = e[0]
-            if child in visited:
+            if child in visited or not child._next_edges:
                 if child in info:
+                    deps[child] = deps.get(child, 0) + 1
                     ei = info.get(node)
                     if ei is None:
                         info[node] = NEEDED
@@ -150,6 +165,7 @@ def _init_exec_info(
             nodes.pop()
             pos.pop()
             if nodes and node in info:
+                deps[node] = deps.get(node, 0) + 1  # the edge from the parent it came from
                 parent = nodes[-1]
                 ei = info.get(parent)
                 if ei is None:
@@ -160,7 +176,7 @@ def _init_exec_info(
         if count == VISITS_PER_YIELD:
             count = 0
             yield
-    return info
+    return info, deps
 
 
 # ----------------------------------------------------------------------------- execution

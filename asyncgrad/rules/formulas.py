@@ -68,15 +68,7 @@ def minmax_grad(g: Any, x: Any, y: Any, loses: Any) -> Any:
     return xp.where(loses, 0.0, xp.where(x == y, g * 0.5, g))
 
 
-def masked(g: Any, keep: Any) -> Any:
-    # g where keep, else 0, as torch's where(keep, g, 0): 0 also where g is inf or NaN. On
-    # ndarrays g * keep is several times faster than xp.where (12 against 50 us for 64 x 256
-    # float32) and the same unless the product meets inf * 0 or NaN * 0, which the result shows.
-    if type(g) is backend.ndarray:
-        r = g * keep
-        if xp.isfinite(r).all():
-            return r
-    return xp.where(keep, g, 0.0)
+masked = backend.masked
 
 
 def sign(x: Any) -> Any:
@@ -158,10 +150,10 @@ def keep(r: Any, dim: Any, keepdim: bool) -> Any:
 
 def expand(g: Any, shape: tuple[int, ...], dim: Any, keepdim: bool) -> Any:
     if dim is None:
-        return xp.broadcast_to(xp.reshape(g, (1,) * len(shape)), shape)
+        return backend.broadcast_to(xp.reshape(g, (1,) * len(shape)), shape)
     if not keepdim:
         g = xp.expand_dims(g, tuple(sorted(norm_dims(dim, len(shape)))))
-    return xp.broadcast_to(g, shape)
+    return backend.broadcast_to(g, shape)
 
 
 def count(shape: tuple[int, ...], dim: Any) -> float:

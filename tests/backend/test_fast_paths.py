@@ -1,0 +1,87 @@
+"""The backend's small-array fast paths give what the NumPy calls they replace give (See NOTE
+[Small-array fast paths]), on both sides of their size switches, and the gradients that use
+them stay exact at infinities and NaN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad import backend
+
+INF = float("inf")
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("size", [1, 7, backend.MASK_WHERE_MAX, backend.MASK_WHERE_MAX + 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_masked_is_where_keep_g_else_zero(size: int, dtype: Any) -> None:
+    rng = np.random.default_rng(size)
+    g = rng.standard_normal(size).astype(dtype)
+    keep = rng.random(size) < 0.5
+    # Infinities and NaN both where the gradient is kept and where it is dropped.
+    for i, v in enumerate((INF, -INF, NAN, INF, NAN, -INF)):
+        if i < size:
+            g[i] = v
+    keep[: min(size, 6)] = [True, True, True, False, False, False][: min(size, 6)]
+    with np.errstate(all="ignore"):  # as in the engine (See NOTE [Silent floating point])
+        got = backend.masked(g, keep)
+    expected = np.where(keep, g, 0.0)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)  # NaN where kept; 0, never NaN, where dropped
+    assert not np.isnan(got[~keep]).any()
+
+
+@pytest.mark.parametrize("src_shape", [(), (1,), (1, 1)])
+@pytest.mark.parametrize("shape", [(), (1,), (8, 1), (3, 4), (2, 3, 4)])
+def test_broadcast_to_one_element_is_a_read_only_view(
+    src_shape: tuple[int, ...], shape: tuple[int, ...]
+) -> None:
+    a = np.full(src_shape, 2.5, dtype=np.float32)
+    if len(src_shape) > len(shape):
+        with pytest.raises(ValueError, match=r"broadcast|dimensions"):  # NumPy's own error
+            backend.broadcast_to(a, shape)
+        return
+    got = backend.broadcast_to(a, shape)
+    expected = np.broadcast_to(a, shape)
+    assert got.shape == expected.shape
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expected)
+    assert not got.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        got[...] = 1.0
+    assert backend.overlaps_itself(got) == backend.overlaps_itself(expected)
+    a[...] = 4.0  # a view, as broadcast_to's: it follows its source
+    assert (got == 4.0).all()
+
+
+def test_broadcast_to_larger_arrays_falls_back_to_numpy() -> None:
+    a = np.arange(4.0).reshape(4, 1)
+    got = backend.broadcast_to(a, (4, 3))
+    np.testing.assert_array_equal(got, np.broadcast_to(a, (4, 3)))
+    assert not got.flags.writeable
+    with pytest.raises(ValueError, match="could not be broadcast"):
+        backend.broadcast_to(np.arange(3.0), (4, 2))
+
+
+@pytest.mark.parametrize("n", [16, 64])  # 256 and 4,096 elements: both sides of MASK_WHERE_MAX
+def test_relu_gradient_drops_infinite_gradients_where_the_input_was_negative(n: int) -> None:
+    rng = np.random.default_rng(n)
+    xv = rng.standard_normal((n, n))
+    x = ag.tensor(xv, requires_grad=True)
+    gv = np.where(rng.random((n, n)) < 0.5, INF, NAN)
+    (gx,) = ag.grad_sync(ag.relu(x), [x], grad_outputs=[ag.tensor(gv)])
+    np.testing.assert_array_equal(gx.numpy(), np.where(xv > 0, gv, 0.0))
+
+
+def test_full_sum_gradient_is_ones_of_the_input_shape_and_leaves_no_alias() -> None:
+    x = ag.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    (x * 2.0).sum().backward()
+    (x * 3.0).sum().backward()  # accumulates into .grad: it must own its memory
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 5.0))
+    x.grad.numpy()[0, 0] = 0.0  # writable, and only that element changes
+    np.testing.assert_array_equal(x.grad.numpy(), [[0.0, 5.0, 5.0], [5.0, 5.0, 5.0]])
