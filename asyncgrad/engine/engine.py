@@ -102,6 +102,10 @@ def _compute_dependencies(root: Node) -> Generator[None, None, dict[Node, int]]:
     return deps
 
 
+# The mark that a node's children have all been walked (See _init_exec_info).
+_EXIT: Final = object()
+
+
 def _init_exec_info(
     root: Node, outputs: Sequence[Edge], accumulate: bool
 ) -> Generator[None, None, tuple[dict[Node, ExecInfo], dict[Node, int]]]:
@@ -109,10 +113,20 @@ def _init_exec_info(
     some output is reachable; and the dependency counts among them. Nodes whose topological
     number is below every output's cannot reach one and are never expanded (PyTorch's pruning).
 
-    The counts come from the same walk (See NOTE [Dependencies from the exec_info walk]).
+    # NOTE [Dependencies from the exec_info walk]
+    # A depth-first walk: a node is entered once (pushed back with the mark _EXIT above it, and
+    # its unvisited children above that), and left once all its children have been left. Then
+    # whether each child is in exec_info is settled, so leaving a node decides whether it must
+    # run (some child is in exec_info) and counts the dependencies it gives (one per edge into
+    # exec_info): a node's count is the number of edges into it from nodes that run, with no
+    # second walk. A child without edges (a leaf's accumulator) is never entered: it is in
+    # exec_info only if it is an output.
     """
     info: dict[Node, ExecInfo] = {}
+    min_topo = outputs[0][0]._topological_nr
     for i, (node, nr) in enumerate(outputs):
+        if node._topological_nr < min_topo:
+            min_topo = node._topological_nr
         ei = info.get(node)
         if ei is None:
             ei = info[node] = ExecInfo(False, [])
@@ -122,56 +136,39 @@ def _init_exec_info(
             captures = ei.captures
             assert isinstance(captures, list)  # outputs get their own list, never NEEDED's ()
             captures.append((nr, i))
-    min_topo = min(n._topological_nr for n, _ in outputs)
-
-    # NOTE [Dependencies from the exec_info walk]
-    # A node's dependency count is the number of edges into it from nodes that run. The walk
-    # sees every edge from a reachable node once, and an edge's child is settled (in exec_info
-    # or not, for good) by the time the walk is past the edge: either it was visited before, or
-    # it is a leaf, or the walk has just come back up from it. So the edge is counted there, and
-    # only when its child is in exec_info, which puts the parent in it too: no second walk over
-    # the graph. A child without edges of its own (a leaf's accumulator) is settled at once and
-    # is not pushed: it may be met again, from another parent, and is settled the same way.
     deps: dict[Node, int] = {}
-    visited = {root}
-    nodes: list[Node] = [root]  # the path from the root, and for each node
-    pos: list[int] = [0]  # the position of its next edge to explore
+    visited: set[Node] = set()
+    stack: list[Any] = [root]
     count = 0
-    while nodes:
-        node = nodes[-1]
-        i = pos[-1]
-        edges = node._next_edges
-        if i < len(edges):
-            pos[-1] = i + 1
-            e = edges[i]
-            if e is None:
-                continue
-            child = e[0]
-            if child in visited or not child._next_edges:
-                if child in info:
+    while stack:
+        node = stack.pop()
+        if node is _EXIT:
+            node = stack.pop()
+            needed = False
+            for e in node._next_edges:
+                if e is not None and e[0] in info:
+                    child = e[0]
                     deps[child] = deps.get(child, 0) + 1
-                    ei = info.get(node)
-                    if ei is None:
-                        info[node] = NEEDED
-                    elif not ei.needed:
-                        ei.needed = True
-                continue
-            if child._topological_nr < min_topo:
-                continue
-            visited.add(child)
-            nodes.append(child)
-            pos.append(0)
-        else:
-            nodes.pop()
-            pos.pop()
-            if nodes and node in info:
-                deps[node] = deps.get(node, 0) + 1  # the edge from the parent it came from
-                parent = nodes[-1]
-                ei = info.get(parent)
+                    needed = True
+            if needed:
+                ei = info.get(node)
                 if ei is None:
-                    info[parent] = NEEDED
+                    info[node] = NEEDED
                 elif not ei.needed:
                     ei.needed = True
+        elif node not in visited:
+            visited.add(node)
+            stack.append(node)
+            stack.append(_EXIT)
+            for e in node._next_edges:
+                if e is not None:
+                    child = e[0]
+                    if (
+                        child._next_edges
+                        and child not in visited
+                        and child._topological_nr >= min_topo
+                    ):
+                        stack.append(child)
         count += 1
         if count == VISITS_PER_YIELD:
             count = 0
