@@ -96,8 +96,9 @@ class Device:
                 return False
         return self is other
 
-    def __hash__(self) -> int:
-        return hash((self.type, self.index))
+    # Interned, so equal devices are one object: the identity hash (in C: a device keys the
+    # engine's dicts on every backward).
+    __hash__ = object.__hash__
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Device, (str(self),))

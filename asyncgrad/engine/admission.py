@@ -44,12 +44,21 @@ def of(loop: asyncio.AbstractEventLoop) -> Admission:
     return adm
 
 
-async def enter(loop: asyncio.AbstractEventLoop, adm: Admission, priority: int) -> None:
-    """Take a place among the graph tasks running on ``loop``, waiting for one if the cap is
-    reached. The caller must call ``leave`` once its graph task has ended."""
+def try_enter(adm: Admission) -> bool:
+    """Take a place among the graph tasks running on its loop if one is free and nobody waits
+    for one; False (nothing changed) otherwise, when the caller awaits ``enter``. The caller
+    must call ``leave`` once its graph task has ended."""
     cap = config.max_running
     if cap is None or (adm.running < cap and not adm.waiters):
         adm.running += 1
+        return True
+    return False
+
+
+async def enter(loop: asyncio.AbstractEventLoop, adm: Admission, priority: int) -> None:
+    """Take a place among the graph tasks running on ``loop``, waiting for one if the cap is
+    reached. The caller must call ``leave`` once its graph task has ended."""
+    if try_enter(adm):
         return
     fut: asyncio.Future[None] = loop.create_future()
     heapq.heappush(adm.waiters, (-priority, next(_arrivals), fut))

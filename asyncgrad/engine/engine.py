@@ -27,7 +27,7 @@ from .reentrant import (
     loop_pool,
     thread_pool,
 )
-from .worker import drain, yield_to_loop
+from .worker import drain, run_here, yield_to_loop
 
 
 def _depths(parent: GraphTask | None) -> tuple[int, int]:
@@ -245,7 +245,7 @@ async def execute(
             )  # fmt: skip
     # A nested pass is never held back (See NOTE [Admission]) and has its parent's turn order.
     adm = None if parent is not None else admission.of(loop)
-    if adm is not None:
+    if adm is not None and not admission.try_enter(adm):  # no coroutine when there is room
         await admission.enter(loop, adm, priority)
     try:
         gt, prep = build(
@@ -345,14 +345,13 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
         if start is None:
             gt.finish()
             return gt.captured
-        _start_queue(gt, start[0])
-        # Always through the device's worker, even when it is idle: running a small pass right
-        # here would save a task and a loop turn, but many callers doing so each take a share
-        # of every loop iteration with no common bound, where the worker's slices share one
-        # (measured: loop lag p99 2.6 ms became 46 ms under benchmarks/server_load.py).
-        push(gt, start[0], start[1])
+        q = _start_queue(gt, start[0])
+        # Here, if the device is idle and this loop iteration has slice left, else through the
+        # device's worker: See NOTE [Passes in their callers] in worker.py.
+        if not run_here(q, gt, start[0], start[1]):
+            push(gt, start[0], start[1])
         del start
-        await gt.future
+        await gt.future  # done already when it ran here to the end: no yield then
     except asyncio.CancelledError:
         gt.cancel()
         raise

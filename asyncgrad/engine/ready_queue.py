@@ -96,7 +96,17 @@ class ReadyQueue:
     empty (see devices.start_worker). Without one (``loop is None``) the caller drains it.
     """
 
-    __slots__ = ("device", "heap", "label", "launched", "loop", "stats", "tasks", "worker")
+    __slots__ = (
+        "device",
+        "heap",
+        "label",
+        "launched",
+        "loop",
+        "since",
+        "stats",
+        "tasks",
+        "worker",
+    )
 
     def __init__(self, device: Device, loop: asyncio.AbstractEventLoop | None) -> None:
         self.device = device
@@ -110,6 +120,9 @@ class ReadyQueue:
         # The CUDA streams launched on since the worker last looked (See NOTE [Running ahead of
         # the GPU]).
         self.launched: set[Any] = set()
+        # When the engine first ran nodes of this queue in the loop's current iteration (0.0:
+        # not yet); See NOTE [Passes in their callers] in worker.py.
+        self.since = 0.0
 
     def push(self, gt: GraphTask, node: Node, buf: list[Any]) -> None:
         heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))

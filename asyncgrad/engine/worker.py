@@ -71,30 +71,79 @@ MIN_SLICE_SHARE: Final = 0.25
 def start_worker(queue: ReadyQueue) -> None:
     assert queue.loop is not None
     queue.worker = queue.loop.create_task(
-        run_worker(queue), name=f"asyncgrad-worker-{queue.device}"
+        run_worker(queue, perf_counter()), name=f"asyncgrad-worker-{queue.device}"
     )
 
 
 install_waker(start_worker)  # See NOTE [Waking workers]
 
 
-async def run_worker(queue: ReadyQueue) -> None:
+# NOTE [Passes in their callers]
+# An awaited pass whose device queue is idle (no worker, nothing queued: a request alone, say)
+# is drained by its caller right where it awaits, instead of starting a worker task and waiting
+# a loop iteration for it and another for the answer: a lone small request then costs no task
+# and no loop iteration, and ``await ag.grad(...)`` completes without yielding, as awaiting a
+# finished future does. What bounds the loop's stalls stays: one slice per loop iteration,
+# counted from the first node the engine ran in it (``queue.since``, cleared by a callback in the
+# next iteration), covers the worker's nodes, the callers' and whatever those callers did in
+# between. A caller runs only what is left of it and hands the rest of its pass to the worker,
+# which it starts; once the slice is used up, callers queue for the worker as before. (Without
+# that shared bound, an earlier version let every caller run a slice of its own in each
+# iteration: loop lag p99 went from 2.6 to 46 ms under benchmarks/server_load.py.) Only CPU
+# queues: a CUDA queue's worker also paces the GPU (See NOTE [Running ahead of the GPU]).
+def run_here(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> bool:
+    """Drain ``gt``'s pass from its start node in the caller, within what is left of this loop
+    iteration's slice; False, having done nothing, when the queue has a worker or work, or no
+    slice is left (See NOTE [Passes in their callers])."""
+    if queue.worker is not None or queue.heap or queue.device.type != "cpu":
+        return False
+    left = slice_left(queue)
+    if left <= 0.0:
+        return False
+    queue.push(gt, node, buf)
+    try:
+        drain(queue, left)
+    finally:
+        if queue.heap:
+            start_worker(queue)
+    return True
+
+
+def slice_left(queue: ReadyQueue) -> float:
+    """Seconds left of this loop iteration's slice, which starts now if no node has run in it
+    yet (See NOTE [Passes in their callers])."""
+    since = queue.since
+    if since:
+        return config.slice_s - (perf_counter() - since)
+    assert queue.loop is not None
+    queue.since = perf_counter()
+    queue.loop.call_soon(_next_iteration, queue)
+    return config.slice_s
+
+
+def _next_iteration(queue: ReadyQueue) -> None:
+    queue.since = 0.0
+
+
+async def run_worker(queue: ReadyQueue, started: float) -> None:
     """Drain ``queue`` in slices (See NOTE [Slices share the loop's turn]), yielding to the loop
     in between, and end when it is empty (the next push starts a new worker)."""
     heap = queue.heap
     ahead: deque[tuple[Any, Any]] | None = deque() if queue.device.type == "cuda" else None
     # Its context (copied from whoever started it) stays the same: See NOTE [Watched graph tasks].
     watched = bool(anomaly_mode() or recorders.get())
-    yielded = 0.0  # when it last yielded to the loop (See NOTE [Slices share the loop's turn])
+    # When it last yielded to the loop, or was started (See NOTE [Slices share the loop's
+    # turn]): the loop's other work before its first step counts against its first slice too.
+    yielded = started
     owed = 0.0  # node time owed to lower priorities (See NOTE [Lower priorities' share])
     answer_s = 0.0
     answered = 0
     try:
         while heap:
             full = config.slice_s
-            budget = full
-            if yielded:
-                budget = max(full - (perf_counter() - yielded), full * MIN_SLICE_SHARE)
+            budget = max(full - (perf_counter() - yielded), full * MIN_SLICE_SHARE)
+            if not queue.since:  # callers in this iteration share what is left of it
+                slice_left(queue)
             share = config.lower_share
             if owed >= full and drain_lower(queue, budget, watched):
                 owed = 0.0

@@ -354,7 +354,11 @@ class _FakeClock:
         def drain(queue: Any, budget: float, *args: Any) -> Any:
             before = self.nodes
             lower, answered = real_drain(queue, budget, *args)
-            self.slices.append((self.nodes - before, answered))
+            task = asyncio.current_task()
+            # The worker's slices, not the passes run in their callers (See NOTE [Passes in
+            # their callers]).
+            if task is not None and task.get_name().startswith("asyncgrad-worker"):
+                self.slices.append((self.nodes - before, answered))
             return lower, answered
 
         monkeypatch.setattr(worker, "drain", drain)
