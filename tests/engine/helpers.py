@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final
 
 import numpy as np
@@ -59,3 +60,30 @@ def engine_setting(name: str) -> Iterator[Callable[[Any], None]]:
         yield lambda value: engine.configure(**{name: value})
     finally:
         engine.configure(**{name: old})
+
+
+class Turns:
+    """How many turns of the loop another task got (``count``), see ``loop_turns``."""
+
+    count = 0
+
+
+@asynccontextmanager
+async def loop_turns() -> AsyncIterator[Turns]:
+    """A task that counts the loop's turns (one ``sleep(0)`` each) while the block runs: how
+    often the code in the block let the loop run. The task ends with the block."""
+    turns = Turns()
+    stop = asyncio.Event()
+
+    async def count() -> None:
+        while not stop.is_set():
+            turns.count += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(count())
+    try:
+        yield turns
+    finally:
+        stop.set()
+        async with asyncio.timeout(TIMEOUT_S):
+            await task

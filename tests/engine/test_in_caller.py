@@ -12,7 +12,7 @@ import pytest
 
 import asyncgrad as ag
 
-from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, scale_chain
+from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, loop_turns, scale_chain
 
 WORKER_PREFIX = "asyncgrad-worker-"
 
@@ -83,34 +83,19 @@ async def test_a_pass_longer_than_the_slice_goes_on_in_the_worker() -> None:
     y = scale_chain(x, 100, 1.0).sum()
     ran: list[str] = []
     _where_nodes_run(y, ran)
-    ticks = 0
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0)
-
     me = asyncio.current_task()
     assert me is not None
     with engine_setting("slice_s") as set_slice:
         set_slice(1e-9)  # a worker checks the clock every 16 nodes
-        t = asyncio.create_task(ticker())
-        try:
-            async with asyncio.timeout(TIMEOUT_S):
-                (g,) = await ag.grad(y, [x])
-        finally:
-            stop.set()
-            async with asyncio.timeout(TIMEOUT_S):
-                await t
+        async with loop_turns() as turns, asyncio.timeout(TIMEOUT_S):
+            (g,) = await ag.grad(y, [x])
     assert_close(g, [1.0, 1.0])
     assert len(ran) == 101  # the sum and the 100 products
     first = ran.index(next(n for n in ran if n.startswith(WORKER_PREFIX)))
     assert 0 < first <= 16  # the caller ran the first stretch of nodes
     assert set(ran[:first]) == {me.get_name()}
     assert all(n.startswith(WORKER_PREFIX) for n in ran[first:])
-    assert ticks > 1  # the loop kept turning while the worker finished it
+    assert turns.count > 1  # the loop kept turning while the worker finished it
 
 
 async def test_an_error_in_a_pass_run_in_its_caller_reaches_the_caller() -> None:

@@ -8,7 +8,7 @@ import asyncio
 import asyncgrad as ag
 from asyncgrad.engine import engine
 
-from .helpers import TIMEOUT_S, assert_close, leaf
+from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, loop_turns
 
 CHAIN = 5_000
 
@@ -45,27 +45,11 @@ async def test_grad_over_a_long_unneeded_branch_lets_the_loop_run() -> None:
         y = y * 1.0
     x = leaf([2.0])
     out = (y + x * 3.0).sum()
-    ticks = 0
-    done = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done.is_set():
-            ticks += 1
-            await asyncio.sleep(0)
-
-    old_slice = ag.autograd.engine.slice_s
-    ag.autograd.engine.configure(slice_s=1e-9)  # yield at every chance
-    t = asyncio.create_task(ticker())
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
+    with engine_setting("slice_s") as set_slice:
+        set_slice(1e-9)  # yield at every chance
+        async with loop_turns() as turns, asyncio.timeout(TIMEOUT_S):
             (gx,) = await ag.grad(out, [x])
-    finally:
-        ag.autograd.engine.configure(slice_s=old_slice)
-        done.set()
-        async with asyncio.timeout(TIMEOUT_S):
-            await t
     assert_close(gx, [3.0])
     # Only two nodes run; the rest of the await is the walk over the chain, which yields
     # every VISITS_PER_YIELD visits.
-    assert ticks >= 2 * CHAIN // engine.VISITS_PER_YIELD
+    assert turns.count >= 2 * CHAIN // engine.VISITS_PER_YIELD
