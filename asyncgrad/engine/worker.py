@@ -110,15 +110,19 @@ def run_here(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> bo
 
 
 def slice_left(queue: ReadyQueue) -> float:
-    """Seconds left of this loop iteration's slice, which starts now if no node has run in it
-    yet (See NOTE [Passes in their callers])."""
+    """Seconds left of this loop iteration's slice (See NOTE [Passes in their callers])."""
+    return config.slice_s - (perf_counter() - iteration_start(queue))
+
+
+def iteration_start(queue: ReadyQueue) -> float:
+    """When the engine first ran nodes of ``queue`` in this loop iteration: now, if it has not
+    yet (the mark is cleared at the next iteration)."""
     since = queue.since
-    if since:
-        return config.slice_s - (perf_counter() - since)
-    assert queue.loop is not None
-    queue.since = perf_counter()
-    queue.loop.call_soon(_next_iteration, queue)
-    return config.slice_s
+    if not since:
+        assert queue.loop is not None
+        since = queue.since = perf_counter()
+        queue.loop.call_soon(_next_iteration, queue)
+    return since
 
 
 def _next_iteration(queue: ReadyQueue) -> None:
@@ -142,8 +146,7 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
         while heap:
             full = config.slice_s
             budget = max(full - (perf_counter() - yielded), full * MIN_SLICE_SHARE)
-            if not queue.since:  # callers in this iteration share what is left of it
-                slice_left(queue)
+            iteration_start(queue)  # callers later in this iteration share what is left of it
             share = config.lower_share
             if owed >= full and drain_lower(queue, budget, watched):
                 owed = 0.0

@@ -68,9 +68,6 @@ def minmax_grad(g: Any, x: Any, y: Any, loses: Any) -> Any:
     return xp.where(loses, 0.0, xp.where(x == y, g * 0.5, g))
 
 
-masked = backend.masked
-
-
 def sign(x: Any) -> Any:
     # torch's sign: 0 at NaN (NumPy's is NaN)
     return xp.where(xp.isnan(x), 0.0, xp.sign(x))
@@ -150,7 +147,7 @@ def keep(r: Any, dim: Any, keepdim: bool) -> Any:
 
 def expand(g: Any, shape: tuple[int, ...], dim: Any, keepdim: bool) -> Any:
     if dim is None:
-        return backend.broadcast_to(xp.reshape(g, (1,) * len(shape)), shape)
+        return backend.broadcast_to(g, shape)  # g has one element (keepdim or not)
     if not keepdim:
         g = xp.expand_dims(g, tuple(sorted(norm_dims(dim, len(shape)))))
     return backend.broadcast_to(g, shape)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..backend import xp
+from ..backend import masked, xp
 from .formulas import (
     cat_grads,
     conv,
@@ -37,7 +37,6 @@ from .formulas import (
     index_put_self_grad,
     keep,
     linear_grad_w,
-    masked,
     matmul_grad_x,
     matmul_grad_y,
     max_pool_grad,
