@@ -10,7 +10,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..backend import silent_fp
 from ..rules.formulas import einsum_call
-from ._record import OPS, arr, make
+from ._record import OPS, arr, grad_enabled, make, record_ternary, wrap
 
 
 def _shape_str(s: tuple[int, ...]) -> str:
@@ -151,9 +151,16 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"{_shape_str(wa.shape[::-1])})"
         )
     out: Any = xa @ wa.T
-    if bias is not None:
-        out += bias._array
-    return make(OPS["linear"], out, (input, weight, bias))
+    if bias is None:
+        return make(_LINEAR, out, (input, weight, None))
+    out += bias._array
+    t = wrap(out)
+    if grad_enabled():
+        record_ternary(_LINEAR, t, input, weight, bias)
+    return t
+
+
+_LINEAR: Final = OPS["linear"]
 
 
 # ----- dot, outer, einsum -----
