@@ -224,6 +224,9 @@ def drain(
     st: Streams | None = None
     launch = Launch() if cuda.loaded else None
     fair = queue.loop is not None  # a blocking caller's queue holds one graph task
+    # Nodes of a CPU queue on a loop may leave it (See NOTE [Large nodes]).
+    offload = fair and queue.device.type == "cpu"
+    threshold = config.offload_threshold
     since = started
     top: int | None = None  # the priority of the first graph task it ran
     lower = False
@@ -271,7 +274,13 @@ def drain(
                 if st is not None and _on_gpu(queue, gt, st, node, buf, launch):
                     continue  # it waits for the GPU in a task of its own
                 special = node._hooks is not None or node._special
-                if special and fair and node._work is not None and _goes_off_loop(node, buf):
+                if (
+                    special
+                    and offload
+                    and node._hooks is None
+                    and (work := node._work) is not None
+                    and work(node, buf) >= threshold
+                ):
                     _spawn_off_loop(queue, gt, node, buf)  # See NOTE [Large nodes]
                     continue
                 if special and (node._hooks is not None or node._async_apply):
@@ -437,15 +446,6 @@ def _on_gpu(
 # threshold, 2**25 multiply-adds, is about 1 ms of single-threaded BLAS work: a node shorter
 # than that holds the loop no longer than one worker slice does anyway, and a longer one pays
 # a hand-off that is small against its own time.
-def _goes_off_loop(node: Node, buf: list[Any]) -> bool:
-    dev = node._device
-    if node._hooks is not None or (dev is not None and dev.type != "cpu"):
-        return False
-    work = node._work
-    assert work is not None
-    return work(node, buf) >= config.offload_threshold
-
-
 def _spawn_off_loop(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> None:
     assert queue.loop is not None
     # The worker's context: grad mode and the current graph task are set for gt.

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dis
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -180,28 +179,29 @@ def _fit(g: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     return g
 
 
-def mark_heavy(
-    op: OpDef, inner: Callable[[tuple[int, ...] | None, tuple[int, ...] | None], int]
-) -> None:
-    """Mark a matmul-like op whose backward may be large enough to leave the event loop (See
-    NOTE [Large nodes] in asyncgrad/engine/worker.py). ``inner(shape0, shape1)`` gives the
-    contracted size from the shapes of the first two inputs (None where that input was not
-    saved, never both); each gradient the node computes costs about (gradient size) x (inner
-    size) multiply-adds."""
+def mark_heavy(op: OpDef, inner: Callable[[Any, Any], int]) -> None:
+    """Mark a matmul-like op of two or more inputs whose backward may be large enough to leave
+    the event loop (See NOTE [Large nodes] in asyncgrad/engine/worker.py). ``inner(a0, a1)``
+    gives the contracted size from the saved arrays of the first two inputs (None where that
+    input was not saved, never both); each gradient the node computes costs about (gradient
+    size) x (inner size) multiply-adds."""
 
-    def work(node: Node, grads: list[Any]) -> float:
-        g = grads[0] if grads else None
+    def work(node: Node, grads: list[Any]) -> int:
+        # Runs for every such node an awaited pass reaches: no shape tuples, no len().
+        g = grads[0]
         saved = node._saved  # type: ignore[attr-defined]
         if g is None or saved is _FREED:
-            return 0.0
+            return 0
         a, b = saved[1], saved[2]
-        sa = a.array.shape if type(a) is SavedTensor else None
-        sb = b.array.shape if type(b) is SavedTensor else None
-        if sa is None and sb is None:
-            return 0.0
+        a = a.array if type(a) is SavedTensor else None
+        b = b.array if type(b) is SavedTensor else None
+        if a is None and b is None:
+            return 0
+        size = g.size
+        if type(size) is not int:  # a Tensor (under create_graph), whose size is a method
+            size = g.numel()
         edges = node._next_edges
-        needed = (edges[0] is not None) + (len(edges) > 1 and edges[1] is not None)
-        return float(math.prod(g.shape) * inner(sa, sb) * needed)
+        return size * inner(a, b) * ((edges[0] is not None) + (edges[1] is not None))  # type: ignore[no-any-return]
 
     cls = op.node_cls
     cls._work = staticmethod(work)

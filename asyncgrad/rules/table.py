@@ -17,6 +17,7 @@ read. Longer formulas are the named helpers of ``formulas.py``. See NOTE [Rules 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..backend import masked, xp
 from .formulas import (
@@ -106,11 +107,10 @@ _matmul = defvjp(
 )
 
 
-def _matmul_inner(x: tuple[int, ...] | None, y: tuple[int, ...] | None) -> int:
+def _matmul_inner(x: Any, y: Any) -> int:
     if x is not None:
-        return x[-1]
-    assert y is not None
-    return y[-2] if len(y) > 1 else y[0]
+        return x.shape[-1]  # type: ignore[no-any-return]
+    return y.shape[-2] if y.ndim > 1 else y.shape[0]  # type: ignore[no-any-return]
 
 
 mark_heavy(_matmul, _matmul_inner)
@@ -221,10 +221,8 @@ _linear = defvjp(
 )
 
 
-def _linear_inner(x: tuple[int, ...] | None, w: tuple[int, ...] | None) -> int:
-    shape = x if x is not None else w
-    assert shape is not None
-    return shape[-1]
+def _linear_inner(x: Any, w: Any) -> int:
+    return (x if x is not None else w).shape[-1]  # type: ignore[no-any-return]
 
 
 mark_heavy(_linear, _linear_inner)
@@ -290,10 +288,10 @@ _conv = defvjp(
 )
 
 
-def _conv_inner(x: tuple[int, ...] | None, w: tuple[int, ...] | None) -> int:
+def _conv_inner(x: Any, w: Any) -> int:
     # C/G * kh * kw multiply-adds per element of g; without w, the input's channels (a lower
     # bound: the kernel's size is not known here)
-    return math.prod(w[1:]) if w is not None else x[1]  # type: ignore[index]
+    return math.prod(w.shape[1:]) if w is not None else x.shape[1]
 
 
 mark_heavy(_conv, _conv_inner)
