@@ -214,8 +214,21 @@ def overlaps_itself(a: Any) -> bool:
 #     memory instead (about 2.5 us), read-only as broadcast_to's is (See overlaps_itself);
 #   - masking a gradient (``where(keep, g, 0)``): up to MASK_WHERE_MAX elements ``where`` costs
 #     about a third of ``g * keep`` plus the finiteness check that makes the product exact;
-#     beyond, ``where`` falls far behind (1.3 ms against 0.14 ms at 256 x 1024).
+#     beyond, ``where`` falls far behind (1.3 ms against 0.14 ms at 256 x 1024);
+#   - the product of two 2-D arrays (``mm``) goes through ``ndarray.dot``, which calls BLAS
+#     directly, rather than ``@``, whose generalized-ufunc dispatch costs more than the product
+#     itself at request sizes: float32 8 x 32 by a transposed 64 x 32 weight, 1.9 against
+#     2.7 us; 8 x 64 by 64 x 32, 1.2 against 2.0 us.
 MASK_WHERE_MAX: Final = 2048
+
+
+def mm(a: Any, b: Any) -> Any:
+    """``a @ b``: through ``ndarray.dot`` for two 2-D NumPy arrays, where the two agree (See
+    NOTE [Small-array fast paths]); arrays of other ranks, CuPy arrays and Tensors (under
+    create_graph) take ``@``."""
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2:
+        return a.dot(b)
+    return a @ b
 
 
 def broadcast_to(a: Any, shape: tuple[int, ...]) -> Any:

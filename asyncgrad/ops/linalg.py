@@ -113,7 +113,7 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
             f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(xa.shape)} and "
             f"{_shape_str(ya.shape)})"
         )
-    return make(OPS["matmul"], backend.namespace(xa).matmul(xa, ya), (input, other))
+    return make(OPS["matmul"], backend.mm(xa, ya), (input, other))
 
 
 def mm(input: Tensor, mat2: Tensor) -> Tensor:
@@ -150,7 +150,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(xa.shape)} and "
             f"{_shape_str(wa.shape[::-1])})"
         )
-    out: Any = xa @ wa.T
+    out: Any = backend.mm(xa, wa.T)  # See NOTE [Small-array fast paths]
     if bias is None:
         return make(_LINEAR, out, (input, weight, None))
     out += bias._array

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from .. import backend
 from .._tensor import Tensor
-from ..backend import xp
+from ..backend import mm, xp
 
 SQRT_2: Final = math.sqrt(2.0)
 SQRT_2_OVER_PI: Final = math.sqrt(2.0 / math.pi)
@@ -81,7 +81,7 @@ def matmul_grad_x(g: Any, x: Any, y: Any) -> Any:
     if x.ndim == 1:
         # (..., m) @ (..., m, k)^T -> (..., k), summed over batch by _fit
         return xp.squeeze(xp.matmul(xp.expand_dims(g, -2), xp.swapaxes(y, -1, -2)), -2)
-    return xp.matmul(g, xp.swapaxes(y, -1, -2))
+    return mm(g, y.T) if y.ndim == 2 else xp.matmul(g, xp.swapaxes(y, -1, -2))
 
 
 def matmul_grad_y(g: Any, x: Any, y: Any) -> Any:
@@ -92,13 +92,13 @@ def matmul_grad_y(g: Any, x: Any, y: Any) -> Any:
     if y.ndim == 1:
         # x^T @ g: (..., k, n) @ (..., n, 1) -> (..., k)
         return xp.squeeze(xp.matmul(xp.swapaxes(x, -1, -2), xp.expand_dims(g, -1)), -1)
-    return xp.matmul(xp.swapaxes(x, -1, -2), g)
+    return mm(x.T, g) if x.ndim == 2 else xp.matmul(xp.swapaxes(x, -1, -2), g)
 
 
 def linear_grad_w(g: Any, x: Any) -> Any:
     # g^T x; for batched x the batch axes are summed by _fit. g.T is BLAS's fastest 2-D layout.
     if g.ndim == 2:
-        return g.T @ x
+        return mm(g.T, x)
     return xp.matmul(xp.swapaxes(g, -1, -2), x)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..backend import masked, xp
+from ..backend import masked, mm, xp
 from .formulas import (
     cat_grads,
     conv,
@@ -214,7 +214,7 @@ defvjp("repeat", lambda g, ans, x, *, reps, in_shape: repeat_grad(g, reps, in_sh
 # ----- Neural-network functions -----
 _linear = defvjp(
     "linear",  # y = x @ w.T + b
-    lambda g, ans, x, w, b: xp.matmul(g, w),
+    lambda g, ans, x, w, b: mm(g, w),
     lambda g, ans, x, w, b: linear_grad_w(g, x),
     lambda g, ans, x, w, b: g,
     save="x w",

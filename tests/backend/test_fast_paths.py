@@ -85,3 +85,44 @@ def test_full_sum_gradient_is_ones_of_the_input_shape_and_leaves_no_alias() -> N
     np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 5.0))
     x.grad.numpy()[0, 0] = 0.0  # writable, and only that element changes
     np.testing.assert_array_equal(x.grad.numpy(), [[0.0, 5.0, 5.0], [5.0, 5.0, 5.0]])
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [
+        ((8, 32), (32, 64)),  # 2-D: ndarray.dot
+        ((8, 64), (64, 1)),
+        ((1, 5), (5, 1)),
+        ((0, 3), (3, 2)),
+        ((2, 8, 32), (32, 4)),  # batched: @, where dot's rules differ
+        ((2, 8, 32), (2, 32, 4)),
+        ((32,), (32, 4)),
+    ],
+)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_mm_is_the_matrix_product(
+    sa: tuple[int, ...], sb: tuple[int, ...], transposed: bool
+) -> None:
+    rng = np.random.default_rng(len(sa) * 10 + len(sb))
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    if transposed and b.ndim == 2:  # a transposed view, as linear's weight
+        b = np.ascontiguousarray(b.T).T
+    got = backend.mm(a, b)
+    expected = np.matmul(a, b)
+    assert got.shape == expected.shape
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mm_of_tensors_records_the_product() -> None:
+    # Under create_graph the rules get Tensors: mm must record, as @ does.
+    rng = np.random.default_rng(3)
+    a = ag.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    b = ag.tensor(rng.standard_normal((4, 2)), requires_grad=True)
+    out = backend.mm(a, b)
+    assert isinstance(out, ag.Tensor)
+    assert out.grad_fn is not None
+    assert type(out.grad_fn).__name__ == "MatmulBackward0"
+    (ga,) = ag.grad_sync(out.sum(), [a])
+    np.testing.assert_allclose(ga.numpy(), np.ones((3, 2)) @ b.detach().numpy().T)
