@@ -120,27 +120,12 @@ def record(
         if isinstance(x, Tensor):
             saved.append(None)
             tbits |= bit << 1
-            fn = x._grad_fn
-            if x._base is not None:  # a view, whose grad_fn may need a refresh
-                e = x._edge()
-                edges.append(e)
-                if e is None:
-                    bit <<= 1
-                    continue
-                fn = e[0]
-            elif fn is not None:
-                edges.append((fn, x._output_nr))  # See NOTE [Edges are plain tuples]
-            elif not x._requires_grad:
-                edges.append(None)
+            e = _edge_of(x)
+            edges.append(e)
+            if e is None:
                 bit <<= 1
                 continue
-            else:  # a leaf that requires grad: its accumulator's edge (made on first use)
-                m = x._meta
-                leaf = None if m is None else m.grad_edge
-                if leaf is None:
-                    leaf = x._edge()  # type: ignore[assignment]
-                edges.append(leaf)
-                fn = leaf[0]  # type: ignore[index]
+            fn = e[0]
             mask |= bit
             n = fn._topological_nr
             if n >= topo:
@@ -211,48 +196,43 @@ _OUTPUT_ONLY: Final = (0,)
 # an exact tuple. A plain tuple compares equal to the Edge with the same fields.
 
 
-def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> None:
-    """``record`` for one tensor input and one output, the common case, without the loops."""
-    e: Any
+def _edge_of(x: Tensor) -> Any:
+    """The edge a node recorded now takes to tensor ``x`` (None: x needs no gradient)."""
     fn = x._grad_fn
     if fn is not None and x._base is None:
-        e = (fn, x._output_nr)
-    elif x._base is None and not x._requires_grad:
+        return (fn, x._output_nr)  # See NOTE [Edges are plain tuples]
+    if x._base is None:
+        if not x._requires_grad:
+            return None
+        m = x._meta
+        e = None if m is None else m.grad_edge  # a leaf's, made once and shared
+        if e is not None:
+            return e
+    return x._edge()
+
+
+def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> None:
+    """``record`` for one tensor input and one output, the common case, without the loops."""
+    e = _edge_of(x)
+    if e is None:
         return
-    else:
-        e = x._edge()
-        if e is None:
-            return
-        fn = e[0]
+    fn = e[0]
     _attach(op, t, [e], fn._topological_nr + 1, _NO_CONSTANTS_1, 1, 3, (x,), params)
 
 
 def record_scalar(op: OpDef, t: Tensor, x: Tensor, c: Any) -> None:
     """``record_binary`` for a tensor and a constant second operand (``y * 0.5``)."""
-    e: Any
-    fn = x._grad_fn
-    if fn is not None and x._base is None:
-        e = (fn, x._output_nr)
-    elif x._base is None and not x._requires_grad:
+    e = _edge_of(x)
+    if e is None:
         return
-    else:
-        e = x._edge()
-        if e is None:
-            return
-        fn = e[0]
+    fn = e[0]
     _attach(op, t, [e, None], fn._topological_nr + 1, (None, None, c), 1, 3, (x, c), NO_PARAMS)
 
 
 def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
     """``record`` for two inputs (tensors or constants) and one output, without the loops."""
     if isinstance(x, Tensor):
-        fn = x._grad_fn
-        if fn is not None and x._base is None:
-            ex = (fn, x._output_nr)
-        elif x._base is None and not x._requires_grad:
-            ex = None
-        else:
-            ex = x._edge()
+        ex = _edge_of(x)
         cx = None
         tbits = 3
     else:
@@ -260,13 +240,7 @@ def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
         cx = x  # constants are kept for the rules
         tbits = 1
     if isinstance(y, Tensor):
-        fn = y._grad_fn
-        if fn is not None and y._base is None:
-            ey = (fn, y._output_nr)
-        elif y._base is None and not y._requires_grad:
-            ey = None
-        else:
-            ey = y._edge()
+        ey = _edge_of(y)
         cy = None
         tbits |= 4
     else:
@@ -284,21 +258,6 @@ def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
         mask = 3
         topo = builtins.max(ex[0]._topological_nr, ey[0]._topological_nr) + 1
     _attach(op, t, [ex, ey], topo, (None, cx, cy), mask, tbits, (x, y), NO_PARAMS)
-
-
-def _edge_of(x: Tensor) -> Any:
-    """The edge a node recorded now takes to tensor ``x`` (None: x needs no gradient)."""
-    fn = x._grad_fn
-    if fn is not None and x._base is None:
-        return (fn, x._output_nr)  # See NOTE [Edges are plain tuples]
-    if x._base is None:
-        if not x._requires_grad:
-            return None
-        m = x._meta
-        e = None if m is None else m.grad_edge  # a leaf's, made once and shared
-        if e is not None:
-            return e
-    return x._edge()
 
 
 def record_ternary(op: OpDef, t: Tensor, x: Tensor, y: Tensor, z: Tensor) -> None:
