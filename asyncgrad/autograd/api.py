@@ -458,7 +458,9 @@ async def _grad(
         is_grads_batched,
         priority,
     )
-    captured = await engine.execute(**task)
+    run = engine.execute(**task)
+    del task  # See NOTE [Fewer objects for the collector] in asyncgrad/ops/_record.py
+    captured = await run
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
 
 
@@ -551,7 +553,9 @@ async def backward(
         tensor([6.])
     """
     task = _prepare_backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-    await engine.execute(**task)
+    run = engine.execute(**task)
+    del task  # See NOTE [Fewer objects for the collector] in asyncgrad/ops/_record.py
+    await run
 
 
 def backward_sync(

@@ -253,8 +253,13 @@ async def execute(
             None if adm is None else _request_turn(),
         )  # fmt: skip
         gt.link(parent)
+        run = _run(gt, prep)
+        # The preparation holds what it needs until it has run: nothing here keeps the argument
+        # lists or the spent generator alive while the pass is awaited (See NOTE [Fewer objects
+        # for the collector] in asyncgrad/ops/_record.py).
+        del roots, root_grads, outputs, prep
         try:
-            return await _run(gt, prep)
+            return await run
         finally:
             gt.unlink()
     finally:
@@ -339,6 +344,7 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
                     t_end = t0 + config.slice_s * PREP_SLICE_SHARE
         except StopIteration as stop:
             start = stop.value
+        del prep
         gt.stats.stall(perf_counter() - t0)
         if gt.done:  # cancelled through its link while preparing
             raise asyncio.CancelledError("the backward pass was cancelled")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import threading
+import types
 import weakref
 from collections.abc import Iterator
 from typing import Any, Final
@@ -311,6 +313,48 @@ async def test_cancelled_backward_leaves_no_cycles() -> None:
     del out, task
     assert _alive(refs) == []
     assert x.grad is None
+
+
+async def test_a_pending_pass_keeps_no_spent_preparation() -> None:
+    """While an awaited pass waits on its nodes, neither ``ag.grad``'s frames nor the engine's
+    keep the call's argument lists or its finished preparation alive (See NOTE [Fewer objects
+    for the collector] in asyncgrad/ops/_record.py): a burst of pending requests gives the
+    collector that much less to scan."""
+    x = ag.tensor([1.0, 2.0], requires_grad=True)
+    mid = x * 2.0
+    parked = asyncio.Event()
+    go = asyncio.Event()
+
+    async def park(g: ag.Tensor) -> None:
+        parked.set()
+        await go.wait()
+
+    mid.register_hook(park)
+    out = (mid * 3.0).sum()
+    async with asyncio.timeout(TIMEOUT_S):
+        task = asyncio.create_task(ag.grad(out, [x]))
+        try:
+            await parked.wait()
+            frames: dict[str, set[str]] = {}
+            coro: Any = task.get_coro()
+            while inspect.iscoroutine(coro):  # the awaiting chain, down to the pass's future
+                frames[coro.cr_code.co_name] = set(coro.cr_frame.f_locals)
+                coro = coro.cr_await
+            del coro
+            assert {"_grad", "execute", "_run"} <= frames.keys()
+            assert "task" not in frames["_grad"]
+            assert not {"roots", "root_grads", "outputs", "prep"} & frames["execute"]
+            assert "prep" not in frames["_run"]
+            spent = [
+                o
+                for o in gc.get_objects()
+                if type(o) is types.GeneratorType and o.gi_code.co_name == "_prepare"
+            ]
+            assert spent == []
+        finally:
+            go.set()  # the pass ends either way: nothing is left running
+            (gx,) = await task
+    assert_close(gx, [6.0, 6.0])
 
 
 # ----------------------------------------------------------------------------- reentrant
