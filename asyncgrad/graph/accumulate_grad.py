@@ -9,7 +9,7 @@ from typing import Any, Final
 from .. import backend
 from .._tensor import Tensor
 from .hooks import Hooks
-from .node import ACCUMULATE_SEQUENCE_NR, Edge, Node
+from .node import ACCUMULATE_SEQUENCE_NR, Edge, Node, one_output_meta
 
 __all__ = ["AccumulateGrad"]
 
@@ -41,7 +41,7 @@ class AccumulateGrad(Node):
         arr = variable._array
         self._init_node(_NO_EDGES, ACCUMULATE_SEQUENCE_NR)
         self._var_ref = weakref.ref(variable)
-        self._input_meta = ((arr.shape, arr.dtype),)
+        self._input_meta = one_output_meta(arr.shape, arr.dtype)
         self._set_device(variable.device)
 
     @staticmethod

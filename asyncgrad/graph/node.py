@@ -28,6 +28,32 @@ ACCUMULATE_SEQUENCE_NR: Final = (1 << 63) - 1
 _hooks_lock = threading.Lock()
 
 
+# NOTE [Shared input metadata]
+# A node keeps ``_input_meta``, ``((shape, dtype),)`` for a one-output op: two tuples over the
+# array's own shape tuple. Built afresh per node they are three container objects that the
+# cyclic collector counts as new (its young generation runs after every 700 of them, net) and
+# scans until it untracks them, one level per collection: under a burst of requests, about a
+# third of what each forward graph gave the collector. Nodes therefore share one such tuple per
+# shape, made for the dtype that shape last came with: the table ops' recording looks it up by
+# the shape (ops/_record.py, _attach), without a call and without hashing the dtype, which costs
+# NumPy more than building the tuples. A program that mixes dtypes at one shape gets a fresh
+# tuple per change of dtype (correct, as before), and one whose shapes keep changing (a growing
+# sequence) empties the table once it holds META_SHAPES_MAX shapes.
+META_SHAPES_MAX: Final = 1024
+metas: Final[dict[tuple[int, ...], tuple[tuple[tuple[int, ...], Any]]]] = {}
+
+
+def one_output_meta(shape: tuple[int, ...], dtype: Any) -> tuple[tuple[tuple[int, ...], Any]]:
+    """The ``_input_meta`` of a node whose one output has ``shape`` and ``dtype``, shared with
+    the other nodes of that shape and dtype (See NOTE [Shared input metadata])."""
+    m = metas.get(shape)
+    if m is None or m[0][1] is not dtype:
+        if len(metas) >= META_SHAPES_MAX:
+            metas.clear()
+        m = metas[shape] = ((shape, dtype),)
+    return m
+
+
 class Edge(NamedTuple):
     """A gradient edge: input ``input_nr`` of the backward node ``node``."""
 

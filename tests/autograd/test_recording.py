@@ -82,3 +82,39 @@ def test_linear_refuses_to_save_an_inference_tensor_and_leaves_its_inputs_usable
     assert b.grad is not None
     np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 4.0))
     np.testing.assert_array_equal(b.grad.numpy(), np.full(2, 4.0))
+
+
+# ----------------------------------------------------------------------------- shared metadata
+def test_nodes_of_one_shape_and_dtype_share_their_input_metadata() -> None:
+    x = ag.tensor(np.arange(12.0).reshape(3, 4), dtype=ag.float32, requires_grad=True)
+    a, b = x * 2.0, x.exp()
+    assert a.grad_fn._input_meta is b.grad_fn._input_meta  # See NOTE [Shared input metadata]
+    assert a.grad_fn._input_meta == (((3, 4), np.dtype(np.float32)),)
+    # The same shape in another dtype gets its own metadata, and the first keeps its own.
+    xd = ag.tensor(np.arange(12.0).reshape(3, 4), dtype=ag.float64, requires_grad=True)
+    c = xd * 3.0
+    assert c.grad_fn._input_meta == (((3, 4), np.dtype(np.float64)),)
+    assert a.grad_fn._input_meta == (((3, 4), np.dtype(np.float32)),)
+    # Alternating dtypes at one shape: every gradient keeps its input's dtype and value.
+    d = x * 4.0
+    assert d.grad_fn._input_meta == (((3, 4), np.dtype(np.float32)),)
+    (gx, gxd) = ag.grad_sync((a + b + d).sum() + c.sum().float(), [x, xd])
+    assert gx.dtype == ag.float32
+    assert gxd.dtype == ag.float64
+    np.testing.assert_allclose(gx.numpy(), 6.0 + np.exp(x.detach().numpy()), rtol=1e-6)
+    np.testing.assert_array_equal(gxd.numpy(), np.full((3, 4), 3.0))
+
+
+def test_the_shared_metadata_table_stays_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncgrad.graph import node as node_module
+
+    monkeypatch.setattr(node_module, "META_SHAPES_MAX", 4)
+    x = ag.tensor(np.ones(40), requires_grad=True)
+    grads = []
+    for n in range(1, 11):  # ten shapes, through a table of at most four
+        y = x[:n] * float(n)
+        assert len(node_module.metas) <= 4
+        assert y.grad_fn._input_meta == (((n,), np.dtype(np.float64)),)
+        grads.append(ag.grad_sync(y.sum(), x)[0].numpy())
+    expected = [np.where(np.arange(40) < n, float(n), 0.0) for n in range(1, 11)]
+    np.testing.assert_array_equal(np.stack(grads), np.stack(expected))
