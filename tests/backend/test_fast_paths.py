@@ -126,3 +126,28 @@ def test_mm_of_tensors_records_the_product() -> None:
     assert type(out.grad_fn).__name__ == "MatmulBackward0"
     (ga,) = ag.grad_sync(out.sum(), [a])
     np.testing.assert_allclose(ga.numpy(), np.ones((3, 2)) @ b.detach().numpy().T)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float16, np.float32, np.complex64, np.complex128, np.dtype(">f4"), np.int64, np.bool_],
+    ids=str,
+)
+def test_masked_has_wheres_dtype(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Masking hands ``where`` a cached 0-d zero of a floating gradient's dtype: the result is
+    the one ``where(keep, g, 0.0)`` gives, for every dtype and byte order, call after call."""
+    monkeypatch.setattr(backend, "_zeros_by_num", {})  # this dtype's zero is made here
+    g = (np.arange(10) - 4).astype(dtype)
+    keep = np.arange(10) % 3 == 0
+    for _ in range(3):  # the first call makes the zero, the next ones take it from the cache
+        got = backend.masked(g, keep)
+        expected = np.where(keep, g, 0.0)
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+        got[...] = 7  # a fresh array: writing to it changes no cached zero
+    # The other byte order of float32 shares the zero made above (one number, two dtypes).
+    for other_dtype in (np.dtype("<f4"), np.dtype(">f4")):
+        other = (np.arange(10) - 4).astype(other_dtype)
+        got, expected = backend.masked(other, keep), np.where(keep, other, 0.0)
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
