@@ -38,7 +38,8 @@ _hooks_lock = threading.Lock()
 # the shape (ops/_record.py, _attach), without a call and without hashing the dtype, which costs
 # NumPy more than building the tuples. A program that mixes dtypes at one shape gets a fresh
 # tuple per change of dtype (correct, as before), and one whose shapes keep changing (a growing
-# sequence) empties the table once it holds META_SHAPES_MAX shapes.
+# sequence) empties the table once it holds META_SHAPES_MAX shapes: in place, as recording holds
+# the table's bound ``get``.
 META_SHAPES_MAX: Final = 1024
 metas: Final[dict[tuple[int, ...], tuple[tuple[tuple[int, ...], Any]]]] = {}
 
