@@ -25,7 +25,9 @@ Extra measurements, each library in its own process on the default asyncio loop:
       another: cost per gradient each way;
   (c) fairness: latency p99 of small requests (one gradient each, 8 clients) while one large
       backward runs (a 20,000-op chain, graph built beforehand) vs with nothing else running;
-      and two 3,000-op chain backwards started A then B: which finishes first.
+      and two 3,000-op chain backwards started A then B: which finishes first;
+  (d) a burst of 64 requests of 20 gradients each, launched at once with ``asyncio.gather``
+      vs the same requests one after another: the median request's latency each way.
 
 No ``gc.collect()`` and no ``gc.freeze()`` anywhere: collector pauses land in the numbers.
 
@@ -49,6 +51,7 @@ CLIENTS = 64
 GRADS_PER_REQUEST = 20
 TICK = 0.001
 N_GATHER = 2_000
+N_BURST = 64  # (d): requests of GRADS_PER_REQUEST gradients each
 SMALL_CLIENTS = 8
 N_BIG = 20_000
 N_ORDER = 3_000
@@ -301,6 +304,32 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
     res["gather_us"] = H.median(gath[1:])
     res["gather_lag_max"] = max(gath_lag[1:])
     res["gather_first_done"] = H.median(first_done[1:])
+    del xs
+
+    # (d) a burst of requests of several gradients each, at once vs in turn.
+    xs = L.inputs(N_BURST)
+
+    async def request(x: Any) -> float:
+        for _ in range(GRADS_PER_REQUEST):
+            await L.grad_call(x)
+        return clock()
+
+    burst_p50, turn_p50, burst_total, turn_total = [], [], [], []
+    for _ in range(3):  # the first of each is a warm-up
+        await asyncio.sleep(0.01)
+        a = clock()
+        ends = [await request(x) - a for x in xs]
+        turn_p50.append(H.median(ends) * 1e3)
+        turn_total.append(ends[-1] * 1e3)
+        await asyncio.sleep(0.01)
+        a = clock()
+        ends = [e - a for e in await asyncio.gather(*(request(x) for x in xs))]
+        burst_p50.append(H.median(ends) * 1e3)
+        burst_total.append(max(ends) * 1e3)
+    res["burst_turn_p50"] = H.median(turn_p50[1:])
+    res["burst_p50"] = H.median(burst_p50[1:])
+    res["burst_turn_total"] = H.median(turn_total[1:])
+    res["burst_total"] = H.median(burst_total[1:])
     del xs
 
     # (c) small requests (one gradient each, SMALL_CLIENTS clients) unloaded, then while one
@@ -676,6 +705,51 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
 
     rows = []
     for lib, n in ext.items():
+        s = {k: med(n, k) for k in ("burst_turn_p50", "burst_p50", "burst_turn_total")}
+        s["burst_total"] = med(n, "burst_total")
+        r = H.paired_ratio(per_round(n, "burst_p50"), per_round(n, "burst_turn_p50"))
+        s["burst_ratio"] = r
+        summary[n].update(s)
+        target = ""
+        if lib == "asyncgrad":
+            v = H.verdict_at_most(r, s["burst_p50"] / s["burst_turn_p50"], 1.0)
+            target = f"median <= in turn: {v}"
+            rep.targets.append(
+                (
+                    f"a burst of {N_BURST} requests of {GRADS_PER_REQUEST} gradients: median "
+                    "latency no worse than in turn",
+                    v,
+                    f"paired ratio {H.fmt_ratio(r)}; medians {s['burst_p50']:.1f} vs "
+                    f"{s['burst_turn_p50']:.1f} ms",
+                )
+            )
+        rows.append(
+            [
+                LABELS[lib],
+                H.fmt(s["burst_turn_p50"], ".1f"),
+                H.fmt(s["burst_p50"], ".1f"),
+                H.fmt_ratio(r),
+                H.fmt(s["burst_turn_total"], ".1f"),
+                H.fmt(s["burst_total"], ".1f"),
+                target,
+            ]
+        )
+    burst_tab = H.table(
+        [
+            f"(d) {N_BURST} requests of {GRADS_PER_REQUEST} gradients",
+            "in turn p50 ms",
+            "burst p50 ms",
+            "burst p50 / in turn",
+            "in turn all done ms",
+            "burst all done ms",
+            "target",
+        ],
+        rows,
+        align=["l", "r", "r", "r", "r", "r", "l"],
+    )
+
+    rows = []
+    for lib, n in ext.items():
         s = {
             k: med(n, k)
             for k in (
@@ -786,10 +860,15 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         "running, `large during` its wall time among the small requests. The order table "
         "launches two "
         f"{N_ORDER:,}-op chain backwards as tasks, A then B, with nothing else running, 3 runs "
-        "per process; finish times in ms after the launch (medians)."
+        "per process; finish times in ms after the launch (medians). "
+        f"(d) {N_BURST} requests (each its own input) of {GRADS_PER_REQUEST} gradients one "
+        "after another, launched at once with `asyncio.gather`, against the same requests "
+        "awaited one after another: the median request's latency from the launch, and when "
+        "the last one ended (median of 2 runs after one warm-up run of each); `burst p50 / in "
+        "turn` is the median of per-round ratios."
     )
     print()
-    for tab in (load_tab, alone_tab, gather_tab, fair_tab, order_tab):
+    for tab in (load_tab, alone_tab, gather_tab, fair_tab, order_tab, burst_tab):
         print(tab)
         print()
 
@@ -802,6 +881,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         gather_tab,
         fair_tab,
         order_tab,
+        burst_tab,
     ]
     if skipped:
         rep.sections.append("Skipped: " + ", ".join(skipped) + " (not installed).")

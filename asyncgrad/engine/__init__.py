@@ -65,7 +65,8 @@ def configure(
         max_running: the most top-level graph tasks that run at once on each event loop; the
             rest wait in priority order (See NOTE [Admission]). ``None``: no cap (the default).
         quantum_s: node time after which a graph task counts as large and later arrivals may
-            pass it (default 0.002 s; See NOTE [Fair order]).
+            pass it, and after which a request's next call takes a new turn (default 0.002 s;
+            See NOTE [Fair order] and NOTE [A request keeps its turn]).
         large_share: the least share of its device's time a large graph task keeps while
             newer requests keep arriving, in (0, 1] (default 0.25; See NOTE [Fair order]). 1
             keeps its turn: every graph task built after it waits for it.

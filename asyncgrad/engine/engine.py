@@ -17,8 +17,7 @@ from . import admission, metrics, streams
 from .devices import push, queue_for, queues_of
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
-from .offload import request_turn
-from .ready_queue import ReadyQueue, now_us
+from .ready_queue import ReadyQueue, keep_turn, lane_busy, request_of_caller
 from .reentrant import (
     blocking,
     config,
@@ -248,9 +247,13 @@ async def execute(
     if adm is not None and not admission.try_enter(adm):  # no coroutine when there is room
         await admission.enter(loop, adm, priority)
     try:
+        # A top-level pass takes its request's turn (See NOTE [A request keeps its turn]).
+        req = None if adm is None else request_of_caller()
+        if req is not None and lane_busy(loop, priority, depth[0]):
+            req = None
         gt, prep = build(
             roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop,
-            None if adm is None else _request_turn(),
+            None if req is None else req.turn,
         )  # fmt: skip
         gt.link(parent)
         run = _run(gt, prep)
@@ -259,29 +262,16 @@ async def execute(
         # for the collector] in asyncgrad/ops/_record.py).
         del roots, root_grads, outputs, prep
         try:
-            return await run
+            captured = await run
+            if adm is not None:
+                service = gt.service if req is None else req.service + gt.service
+                keep_turn(req, gt.turn, service, config.quantum_s)
+            return captured
         finally:
             gt.unlink()
     finally:
         if adm is not None:
             admission.leave(adm)
-
-
-# A forward that returned longer ago than this was not this graph task's request (a long-lived
-# context that ran ag.run once at start-up, say): the graph task then takes a turn of its own.
-REQUEST_TURN_MAX_AGE_S: Final = 0.5
-
-
-def _request_turn() -> int | None:
-    """The turn of this caller's latest ``ag.run``, if it returned recently, which a top-level
-    graph task it builds now takes (See NOTE [Turns on compute threads] in offload.py); read
-    once."""
-    seen = request_turn.get()
-    if seen is None:
-        return None
-    request_turn.set(None)
-    turn, returned = seen
-    return turn if now_us() - returned <= REQUEST_TURN_MAX_AGE_S * 1e6 else None
 
 
 async def _execute_on(

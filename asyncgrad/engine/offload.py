@@ -43,10 +43,10 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from .ready_queue import key_base, now_us
+from .ready_queue import keep_turn, key_base, now_us, request_of_caller
+from .reentrant import config
 
 T = TypeVar("T")
 
@@ -56,14 +56,9 @@ T = TypeVar("T")
 # passes of requests that came after it, so a burst of requests that each run a forward with
 # ``ag.run`` and then a backward does not finish all late together. (The turn is the graph
 # task's own, not its place among large ones in the ready queues, See NOTE [Fair order]: that
-# place moves while it runs, and waiting ones sort last there.) A request's backward takes the
-# turn of its forward: ``ag.run`` records its turn in the caller's context (``request_turn``)
-# when it returns, and the next top-level graph task that caller builds soon after (within
-# REQUEST_TURN_MAX_AGE_S in engine.py of the forward's end, not of its start: under a burst a
-# forward may wait long for a thread) starts from that turn, and clears it.
-request_turn: ContextVar[tuple[int, int] | None] = ContextVar(
-    "asyncgrad_request_turn", default=None
-)  # (the forward's turn, when it returned), both in now_us()
+# place moves while it runs, and waiting ones sort last there.) A request's calls share its
+# turn, its forward's and its backward's alike: See NOTE [A request keeps its turn] in
+# ready_queue.py.
 
 DEFAULT_COMPUTE_THREADS = max(1, os.cpu_count() or 1)
 
@@ -201,10 +196,13 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             f"ag.run runs a plain function on a thread, but {_name(fn)} is a coroutine "
             "function: await it directly instead"
         )
-    turn = now_us()
+    loop = asyncio._get_running_loop()
+    # A call of a request that made one before takes its turn (See NOTE [A request keeps its
+    # turn]); trio's tasks are not asyncio's, so there each call has its own.
+    req = None if loop is None else request_of_caller()
+    turn = now_us() if req is None else req.turn
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, fn, *args, **kwargs)
-    loop = asyncio._get_running_loop()
     if loop is None:
         # Not on an asyncio loop: trio, or another loop anyio knows.
         import anyio.to_thread
@@ -213,7 +211,7 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     else:
         cf = compute_pool.get().submit_keyed(key_base(0, 0, turn), call)
         result = await asyncio.wrap_future(cf, loop=loop)
-    request_turn.set((turn, now_us()))  # See NOTE [Turns on compute threads]
+        keep_turn(req, turn, 0.0 if req is None else req.service, config.quantum_s)
     return result
 
 

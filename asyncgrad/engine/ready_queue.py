@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import weakref
+from contextvars import ContextVar
 from heapq import heappush
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
@@ -47,6 +48,83 @@ if TYPE_CHECKING:
 # of new requests (its virtual turn runs ahead of the clock, letting newer requests pass, only
 # while it has had more than that), so it is never starved. Timings and tests:
 # tests/engine/test_fairness.py (driven by the engine's counters, not by sleeps).
+
+# NOTE [A request keeps its turn]
+# A request often makes several engine calls one after another: a forward with ``ag.run`` and
+# then its backward, or several gradients in a row. If each call took a turn of its own (its
+# arrival), every later call of a request would wait behind everything that arrived meanwhile:
+# under a burst all requests interleave and all finish late, as if each request were as many
+# requests as it has calls. So a request keeps its turn:
+#   - when ``ag.run`` or an awaited top-level pass returns, it leaves in its caller's context
+#     (``request_turn``) its turn, the node time the request's passes have had so far, and the
+#     task that awaited it;
+#   - the next top-level call of that same task takes that turn, if it comes within
+#     REQUEST_TURN_MAX_AGE_S of the return (measured from the return, not from the turn: under a
+#     burst a call may wait long for its first node, or for a compute thread);
+#   - once the request's passes have had ``quantum_s`` of node time in all, its next call takes a
+#     new turn, behind everything that came meanwhile, as a large graph task lets newer ones pass
+#     (See NOTE [Fair order]): a caller that computes gradients in an endless loop holds nobody
+#     back for more than a quantum of node time at a time.
+# Another task (one started with ``create_task`` or ``gather``, each HTTP request of a server)
+# never takes it: it is a request of its own. A pass whose turn puts it ahead of everything
+# queued runs right in its caller (See NOTE [Passes in their callers] in worker.py), so a
+# request's gradients run back to back, with no trip through the worker in between.
+# While a large graph task of the same priority runs, a request's calls take turns of their own,
+# as new arrivals: the lane's virtual turn, which keeps the large one its share, is set against
+# the clock (See NOTE [Fair order]), so a request that kept an old turn would pass it every time,
+# then take a new one far behind it at its next quantum (on the engine's fake clock, eight
+# clients of one-gradient requests beside an 8,000-node backward then waited up to 25-39 ms, 3-5
+# ms otherwise: tests/engine/test_fairness.py).
+REQUEST_TURN_MAX_AGE_S: Final = 0.5
+
+
+class RequestTurn:
+    """A request's turn, the node time its passes have had, when its last engine call returned
+    (in now_us()), and the task that made it; the task updates it in place after each call (a
+    ContextVar.set per call would cost more), and ends it by dropping the task."""
+
+    __slots__ = ("returned", "service", "task", "turn")
+
+    def __init__(self, turn: int, returned: int, service: float, task: Any) -> None:
+        self.turn = turn
+        self.returned = returned
+        self.service = service
+        self.task = task
+
+
+request_turn: ContextVar[RequestTurn | None] = ContextVar("asyncgrad_request_turn", default=None)
+
+
+def request_of_caller() -> RequestTurn | None:
+    """The request of the running task, whose turn its next top-level engine call takes, if
+    its last call returned within REQUEST_TURN_MAX_AGE_S (See NOTE [A request keeps its
+    turn])."""
+    r = request_turn.get()
+    if (
+        r is None
+        or r.task is not asyncio.current_task()
+        or now_us() - r.returned > REQUEST_TURN_MAX_AGE_S * 1e6
+    ):
+        return None
+    return r
+
+
+def keep_turn(r: RequestTurn | None, turn: int, service: float, quantum: float) -> None:
+    """A top-level engine call of the running task (of request ``r``, None: a new one) returned
+    with ``turn``, its request's passes having had ``service`` seconds of node time in all: the
+    next call keeps that turn, unless that is ``quantum`` or more (See NOTE [A request keeps
+    its turn])."""
+    if service >= quantum:
+        if r is not None:
+            r.task = None
+    elif r is None:
+        request_turn.set(RequestTurn(turn, now_us(), service, asyncio.current_task()))
+    else:
+        r.turn = turn
+        r.returned = now_us()
+        r.service = service
+
+
 SEQ_BITS: Final = 64
 TURN_BITS: Final = 48
 DEPTH_BITS: Final = 16
@@ -102,6 +180,7 @@ class ReadyQueue:
         "label",
         "launched",
         "loop",
+        "owed",
         "since",
         "stats",
         "tasks",
@@ -123,6 +202,8 @@ class ReadyQueue:
         # When the engine first ran nodes of this queue in the loop's current iteration (0.0:
         # not yet); See NOTE [Passes in their callers] in worker.py.
         self.since = 0.0
+        # Node time owed to lower priorities (See NOTE [Lower priorities' share] in worker.py).
+        self.owed = 0.0
 
     def push(self, gt: GraphTask, node: Node, buf: list[Any]) -> None:
         heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))
@@ -237,6 +318,16 @@ def move_head(gt: GraphTask, stride: float) -> int:
     lane.vturn += int(gt.unmoved * stride * 1e6)
     gt.unmoved = 0.0
     return retime(gt, lane.vturn)
+
+
+def lane_busy(loop: asyncio.AbstractEventLoop, priority: int, depth: int) -> bool:
+    """Whether a large graph task of ``priority`` and ``depth`` runs on ``loop`` (See NOTE [A
+    request keeps its turn])."""
+    per_loop = _lanes.get(loop)
+    if not per_loop:
+        return False
+    lane = per_loop.get((priority, depth))
+    return lane is not None and bool(lane.tasks)
 
 
 def leave_lane(gt: GraphTask) -> None:

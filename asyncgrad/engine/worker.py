@@ -63,8 +63,11 @@ MIN_SLICE_SHARE: Final = 0.25
 # high-priority requests must not starve lower-priority work on the same device (a trainer at
 # priority 0 behind a server's requests at 1). The worker therefore counts, for every slice that
 # ran only the priority it began with, `lower_share / (1 - lower_share)` of its node time as
-# owed to lower priorities; once a full slice is owed, its next slice runs only the ready nodes
-# of priorities below the highest queued (drain_lower), and the debt is cleared. A slice that
+# owed to lower priorities (``queue.owed``; callers that run their own passes ahead of queued
+# work count theirs too, See NOTE [Passes in their callers]). Once a full slice is owed, its
+# next slice runs only the ready nodes of priorities below the highest queued (drain_lower),
+# and the debt goes down by the time that slice ran (a short slice, when callers took most of
+# the loop's turn, pays part of it, and the next turn pays more). A slice that
 # reached lower-priority work by itself (the higher work ran out) clears it too, so lower
 # priorities keep at least `lower_share` of the device's node time, and more whenever the
 # higher ones leave more. `configure(lower_share=0)` makes priority strict.
@@ -79,32 +82,53 @@ install_waker(start_worker)  # See NOTE [Waking workers]
 
 
 # NOTE [Passes in their callers]
-# An awaited pass whose device queue is idle (no worker, nothing queued: a request alone, say)
-# is drained by its caller right where it awaits, instead of starting a worker task and waiting
-# a loop iteration for it and another for the answer: a lone small request then costs no task
-# and no loop iteration, and ``await ag.grad(...)`` completes without yielding, as awaiting a
-# finished future does. What bounds the loop's stalls stays: one slice per loop iteration,
-# counted from the first node the engine ran in it (``queue.since``, cleared by a callback in the
-# next iteration), covers the worker's nodes, the callers' and whatever those callers did in
-# between. A caller runs only what is left of it and hands the rest of its pass to the worker,
-# which it starts; once the slice is used up, callers queue for the worker as before. (Without
-# that shared bound, an earlier version let every caller run a slice of its own in each
-# iteration: loop lag p99 went from 2.6 to 46 ms under benchmarks/server_load.py.) Only CPU
-# queues: a CUDA queue's worker also paces the GPU (See NOTE [Running ahead of the GPU]).
+# An awaited pass that would run next anyway (its device queue is idle, or its turn puts its
+# first node ahead of everything queued, which is of its own priority: a request alone, or the
+# next gradient of a request already being served, See NOTE [A request keeps its turn] in
+# ready_queue.py; across priorities the worker keeps each its share) is drained by its
+# caller right where it awaits, instead of going through the worker task and waiting a loop
+# iteration for it and another for the answer: it then costs no task and no loop iteration, and
+# ``await ag.grad(...)`` completes without yielding, as awaiting a finished future does. The
+# caller runs its own graph task's nodes only, never what was queued before, so the ready order
+# stays what the worker would follow (See NOTE [Ready order]). What bounds the loop's stalls
+# stays: one slice per loop iteration, counted from the first node the engine ran in it
+# (``queue.since``, cleared by a callback in the next iteration), covers the worker's nodes, the
+# callers' and whatever those callers did in between. A caller runs only what is left of it and
+# hands the rest of its pass to the worker, which it starts if needed; once the slice is used up,
+# callers queue for the worker as before. (Without that shared bound, an earlier version let
+# every caller run a slice of its own in each iteration: loop lag p99 went from 2.6 to 46 ms under
+# benchmarks/server_load.py.) Node time run this way ahead of queued work counts towards what
+# lower priorities are owed (See NOTE [Lower priorities' share]), and once a slice is owed,
+# callers queue so that the worker pays it. Only CPU queues: a CUDA queue's worker also paces the
+# GPU (See NOTE [Running ahead of the GPU]).
 def run_here(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> bool:
     """Drain ``gt``'s pass from its start node in the caller, within what is left of this loop
-    iteration's slice; False, having done nothing, when the queue has a worker or work, or no
+    iteration's slice; False, having done nothing, when something queued comes first, or no
     slice is left (See NOTE [Passes in their callers])."""
-    if queue.worker is not None or queue.heap or queue.device.type != "cpu":
+    if queue.device.type != "cpu":
         return False
+    heap = queue.heap
+    ahead = bool(heap)  # of queued work, which it passes by its turn
+    if ahead:
+        first = heap[0]
+        if (
+            first[4].priority != gt.priority  # the worker's own share-keeping decides then
+            or gt.key_base - node._sequence_nr >= first[0]
+            or queue.owed >= config.slice_s
+        ):
+            return False
     left = slice_left(queue)
     if left <= 0.0:
         return False
     queue.push(gt, node, buf)
+    started = perf_counter()
     try:
-        drain(queue, left)
+        drain(queue, left, None, 0.0, gt)
     finally:
-        if queue.heap:
+        share = config.lower_share
+        if ahead and share:
+            queue.owed += (perf_counter() - started) * share / (1.0 - share)
+        if heap and queue.worker is None:
             start_worker(queue)
     return True
 
@@ -139,7 +163,6 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
     # When it last yielded to the loop, or was started (See NOTE [Slices share the loop's
     # turn]): the loop's other work before its first step counts against its first slice too.
     yielded = started
-    owed = 0.0  # node time owed to lower priorities (See NOTE [Lower priorities' share])
     answer_s = 0.0
     answered = 0
     try:
@@ -148,16 +171,17 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
             budget = max(full - (perf_counter() - yielded), full * MIN_SLICE_SHARE)
             iteration_start(queue)  # callers later in this iteration share what is left of it
             share = config.lower_share
-            if owed >= full and drain_lower(queue, budget, watched):
-                owed = 0.0
+            started = perf_counter()
+            if queue.owed >= full and drain_lower(queue, budget, watched):
+                # Paid as far as this slice went (a short one, when callers took the rest).
+                queue.owed = max(0.0, queue.owed - (perf_counter() - started))
                 answered = 0
             else:
-                started = perf_counter()
                 lower, answered = drain(queue, budget, watched, answer_s)
-                if lower or share == 0.0 or owed >= full:
-                    owed = 0.0  # lower priorities ran, or none waited
+                if lower or share == 0.0 or queue.owed >= full:
+                    queue.owed = 0.0  # lower priorities ran, or none waited
                 else:
-                    owed += (perf_counter() - started) * share / (1.0 - share)
+                    queue.owed += (perf_counter() - started) * share / (1.0 - share)
             if ahead is not None:
                 # See NOTE [Running ahead of the GPU].
                 idx = queue.device.index
@@ -192,10 +216,15 @@ async def yield_to_loop() -> None:
 
 
 def drain(
-    queue: ReadyQueue, budget: float, base_watched: bool | None = None, answer_s: float = 0.0
+    queue: ReadyQueue,
+    budget: float,
+    base_watched: bool | None = None,
+    answer_s: float = 0.0,
+    only: GraphTask | None = None,
 ) -> tuple[bool, int]:
-    """Evaluate ready nodes until the heap is empty or ``budget`` seconds have passed, each
-    graph task it completes taking ``answer_s`` off the budget. Returns whether it ran nodes of
+    """Evaluate ready nodes until the heap is empty (or, given ``only``, holds none of that
+    graph task's first) or ``budget`` seconds have passed, each graph task it completes taking
+    ``answer_s`` off the budget. Returns whether it ran nodes of
     a lower priority than its first's (See NOTE [Lower priorities' share]), and how many graph
     tasks it completed (See NOTE [Slices share the loop's turn]).
 
@@ -237,6 +266,8 @@ def drain(
                 _, node, buf = direct
                 direct = None
             elif heap:
+                if only is not None and heap[0][4] is not only:
+                    break  # a caller runs its own pass alone (See NOTE [Passes in their callers])
                 _, _, node, buf, gt = heappop(heap)
                 if gt.done:
                     continue

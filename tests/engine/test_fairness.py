@@ -421,7 +421,11 @@ async def test_a_slice_leaves_time_for_the_callers_it_answers(
 ) -> None:
     """Callers that take time on the loop once answered (their next forward, say): a slice
     answers fewer of them, as much fewer as they take, so that a turn of the loop (the slice
-    and their work after it) stays near ``slice_s``."""
+    and their work after it) stays near ``slice_s``. Each gradient is a request of its own:
+    none keeps the turn of the one before (See NOTE [A request keeps its turn]), so all of
+    them go through the worker."""
+    from asyncgrad.engine.ready_queue import request_turn
+
     clock = _FakeClock(monkeypatch)
 
     async def serve(cost_s: float) -> list[int]:
@@ -433,6 +437,7 @@ async def test_a_slice_leaves_time_for_the_callers_it_answers(
             while served < 400:
                 x, loss = clock.chain(8)
                 (g,) = await ag.grad(loss, [x])
+                request_turn.set(None)
                 assert_close(g, np.ones(4))
                 clock.now += cost_s
                 served += 1
@@ -457,3 +462,156 @@ def test_a_bad_setting_leaves_every_setting_as_it_was() -> None:
         engine.configure(slice_s=0.5, quantum_s=0.5, large_share=0.5, lower_share=1.0)
     after = (engine.slice_s, engine.quantum_s, engine.large_share, engine.lower_share)
     assert after == before
+
+
+# ------------------------------------------------------------------ a request keeps its turn
+def _turn_of_running_pass(turns: list[int]) -> Callable[[Any], None]:
+    from asyncgrad.engine.reentrant import current_graph_task
+
+    def record(g: Any) -> None:
+        gt = current_graph_task.get()
+        assert gt is not None
+        turns.append(gt.turn)
+
+    return record
+
+
+async def test_a_requests_gradients_run_back_to_back_under_a_burst(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests of several gradients each (less than a quantum of node time in all), launched
+    at once, with passes of a quarter slice so that the worker always has some queued: each
+    request's later passes keep its turn (See
+    NOTE [A request keeps its turn]) and run in their callers ahead of the later requests'
+    (See NOTE [Passes in their callers]), so the requests finish one after another, in the
+    order they came, not all late together after taking turns pass by pass."""
+    from asyncgrad.engine import graph_task
+
+    clock = _FakeClock(monkeypatch)
+    # Turns in the order graph tasks are built, whatever the machine's clock resolution.
+    turns = iter(range(graph_task.now_us(), 1 << 46))
+    monkeypatch.setattr(graph_task, "now_us", lambda: next(turns))
+    nodes = int(engine.slice_s / 4 / NODE_S)
+    requests, passes = 8, 5
+    assert passes * nodes * NODE_S < engine.quantum_s
+    done: list[int] = []  # the request of every pass, in the order they finished
+    ended: dict[int, int] = {}  # request -> passes finished (all requests) when it ended
+
+    async def request(i: int) -> None:
+        for _ in range(passes):
+            x, loss = clock.chain(nodes)
+            (g,) = await ag.grad(loss, [x])
+            assert_close(g, np.ones(4))
+            done.append(i)
+        ended[i] = len(done)
+
+    async with asyncio.timeout(TIMEOUT_S):
+        await asyncio.gather(*(request(i) for i in range(requests)))
+    assert sorted(ended, key=ended.__getitem__) == list(range(requests)), done
+    for i in range(requests):
+        # its own passes, those before it, and at most two of each later one
+        assert ended[i] <= (i + 1) * passes + 2 * (requests - 1 - i), (i, done)
+
+
+async def test_a_request_takes_a_new_turn_after_a_quantum_of_node_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A task that computes gradients in a loop keeps its turn for ``quantum_s`` of node time,
+    then takes a new one (behind whatever came meanwhile), which it keeps for the next quantum:
+    a caller that never stops holds nobody back for longer than a quantum at a time."""
+    clock = _FakeClock(monkeypatch)
+    turns: list[int] = []
+    record = _turn_of_running_pass(turns)
+    per_pass = 8 * NODE_S  # the chain's 8 nodes with a hook; the sum has none
+    quantum = engine.quantum_s
+    async with asyncio.timeout(TIMEOUT_S):
+        for _ in range(int(2.5 * quantum / per_pass)):
+            x, loss = clock.chain(8)
+            loss.register_hook(record)
+            (g,) = await ag.grad(loss, [x])
+            assert_close(g, np.ones(4))
+    firsts = [i for i in range(1, len(turns)) if turns[i] != turns[i - 1]]
+    assert len(firsts) == 2, firsts
+    assert turns[firsts[0]] > turns[0]
+    for start, end in ((0, firsts[0]), (firsts[0], firsts[1])):
+        assert abs((end - start) * per_pass - quantum) <= 1.01 * per_pass, (start, end)
+
+
+async def test_passes_run_in_their_caller_still_leave_lower_priorities_their_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests of a high priority whose passes run in their callers, ahead of queued work of
+    their own priority and of a lower one, count that node time towards the share the lower
+    priority is owed (See NOTE [Lower priorities' share]): the lower-priority pass goes on
+    meanwhile."""
+    clock = _FakeClock(monkeypatch)
+    low_nodes = 0
+
+    def low_node(g: Any) -> None:
+        nonlocal low_nodes
+        clock.node(g)
+        low_nodes += 1
+
+    x_low = leaf(np.linspace(0.5, 1.5, 4))
+    y = x_low
+    for _ in range(4_000):
+        y = y * 1.0
+        y.register_hook(low_node)
+    loss_low = y.sum()
+    started = asyncio.Event()
+    loss_low.register_hook(lambda g: started.set())
+    high_until = 0.02  # fake seconds
+
+    async def high() -> None:
+        while clock.now < high_until:
+            x, loss = clock.chain(8)
+            (g,) = await ag.grad(loss, [x], priority=1)
+            assert_close(g, np.ones(4))
+
+    async with asyncio.timeout(TIMEOUT_S):
+        low = asyncio.create_task(ag.grad(loss_low, [x_low], priority=0))
+        await started.wait()  # it ran first, and queued what its first slice left
+        start, nodes_at_start = clock.now, low_nodes
+        high_until += start
+        await asyncio.gather(*(high() for _ in range(64)))
+        low_during = low_nodes - nodes_at_start
+        elapsed = clock.now - start
+        (g_low,) = await low
+    assert_close(g_low, np.ones(4))
+    # At least its share of the node time, less a slice for the debt not yet paid.
+    expected = elapsed * engine.lower_share - engine.slice_s
+    assert low_during * NODE_S >= expected, (low_during, elapsed)
+
+
+async def test_requests_keep_no_turn_beside_a_large_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clients looping over one-gradient requests beside a large backward: while it runs, their
+    calls take turns of their own (See NOTE [A request keeps its turn]), so the large one's
+    virtual turn keeps giving both sides their share and no small request waits long. (Kept
+    turns would pass it every time, then fall far behind it.)"""
+    clock = _FakeClock(monkeypatch)
+    waits: list[float] = []
+    stop = False
+
+    async def client() -> None:
+        while not stop:
+            await asyncio.sleep(0)  # a request's trip through the loop
+            sent = clock.now
+            x, loss = clock.chain(12)
+            clock.now += 40e-6  # its forward
+            (g,) = await ag.grad(loss, [x])
+            assert_close(g, np.ones(4))
+            waits.append(clock.now - sent)
+
+    x, loss = clock.chain(8_000)
+    async with asyncio.timeout(TIMEOUT_S):
+        large = asyncio.create_task(ag.grad(loss, [x]))
+        clients = [asyncio.create_task(client()) for _ in range(8)]
+        (g,) = await large
+        stop = True
+        await asyncio.gather(*clients)
+    assert_close(g, np.ones(4))
+    assert len(waits) > 100
+    # A small request waits for at most a few slices of the large one's (kept turns: 24 ms).
+    assert max(waits) <= 10 * engine.slice_s, sorted(waits)[-5:]

@@ -306,10 +306,11 @@ def turn_recorder(turns: list[int]) -> Callable[[Any], None]:
     return record
 
 
-async def test_a_backward_takes_the_turn_of_its_forward(threshold: Any) -> None:
+async def test_a_request_keeps_its_turn(threshold: Any) -> None:
     """The graph task built after ``ag.run`` in one task starts from that call's turn, so its
-    large nodes go ahead of the forwards of requests that came after it; a later pass without
-    a new ``ag.run`` gets a turn of its own."""
+    large nodes go ahead of the forwards of requests that came after it, and so does the next
+    pass of the same task (See NOTE [A request keeps its turn]); a pass in another task, even
+    one started from this one, takes a turn of its own."""
     from asyncgrad.engine.ready_queue import now_us
 
     turns: list[int] = []
@@ -321,13 +322,21 @@ async def test_a_backward_takes_the_turn_of_its_forward(threshold: Any) -> None:
         y = await ag.run(lambda: (x @ w).sum())
     after_forward = now_us()
     y.register_hook(record)
+
+    async def another_request() -> None:
+        y3 = (x @ w).sum()
+        y3.register_hook(record)
+        await ag.grad(y3, [x])
+
     async with asyncio.timeout(TIMEOUT_S):
         await ag.grad(y, [x])
         y2 = (x @ w).sum()
         y2.register_hook(record)
         await ag.grad(y2, [x])
+        await asyncio.create_task(another_request())
     assert before <= turns[0] <= after_forward
-    assert turns[1] >= after_forward
+    assert turns[1] == turns[0]
+    assert turns[2] >= after_forward
 
 
 async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
@@ -338,14 +347,14 @@ async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
     its backward still takes its turn (a new one would queue behind every later forward). A
     pass built long after the forward returned takes a turn of its own. The engine's clock is
     a fake one the test moves."""
-    import asyncgrad.engine.engine as engine_mod
     import asyncgrad.engine.graph_task as graph_task_mod
     import asyncgrad.engine.offload as offload_mod
+    import asyncgrad.engine.ready_queue as ready_queue_mod
 
     clock = [1_000]
-    for mod in (offload_mod, engine_mod, graph_task_mod):
+    for mod in (offload_mod, ready_queue_mod, graph_task_mod):
         monkeypatch.setattr(mod, "now_us", lambda: clock[0])
-    age_us = int(engine_mod.REQUEST_TURN_MAX_AGE_S * 1e6)
+    age_us = int(ready_queue_mod.REQUEST_TURN_MAX_AGE_S * 1e6)
     turns: list[int] = []
     record = turn_recorder(turns)
 
@@ -365,7 +374,7 @@ async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
         y.register_hook(record)
         await ag.grad(y, [x])
         y = await ag.run(lambda: (x @ w).sum())
-        clock[0] += 2 * age_us  # a pass built long after its forward returned
+        clock[0] += 2 * age_us  # a pass built long after the request's last call returned
         y.register_hook(record)
         await ag.grad(y, [x])
     assert turns == [1_000, clock[0]]
