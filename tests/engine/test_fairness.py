@@ -615,3 +615,66 @@ async def test_requests_keep_no_turn_beside_a_large_backward(
     assert len(waits) > 100
     # A small request waits for at most a few slices of the large one's (kept turns: 24 ms).
     assert max(waits) <= 10 * engine.slice_s, sorted(waits)[-5:]
+
+
+async def test_passes_ahead_of_queued_work_leave_the_worker_most_of_a_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The later gradients of requests that keep their turn run in their callers ahead of
+    queued work, but in each turn of the loop only within the first AHEAD_SHARE of the slice:
+    the worker, which serves the queue, keeps the rest (See NOTE [Passes in their callers]).
+    Without the bound a request's short passes would fill whole slices in its caller, and the
+    worker's own share came on top of them."""
+    from asyncgrad.engine import graph_task, worker
+
+    clock = _FakeClock(monkeypatch)
+    turns = iter(range(graph_task.now_us(), 1 << 46))
+    monkeypatch.setattr(graph_task, "now_us", lambda: next(turns))
+    clock.now = 1.0  # a turn's start is marked by a nonzero time
+    loop = asyncio.get_running_loop()
+    turn = 0
+    running = True
+
+    def next_turn() -> None:
+        nonlocal turn
+        turn += 1
+        if running:
+            loop.call_soon(next_turn)
+
+    ahead: dict[int, int] = {}  # turn of the loop -> nodes run in callers ahead of queued work
+    counted = worker.drain
+
+    def drain(queue: Any, budget: float, *args: Any) -> Any:
+        own = args[2] if len(args) > 2 else None  # a caller drains its own pass only
+        passing = own is not None and any(e[4] is not own for e in queue.heap)
+        before = clock.nodes
+        out = counted(queue, budget, *args)
+        if passing:
+            ahead[turn] = ahead.get(turn, 0) + clock.nodes - before
+        return out
+
+    monkeypatch.setattr(worker, "drain", drain)
+    # More queued passes than a slice runs, so that some are always queued.
+    requests, passes, nodes = 16, 5, 20
+    assert passes * nodes * NODE_S < engine.quantum_s  # each keeps its turn throughout
+    ended: list[int] = []
+
+    async def request(i: int) -> None:
+        for _ in range(passes):
+            x, loss = clock.chain(nodes)
+            (g,) = await ag.grad(loss, [x])
+            assert_close(g, np.ones(4))
+        ended.append(i)
+
+    loop.call_soon(next_turn)
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            await asyncio.gather(*(request(i) for i in range(requests)))
+    finally:
+        running = False
+    assert ended == list(range(requests))  # still one after another, in order
+    assert sum(ahead.values()) > 4 * nodes  # passes did run in their callers ahead of others
+    # At most the share, give or take the nodes between two looks at the clock and the sum
+    # (whole slices of 200 nodes without the bound).
+    most = worker.AHEAD_SHARE * engine.slice_s / NODE_S + 17
+    assert max(ahead.values()) <= most, ahead
