@@ -71,7 +71,7 @@ class TurnPool(concurrent.futures.Executor):
         self._size = size
         self._name = name
         self._cond = threading.Condition()
-        self._heap: list[tuple[int, int, Any, Any]] = []
+        self._heap: list[tuple[int, int, Any, asyncio.AbstractEventLoop | None, Job]] = []
         self._threads: list[threading.Thread] = []
         self._closed = False
 
@@ -81,11 +81,27 @@ class TurnPool(concurrent.futures.Executor):
     def submit_keyed(
         self, key: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any
     ) -> Future[T]:
+        """Run ``fn(*args, **kwargs)`` in the turn of ``key``; a concurrent.futures.Future."""
         fut: Future[T] = Future()
+        self._enqueue(key, fut, None, (fn, args, kwargs or None))
+        return fut
+
+    def run_keyed(
+        self, key: int, loop: asyncio.AbstractEventLoop, fn: Callable[..., T], /, *args: Any
+    ) -> asyncio.Future[T]:
+        """Run ``fn(*args)`` in the turn of ``key``; an asyncio future of ``loop``, which must be
+        the running loop (See NOTE [Answers on the loop])."""
+        fut: asyncio.Future[T] = loop.create_future()
+        self._enqueue(key, fut, loop, (fn, args, None))
+        return fut
+
+    def _enqueue(
+        self, key: int, fut: Any, loop: asyncio.AbstractEventLoop | None, job: Job
+    ) -> None:
         with self._cond:
             if self._closed:
                 raise RuntimeError("cannot schedule new work after the compute pool shut down")
-            heapq.heappush(self._heap, (key, next(_jobs), fut, (fn, args, kwargs)))
+            heapq.heappush(self._heap, (key, next(_jobs), fut, loop, job))
             if len(self._threads) < self._size:
                 t = threading.Thread(
                     target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
@@ -94,7 +110,6 @@ class TurnPool(concurrent.futures.Executor):
                 t.start()
             else:
                 self._cond.notify()
-        return fut
 
     def _work(self) -> None:
         cond = self._cond
@@ -104,11 +119,15 @@ class TurnPool(concurrent.futures.Executor):
                     cond.wait()
                 if not self._heap:
                     return  # closed and drained
-                _, _, fut, (fn, args, kwargs) = heapq.heappop(self._heap)
+                _, _, fut, loop, (fn, args, kwargs) = heapq.heappop(self._heap)
+            if loop is not None:
+                _answer(loop, fut, fn, args)
+                del fut, loop, fn, args  # nothing of the job stays alive with this thread
+                continue
             if not fut.set_running_or_notify_cancel():
                 continue  # cancelled while it waited
             try:
-                result = fn(*args, **kwargs)
+                result = fn(*args) if kwargs is None else fn(*args, **kwargs)
             except BaseException as exc:
                 fut.set_exception(exc)
                 del fut, exc  # the error's traceback holds this frame
@@ -120,14 +139,69 @@ class TurnPool(concurrent.futures.Executor):
         with self._cond:
             self._closed = True
             if cancel_futures:
-                for _, _, fut, _ in self._heap:
-                    fut.cancel()
+                for _, _, fut, loop, _ in self._heap:
+                    if loop is None:
+                        fut.cancel()
+                    else:
+                        _call_on(loop, fut.cancel)
                 self._heap.clear()
             self._cond.notify_all()
             threads = list(self._threads)
         if wait:
             for t in threads:
                 t.join()
+
+
+# A job: the function, its positional arguments, and its keyword arguments (None: none).
+Job = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any] | None]
+
+
+# NOTE [Answers on the loop]
+# A job for a coroutine (``ag.run``, a large node) carries the asyncio future its caller awaits
+# and that future's loop, and the compute thread hands the outcome to the loop itself with one
+# ``call_soon_threadsafe``: no concurrent.futures.Future in between (with its lock, condition
+# and waiter lists) and no ``asyncio.wrap_future`` chaining the two (three closures and their
+# cells). Under a burst every pending job's objects are alive at once for the cyclic collector
+# to scan: a pending ``ag.run`` (its task included) kept 37 of them, and keeps 12 this way; and
+# 3,000 gathered ``ag.run`` calls of a trivial function cost 26-31 µs each instead of 57-66
+# (2-core VM). A job whose future was cancelled before a thread took it (the caller timed out,
+# say) never runs; a running one finishes and its outcome is dropped. A StopIteration from the
+# function reaches the caller as the cause of a RuntimeError, since an asyncio future cannot
+# hold one; and a loop that has closed meanwhile gets nothing.
+def _answer(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], fn: Any, args: Any) -> None:
+    """On a compute thread: run a coroutine's job and hand its outcome to ``loop``."""
+    if fut.cancelled():  # a plain read: at worst the job runs and its outcome is dropped
+        return
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # the caller gets whatever it raised
+        if isinstance(exc, StopIteration):
+            # Name the caller's function, not the context it ran in (``ctx.run(fn, ...)``).
+            inner = type(getattr(fn, "__self__", None)) is contextvars.Context and args
+            err = RuntimeError(f"{_name(args[0] if inner else fn)} raised StopIteration")
+            err.__cause__ = exc
+            exc = err
+        _call_on(loop, _set_exception, fut, exc)
+        del exc  # its traceback holds this frame
+    else:
+        _call_on(loop, _set_result, fut, result)
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop has closed: nobody awaits the answer any more
+        pass
+
+
+def _set_result(fut: asyncio.Future[Any], result: Any) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
+def _set_exception(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
 
 
 _jobs = itertools.count()
@@ -202,16 +276,16 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     req = None if loop is None else request_of_caller()
     turn = now_us() if req is None else req.turn
     ctx = contextvars.copy_context()
-    call = functools.partial(ctx.run, fn, *args, **kwargs)
+    if kwargs:
+        fn = functools.partial(fn, **kwargs)
     if loop is None:
         # Not on an asyncio loop: trio, or another loop anyio knows.
         import anyio.to_thread
 
-        result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-    else:
-        cf = compute_pool.get().submit_keyed(key_base(0, 0, turn), call)
-        result = await asyncio.wrap_future(cf, loop=loop)
-        keep_turn(req, turn, 0.0 if req is None else req.service, config.quantum_s)
+        return await anyio.to_thread.run_sync(ctx.run, fn, *args, abandon_on_cancel=True)
+    # See NOTE [Answers on the loop].
+    result: T = await compute_pool.get().run_keyed(key_base(0, 0, turn), loop, ctx.run, fn, *args)
+    keep_turn(req, turn, 0.0 if req is None else req.service, config.quantum_s)
     return result
 
 

@@ -496,8 +496,9 @@ def _spawn_off_loop(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]
     # compute threads] in offload.py), not its place in the lane of large ones: compute threads
     # serve requests first come, first served.
     key = ready_queue.key_base(gt.priority, gt.depth, gt.turn)
-    cf = compute_pool.get().submit_keyed(key, ctx.run, _run_off_loop, gt, node, buf)
-    gen = _off_loop(gt, asyncio.wrap_future(cf, loop=queue.loop))
+    # See NOTE [Answers on the loop] in offload.py.
+    fut = compute_pool.get().run_keyed(key, queue.loop, ctx.run, _run_off_loop, gt, node, buf)
+    gen = _off_loop(gt, fut)
     _spawn(queue, gt, node, gen, gen.send(None))
 
 

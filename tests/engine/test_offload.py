@@ -30,14 +30,16 @@ class GatedPool(TurnPool):
         self.entered = threading.Event()
         self.threads: list[str] = []
 
-    def submit_keyed(self, key: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        def job() -> Any:
+    def _enqueue(self, key: int, fut: Any, loop: Any, job: Any) -> None:
+        fn, args, kwargs = job
+
+        def gated() -> Any:
             self.threads.append(threading.current_thread().name)
             self.entered.set()
             assert self.gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
-            return fn(*args, **kwargs)
+            return fn(*args, **(kwargs or {}))
 
-        return super().submit_keyed(key, job)
+        super()._enqueue(key, fut, loop, (gated, (), None))
 
 
 @pytest.fixture
@@ -266,6 +268,64 @@ def test_run_in_a_script() -> None:
     assert asyncio.run(ag.run(sum, [1, 2, 3])) == 6
 
 
+async def test_run_turns_a_stopiteration_into_a_runtimeerror() -> None:
+    # An asyncio future cannot hold a StopIteration (See NOTE [Answers on the loop]).
+    with pytest.raises(RuntimeError, match=r"^next raised StopIteration") as info:
+        await asyncio.wait_for(ag.run(next, iter([])), TIMEOUT_S)
+    assert isinstance(info.value.__cause__, StopIteration)
+
+
+def test_a_job_cancelled_before_a_thread_takes_it_never_runs() -> None:
+    pool = TurnPool(1, name="asyncgrad-compute-test")
+    gate, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def blocker() -> None:
+        started.set()
+        assert gate.wait(THREAD_TIMEOUT_S)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        held = pool.submit_keyed(0, blocker)
+        assert await asyncio.to_thread(started.wait, THREAD_TIMEOUT_S)
+        dropped = pool.run_keyed(10, loop, ran.append, "dropped")
+        kept = pool.run_keyed(20, loop, ran.append, "kept")
+        dropped.cancel()
+        gate.set()
+        await asyncio.wait_for(kept, TIMEOUT_S)
+        assert held.result(THREAD_TIMEOUT_S) is None
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+        pool.shutdown(wait=True)
+    assert ran == ["kept"]  # the cancelled job came first in turn order, and never ran
+
+
+def test_an_answer_for_a_closed_loop_is_dropped() -> None:
+    pool = TurnPool(1, name="asyncgrad-compute-test")
+    gate, started = threading.Event(), threading.Event()
+
+    def blocker() -> None:
+        started.set()
+        assert gate.wait(THREAD_TIMEOUT_S)
+
+    async def main() -> None:
+        pool.submit_keyed(0, blocker)
+        assert await asyncio.to_thread(started.wait, THREAD_TIMEOUT_S)
+        pool.run_keyed(10, asyncio.get_running_loop(), divmod, 7, 3)  # never awaited
+
+    try:
+        asyncio.run(main())  # closes its loop while the job waits behind the blocker
+        gate.set()
+        # The thread answered nobody and went on: it still runs the next job.
+        assert pool.submit_keyed(20, divmod, 9, 4).result(THREAD_TIMEOUT_S) == (2, 1)
+    finally:
+        gate.set()
+        pool.shutdown(wait=True)
+
+
 # ----------------------------------------------------------------------------- turns
 def test_compute_threads_take_jobs_smallest_key_first() -> None:
     pool = TurnPool(1, name="asyncgrad-compute-test")
@@ -385,16 +445,16 @@ async def test_a_large_node_is_queued_in_its_graph_task_turn(
 ) -> None:
     threshold(0)
     keys: list[tuple[str, int]] = []
-    submit = pool.submit_keyed
+    submit = pool.run_keyed
 
     submitted = asyncio.Event()
 
-    def spy(key: int, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def spy(key: int, loop: Any, fn: Any, /, *args: Any) -> Any:
         keys.append(("job", key))
         submitted.set()
-        return submit(key, fn, *args, **kwargs)
+        return submit(key, loop, fn, *args)
 
-    monkeypatch.setattr(pool, "submit_keyed", spy)
+    monkeypatch.setattr(pool, "run_keyed", spy)
     x, w, _ = matmul_graph()
 
     async def request() -> ag.Tensor:
