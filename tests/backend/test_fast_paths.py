@@ -115,6 +115,61 @@ def test_mm_is_the_matrix_product(
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+# Both sides of each switch of NOTE [A few rows by a transposed weight]: (rows, inner, columns)
+# and whether mm computes the transposed product.
+SWAP_CASES = [
+    ((8, 256, 256), True),
+    ((32, 1024, 1024), True),
+    ((2, 1024, 1024), True),
+    ((backend.NT_SWAP_MAX_ROWS + 1, 1024, 1024), False),  # too many rows
+    ((1, 1024, 1024), False),  # one row: a matrix-vector product
+    ((32, 1024, backend.NT_SWAP_MIN_COLS - 1), False),  # too few columns
+    ((8, 64, 64), False),  # too little work
+]
+
+
+@pytest.mark.parametrize(("shape", "swapped"), SWAP_CASES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mm_of_a_few_rows_by_a_transposed_weight(
+    shape: tuple[int, int, int], swapped: bool, dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows, inner, cols = shape
+    rng = np.random.default_rng(rows + inner + cols)
+    x = rng.standard_normal((rows, inner)).astype(dtype)
+    w = rng.standard_normal((cols, inner)).astype(dtype)
+    seen: list[bool] = []
+    swap = backend._swap_nt
+    monkeypatch.setattr(backend, "_swap_nt", lambda a, b: seen.append(swap(a, b)) or seen[-1])
+    got = backend.mm(x, w.T)
+    expected = x.astype(np.float64) @ w.T.astype(np.float64)
+    assert got.dtype == dtype
+    assert got.flags.c_contiguous  # as the plain product's is: views and reshapes stay free
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.sqrt(inner))
+    # float32 only; the decision is the shape's (and dtype's) alone, so it repeats exactly.
+    assert any(seen) is (swapped and dtype == np.float32)
+    np.testing.assert_array_equal(backend.mm(x, w.T), got)
+
+
+def test_a_linear_layer_with_a_swapped_product_has_exact_gradients() -> None:
+    # A 16 x 256 -> 256 float32 layer takes the transposed product forward and backward (the
+    # input gradient of a matmul is a product by a transposed operand too): its gradients are
+    # those of the same layer in float64 to float32 precision.
+    rng = np.random.default_rng(7)
+    x64 = rng.standard_normal((16, 256))
+    w64 = rng.standard_normal((256, 256)) / 16
+    assert backend._swap_nt(x64.astype(np.float32), w64.astype(np.float32).T)
+    grads = {}
+    for dt in (np.float32, np.float64):
+        x = ag.tensor(x64.astype(dt), requires_grad=True)
+        w = ag.tensor(w64.astype(dt), requires_grad=True)
+        y = ag.nn.functional.linear(x, w)
+        assert y.detach().numpy().flags.c_contiguous
+        z = (ag.tanh(y) @ w.t()).sum()  # a matmul by a transposed operand, too
+        grads[dt] = [g.numpy().astype(np.float64) for g in ag.grad_sync(z, [x, w])]
+    for g32, g64 in zip(grads[np.float32], grads[np.float64], strict=True):
+        np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-4)
+
+
 def test_mm_of_tensors_records_the_product() -> None:
     # Under create_graph the rules get Tensors: mm must record, as @ does.
     rng = np.random.default_rng(3)
