@@ -7,7 +7,8 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -275,81 +276,71 @@ async def test_run_turns_a_stopiteration_into_a_runtimeerror() -> None:
     assert isinstance(info.value.__cause__, StopIteration)
 
 
-def test_a_job_cancelled_before_a_thread_takes_it_never_runs() -> None:
+class HeldPool(NamedTuple):
+    """A one-thread compute pool whose thread runs ``blocker`` until ``gate`` opens."""
+
+    pool: TurnPool
+    gate: threading.Event
+    blocker: Future[None]
+
+
+@pytest.fixture
+def held() -> Iterator[HeldPool]:
     pool = TurnPool(1, name="asyncgrad-compute-test")
     gate, started = threading.Event(), threading.Event()
-    ran: list[str] = []
 
     def blocker() -> None:
         started.set()
         assert gate.wait(THREAD_TIMEOUT_S)
+
+    try:
+        job = pool.submit_keyed(0, blocker)
+        assert started.wait(THREAD_TIMEOUT_S)
+        yield HeldPool(pool, gate, job)
+    finally:
+        gate.set()
+        pool.shutdown(wait=True)
+
+
+def test_a_job_cancelled_before_a_thread_takes_it_never_runs(held: HeldPool) -> None:
+    ran: list[str] = []
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        held = pool.submit_keyed(0, blocker)
-        assert await asyncio.to_thread(started.wait, THREAD_TIMEOUT_S)
-        dropped = pool.run_keyed(10, loop, ran.append, "dropped")
-        kept = pool.run_keyed(20, loop, ran.append, "kept")
+        dropped = held.pool.run_keyed(10, loop, ran.append, "dropped")
+        kept = held.pool.run_keyed(20, loop, ran.append, "kept")
         dropped.cancel()
-        gate.set()
+        held.gate.set()
         await asyncio.wait_for(kept, TIMEOUT_S)
-        assert held.result(THREAD_TIMEOUT_S) is None
+        assert held.blocker.result(THREAD_TIMEOUT_S) is None
 
-    try:
-        asyncio.run(main())
-    finally:
-        gate.set()
-        pool.shutdown(wait=True)
+    asyncio.run(main())
     assert ran == ["kept"]  # the cancelled job came first in turn order, and never ran
 
 
-def test_an_answer_for_a_closed_loop_is_dropped() -> None:
-    pool = TurnPool(1, name="asyncgrad-compute-test")
-    gate, started = threading.Event(), threading.Event()
-
-    def blocker() -> None:
-        started.set()
-        assert gate.wait(THREAD_TIMEOUT_S)
-
+def test_an_answer_for_a_closed_loop_is_dropped(held: HeldPool) -> None:
     async def main() -> None:
-        pool.submit_keyed(0, blocker)
-        assert await asyncio.to_thread(started.wait, THREAD_TIMEOUT_S)
-        pool.run_keyed(10, asyncio.get_running_loop(), divmod, 7, 3)  # never awaited
+        held.pool.run_keyed(10, asyncio.get_running_loop(), divmod, 7, 3)  # never awaited
 
-    try:
-        asyncio.run(main())  # closes its loop while the job waits behind the blocker
-        gate.set()
-        # The thread answered nobody and went on: it still runs the next job.
-        assert pool.submit_keyed(20, divmod, 9, 4).result(THREAD_TIMEOUT_S) == (2, 1)
-    finally:
-        gate.set()
-        pool.shutdown(wait=True)
+    asyncio.run(main())  # closes its loop while the job waits behind the blocker
+    held.gate.set()
+    # The thread answered nobody and went on: it still runs the next job.
+    assert held.pool.submit_keyed(20, divmod, 9, 4).result(THREAD_TIMEOUT_S) == (2, 1)
 
 
 # ----------------------------------------------------------------------------- turns
-def test_compute_threads_take_jobs_smallest_key_first() -> None:
-    pool = TurnPool(1, name="asyncgrad-compute-test")
-    gate, started = threading.Event(), threading.Event()
+def test_compute_threads_take_jobs_smallest_key_first(held: HeldPool) -> None:
+    pool = held.pool
     order: list[int] = []
-
-    def blocker() -> None:
-        started.set()
-        assert gate.wait(THREAD_TIMEOUT_S)
-
-    try:
-        held = pool.submit_keyed(0, blocker)
-        assert started.wait(THREAD_TIMEOUT_S)
-        futs = [pool.submit_keyed(k, order.append, k) for k in (50, 10, 30, 20)]
-        dropped = pool.submit_keyed(15, order.append, 15)
-        assert dropped.cancel()  # cancelled before it started: never runs
-        gate.set()
-        held.result(THREAD_TIMEOUT_S)
-        for f in futs:
-            f.result(THREAD_TIMEOUT_S)
-        assert order == [10, 20, 30, 50]
-    finally:
-        gate.set()
-        pool.shutdown(wait=True)
+    futs = [pool.submit_keyed(k, order.append, k) for k in (50, 10, 30, 20)]
+    dropped = pool.submit_keyed(15, order.append, 15)
+    assert dropped.cancel()  # cancelled before it started: never runs
+    held.gate.set()
+    held.blocker.result(THREAD_TIMEOUT_S)
+    for f in futs:
+        f.result(THREAD_TIMEOUT_S)
+    assert order == [10, 20, 30, 50]
+    pool.shutdown(wait=True)
     with pytest.raises(RuntimeError, match="after the compute pool shut down"):
         pool.submit(order.append, 1)
 
