@@ -73,8 +73,8 @@ if TYPE_CHECKING:
 # as new arrivals: the lane's virtual turn, which keeps the large one its share, is set against
 # the clock (See NOTE [Fair order]), so a request that kept an old turn would pass it every time,
 # then take a new one far behind it at its next quantum (on the engine's fake clock, eight
-# clients of one-gradient requests beside an 8,000-node backward then waited up to 25-39 ms, 3-5
-# ms otherwise: tests/engine/test_fairness.py).
+# clients of one-gradient requests beside an 8,000-node backward then waited up to 23 ms, 1.7 ms
+# otherwise: tests/engine/test_fairness.py).
 REQUEST_TURN_MAX_AGE_S: Final = 0.5
 
 
