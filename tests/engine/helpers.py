@@ -31,6 +31,18 @@ def leaf(values: Any, dtype: Any = ag.float64) -> ag.Tensor:
     return ag.tensor(values, dtype=dtype, requires_grad=True)
 
 
+def turn_recorder(turns: list[int]) -> Callable[[Any], None]:
+    """A tensor hook that records the turn of the graph task running it."""
+    from asyncgrad.engine.reentrant import current_graph_task
+
+    def record(g: Any) -> None:
+        gt = current_graph_task.get()
+        assert gt is not None
+        turns.append(gt.turn)
+
+    return record
+
+
 def scale_chain(x: ag.Tensor, n: int, factor: float = 1.0) -> ag.Tensor:
     """``x * factor ** n`` as a chain of ``n`` MulBackward0 nodes."""
     y = x

@@ -15,7 +15,7 @@ import pytest
 
 import asyncgrad as ag
 
-from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, scale_chain
+from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, scale_chain, turn_recorder
 
 engine = ag.autograd.engine
 LONG = 20_000  # nodes: tens of milliseconds of backward, many slices
@@ -473,17 +473,6 @@ def test_a_bad_setting_leaves_every_setting_as_it_was() -> None:
 
 
 # ------------------------------------------------------------------ a request keeps its turn
-def _turn_of_running_pass(turns: list[int]) -> Callable[[Any], None]:
-    from asyncgrad.engine.reentrant import current_graph_task
-
-    def record(g: Any) -> None:
-        gt = current_graph_task.get()
-        assert gt is not None
-        turns.append(gt.turn)
-
-    return record
-
-
 async def test_a_requests_gradients_run_back_to_back_under_a_burst(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -529,7 +518,7 @@ async def test_a_request_takes_a_new_turn_after_a_quantum_of_node_time(
     a caller that never stops holds nobody back for longer than a quantum at a time."""
     clock = _FakeClock(monkeypatch)
     turns: list[int] = []
-    record = _turn_of_running_pass(turns)
+    record = turn_recorder(turns)
     per_pass = 8 * NODE_S  # the chain's 8 nodes with a hook; the sum has none
     quantum = engine.quantum_s
     async with asyncio.timeout(TIMEOUT_S):

@@ -16,7 +16,14 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.engine.offload import TurnPool, compute_pool
 
-from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close, engine_setting, leaf
+from .helpers import (
+    THREAD_TIMEOUT_S,
+    TIMEOUT_S,
+    assert_close,
+    engine_setting,
+    leaf,
+    turn_recorder,
+)
 
 engine = ag.autograd.engine
 
@@ -343,18 +350,6 @@ def test_compute_threads_take_jobs_smallest_key_first(held: HeldPool) -> None:
     pool.shutdown(wait=True)
     with pytest.raises(RuntimeError, match="after the compute pool shut down"):
         pool.submit(order.append, 1)
-
-
-def turn_recorder(turns: list[int]) -> Callable[[Any], None]:
-    """A tensor hook that records the turn of the graph task running it."""
-    from asyncgrad.engine.reentrant import current_graph_task
-
-    def record(g: Any) -> None:
-        gt = current_graph_task.get()
-        assert gt is not None
-        turns.append(gt.turn)
-
-    return record
 
 
 async def test_a_request_keeps_its_turn(threshold: Any) -> None:
