@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from .conftest import Server
+from .conftest import SERVER_DIR, Server
 
 httpx = pytest.importorskip("httpx")
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
@@ -348,3 +351,20 @@ def test_page_and_weights(server: Server) -> None:
         "2.weight": (10, 128),
         "2.bias": (10,),
     }
+
+
+def test_load_test_script_against_the_server(server: Server) -> None:
+    """examples/server/load_test.py, run as a user runs it against a running server."""
+    requests, concurrency = 48, 6
+    cmd = [sys.executable, str(SERVER_DIR / "load_test.py"), "--url", server.url]
+    cmd += ["--requests", str(requests), "--concurrency", str(concurrency), "--samples", "4"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
+    fields = dict(line.split(":", 1) for line in out.stdout.splitlines())
+    assert fields["requests"].strip() == f"{requests} at concurrency {concurrency}, samples 4"
+    assert int(fields["failures"]) == 0
+    assert float(fields["throughput"].split()[0]) > 0
+    p50, p90, p99 = map(float, re.findall(r"p\d\d ([\d.]+) ms", fields["latency"]))
+    assert 0 < p50 <= p90 <= p99
+    nodes = int(fields["engine"].split()[0])
+    assert nodes > 0
+    assert nodes % requests == 0, out.stdout  # every request ran the same graph
