@@ -711,8 +711,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
 
     rows = []
     for lib, n in ext.items():
-        keys = ("burst_turn_p50", "burst_p50", "burst_turn_first", "burst_first")
-        s = {k: med(n, k) for k in (*keys, "burst_turn_total", "burst_total")}
+        s = {
+            k: med(n, k)
+            for k in ("burst_turn_p50", "burst_p50", "burst_turn_first", "burst_first",
+                      "burst_turn_total", "burst_total")
+        }  # fmt: skip
         r = H.paired_ratio(per_round(n, "burst_p50"), per_round(n, "burst_turn_p50"))
         s["burst_ratio"] = r
         summary[n].update(s)
