@@ -322,7 +322,8 @@ def test_hold_keeps_later_work_on_the_stream_waiting(delays: Delays) -> None:
     done.synchronize()
     took = time.perf_counter() - start
     assert queued < seconds / 2, queued
-    assert seconds * 0.9 <= took < seconds * 5, took
+    # A GPU whose clock is below its peak spins longer (the cycles are counted at the peak).
+    assert seconds * 0.9 <= took < seconds * 20, took
     np.testing.assert_array_equal(host(y), 2.0 * np.arange(4.0))
 
 
