@@ -45,6 +45,14 @@ BENCHES = {
     "checkpoint": bench_checkpoint,
 }
 
+# What has run on real hardware (the README's CUDA section keeps the same record): update both,
+# with the date, when scripts/gpu_check.sh has run on a GPU.
+HARDWARE_NOTE = (
+    "On hardware, as of 2026-11-27: nothing in asyncgrad's CUDA path has run on a real GPU yet; "
+    "all CUDA tests run on the simulator in CI, and no GPU row has been measured. The README's "
+    "CUDA section keeps this record."
+)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -125,6 +133,8 @@ def main() -> None:
             "Not measured in this run: this machine has no NVIDIA GPU. On one, "
             "`bash scripts/gpu_check.sh` runs the CUDA tests and these benchmarks side by side "
             "with PyTorch CUDA and hand-written CuPy.",
+            "",
+            HARDWARE_NOTE,
             "",
         ]
     # Written by bench_instructions.py (slow), bench_offload.py (asyncgrad alone) and

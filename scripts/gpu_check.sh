@@ -1,32 +1,98 @@
 #!/usr/bin/env bash
-# One call on a machine with an NVIDIA GPU: the CUDA tests, then the GPU benchmarks.
+# One call on a machine with an NVIDIA GPU: a preflight, the CUDA tests, the examples on cuda,
+# then the GPU benchmarks.
 #
-#   bash scripts/gpu_check.sh [--wheels DIR] [-- BENCH_ARGS...]
+#   bash scripts/gpu_check.sh [--quick] [--wheels DIR] [-- BENCH_ARGS...]
 #
+# --quick        fits one 10-minute command (aimed at under 5 minutes; not yet timed on a GPU):
+#                the CNN example for one epoch and `bench_cuda.py --quick --rounds 1`, every
+#                step under a time limit and all of them within QUICK_BUDGET_S (default 540) s.
 # --wheels DIR   wheels to install first (default: .whl in the repository root, if present),
 #                into a temporary folder put on PYTHONPATH; nothing is downloaded.
 # BENCH_ARGS     passed to benchmarks/bench_cuda.py (e.g. -- --rounds 1 --only mlp,stall).
 #
-# The package is used from this checkout through PYTHONPATH (no install needed). Prints the
-# versions, runs `python3 -m pytest -q -m cuda tests` against the real GPU, then
-# benchmarks/bench_cuda.py, even when tests fail. Everything is copied to
-# ${OUT:-/tmp/gpu_check}/gpu_check.log and the benchmark report to .../gpu_results.md.
-# Exits non-zero when the tests or the benchmarks failed. See scripts/README.md for wheels.
+# Steps, each reported as passed, failed or skipped, and listed in a summary at the end:
+#   preflight  versions; fails unless a real device computes (CuPy imports and sees a device,
+#              a kernel compiled at run time by NVRTC, a cuBLAS matmul and a reduction give
+#              NumPy's numbers, asyncgrad sees the real device and computes a backward pass)
+#              and pytest-asyncio >= 1.4 and pytest-timeout are there. Nothing else runs
+#              unless it passes.
+#   tests      python3 -m pytest -m cuda tests (tests/cuda and every test marked cuda), on the
+#              real GPU; fails when a test failed, when none ran, or when any skipped for want
+#              of a CUDA device.
+#   cnn        examples/cnn_digits.py --device cuda (skipped without scikit-learn and tqdm)
+#   saliency   examples/server's saliency handler on cuda, against the same on the CPU
+#              (skipped without fastapi, pydantic, pillow, prometheus-client, scikit-learn)
+#   bench      benchmarks/bench_cuda.py
+# The log goes to ${OUT:-/tmp/gpu_check}/gpu_check.log, the tests' JUnit XML to junit-cuda.xml
+# and the benchmark report to gpu_results.md in the same folder. Exits 1 if a step failed.
+# See scripts/README.md for what to bring to the machine.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-/tmp/gpu_check}
 wheels=""
 [[ -d $repo/.whl ]] && wheels=$repo/.whl
+quick=0
 bench_args=()
 while (($#)); do
     case $1 in
+        --quick) quick=1; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
         --) shift; bench_args=("$@"); break ;;
         -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+
+budget=${QUICK_BUDGET_S:-540}  # --quick: all steps within this many seconds
+names=()
+results=()
+failed=0
+
+# step NAME LIMIT_S COMMAND...: runs COMMAND under a time limit (in quick mode no longer than
+# what is left of the budget), and records passed, failed or skipped (exit status 3).
+step() {
+    local name=$1 limit=$2 rc=0 result start=$SECONDS
+    shift 2
+    if ((quick)); then
+        local left=$((budget - SECONDS))
+        ((left < limit)) && limit=$left
+    fi
+    if ((limit < 10)); then
+        result="FAILED (not run: the --quick budget of ${budget}s is spent)"
+        rc=1
+    else
+        echo "== $name (limit ${limit}s): $*"
+        timeout --kill-after=15 "$limit" "$@" </dev/null || rc=$?
+        case $rc in
+            0) result="passed" ;;
+            3) result="skipped (its packages are not installed, see above)" ;;
+            124 | 137) result="FAILED (timed out after ${limit}s)" ;;
+            *) result="FAILED (exit status $rc)" ;;
+        esac
+        result+=" in $((SECONDS - start))s"
+    fi
+    echo "== $name: $result"
+    names+=("$name")
+    results+=("$result")
+    [[ $result == FAILED* ]] && failed=1
+    return "$rc"
+}
+
+summary() {
+    echo
+    echo "== summary ($((SECONDS))s in all; log, JUnit XML and reports in $out)"
+    local i
+    for i in "${!names[@]}"; do
+        printf '  %-10s %s\n' "${names[$i]}" "${results[$i]}"
+    done
+    if ((failed)); then
+        echo "GPU check FAILED"
+    else
+        echo "GPU check passed"
+    fi
+}
 
 main() {
     cd "$repo" || return 2
@@ -47,46 +113,27 @@ main() {
         fi
     fi
     export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-
-    echo "== versions"
-    python3 - <<'EOF'
-import importlib
-import importlib.metadata
-import platform
-
-print("python", platform.python_version())
-for name in ("numpy", "cupy", "torch", "pytest", "pytest_asyncio", "pytest_timeout", "uvloop"):
-    try:
-        mod = importlib.import_module(name)
-        version = getattr(mod, "__version__", None)
-        version = version or importlib.metadata.version(name.replace("_", "-"))
-    except Exception as exc:  # a broken install says why, and the check goes on
-        print(name, "not importable:", exc)
-        continue
-    print(name, version, *([f"(CUDA {mod.version.cuda})"] if name == "torch" else []))
-EOF
     nvidia-smi -L || echo "nvidia-smi failed or is missing"
 
-    local tests=0 bench=0 timeout=()
-    echo "== CUDA tests: python3 -m pytest -q -m cuda tests"
-    if ! python3 -c "import pytest_asyncio" 2>/dev/null; then
-        echo "!! pytest-asyncio is missing: bring its wheel (see scripts/README.md)"
-        tests=1
-    else
-        python3 -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout=300)
-        python3 -m pytest -q -m cuda -p no:cacheprovider "${timeout[@]}" tests </dev/null ||
-            tests=$?
-        ((tests == 5)) && echo "!! no test carries the cuda marker"
+    if ! step preflight 120 python3 scripts/gpu_check.py preflight; then
+        summary
+        return 1
     fi
-
-    echo "== GPU benchmarks: python3 benchmarks/bench_cuda.py ${bench_args[*]}"
-    python3 benchmarks/bench_cuda.py --markdown "$out/gpu_results.md" "${bench_args[@]}" ||
-        bench=$?
-
-    echo "== tests exit code $tests, benchmarks exit code $bench; report: $out/gpu_results.md"
-    ((tests == 0 && bench == 0))
+    # Time limits (seconds) of the steps and of each test, and the CNN example's epochs.
+    local tests=1800 per_test=300 cnn=300 epochs=3 saliency=300 bench=3600
+    if ((quick)); then
+        tests=330 per_test=120 cnn=150 epochs=1 saliency=150 bench=240
+        bench_args=(--quick --rounds 1 "${bench_args[@]}")
+    fi
+    step tests "$tests" python3 scripts/gpu_check.py tests "$out/junit-cuda.xml" "$per_test"
+    step cnn "$cnn" python3 scripts/gpu_check.py cnn "$out/cnn" "$epochs"
+    step saliency "$saliency" python3 scripts/gpu_check.py saliency "$out"
+    step bench "$bench" python3 benchmarks/bench_cuda.py --markdown "$out/gpu_results.md" \
+        "${bench_args[@]}"
+    summary
+    ((failed == 0))
 }
 
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
 main 2>&1 | tee "$out/gpu_check.log"
 exit "${PIPESTATUS[0]}"

@@ -13,6 +13,8 @@ import pytest
 
 import asyncgrad as ag
 
+from .cuda.conftest import assert_close
+
 
 @pytest.fixture
 def torch() -> Any:
@@ -361,7 +363,7 @@ def test_large_einsum_same_on_cuda() -> None:
     want = np.einsum("bhqd,bhkd->bhqk", q, k)
     np.testing.assert_allclose(res[0][0], want, rtol=1e-12)
     for got, ref in zip(res[1], res[0], strict=True):
-        np.testing.assert_allclose(got, ref, rtol=1e-12)
+        assert_close(got, ref, rtol=1e-12)  # wider on a real GPU (sums in another order)
 
 
 @pytest.mark.parametrize("largest", [True, False])

@@ -4,13 +4,16 @@ and what an awaiting caller may read when it resumes.
 
 On the simulator, streams run on their own threads with random delays (the ``delays``
 fixture), and fresh device memory holds NaN until a kernel writes it: a missing
-synchronisation shows as NaN or a wrong value. Each case runs many times.
+synchronisation shows as NaN or a wrong value. On a GPU and on the simulator, the cases hold the
+producer's stream where it matters (``delays.hold``, NOTE [Slow producers on a GPU] in
+conftest.py). Each case runs many times.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +22,8 @@ import pytest
 
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
+
+from .conftest import Delays, assert_close, needs_devices
 
 REPEAT = 12
 # A gate left closed (a blocked loop cannot open it) opens by itself after this long.
@@ -33,12 +38,23 @@ def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
     return ag.tensor(values, device=device, requires_grad=True)
 
 
-def assert_ready(t: ag.Tensor, expected: Any, rtol: float = 1e-12) -> None:
-    """``t`` is computed already: on the simulator its memory, read without any
-    synchronisation, holds the values (on a GPU only the values are checked)."""
+def unordered_read(t: ag.Tensor) -> np.ndarray:
+    """``t``'s device memory as it is now, read without waiting for any stream: on the
+    simulator its buffer; on a GPU a copy on a new stream that waits for nothing."""
     if runtime.simulated():
-        np.testing.assert_allclose(t._array._data, expected, rtol=rtol)
-    np.testing.assert_allclose(host(t), expected, rtol=rtol)
+        return np.array(t._array._data)
+    idx = t.device.index
+    rt = runtime.require(idx)
+    with rt.cuda.Device(idx):
+        s = rt.cuda.Stream(non_blocking=True)
+        return np.asarray(t._array.get(stream=s))
+
+
+def assert_ready(t: ag.Tensor, expected: Any, rtol: float = 1e-12) -> None:
+    """``t`` is computed already: its memory, read without any synchronisation, holds the
+    values."""
+    assert_close(unordered_read(t), expected, rtol=rtol)
+    assert_close(host(t), expected, rtol=rtol)
 
 
 def side_stream() -> ag.cuda.Stream:
@@ -64,16 +80,21 @@ class Gate:
 
 
 # ----------------------------------------------------------------------------- the cases
-def _branches_on_two_streams(x: ag.Tensor) -> ag.Tensor:
+def _branches_on_two_streams(x: ag.Tensor, delays: Delays | None = None) -> ag.Tensor:
     """Two branches, each recorded on its own side stream, summed on the default stream: their
-    gradients meet in x's input buffer from two streams (same device, other streams)."""
+    gradients meet in x's input buffer from two streams (same device, other streams). With
+    ``delays``, the first branch's stream is held after the forward: its gradient comes late."""
     s1, s2 = side_stream(), side_stream()
     with ag.cuda.stream(s1):
         a = (x * 3.0).sin()
     with ag.cuda.stream(s2):
+        if delays is not None:
+            delays.hold(s2, 0.5e-3)  # a slow forward on one branch too
         b = x.exp() * x
     ag.cuda.current_stream().wait_stream(s1)
     ag.cuda.current_stream().wait_stream(s2)
+    if delays is not None:
+        delays.hold(s1)  # the backward's work on s1 starts late
     return (a + b).sum()
 
 
@@ -81,19 +102,17 @@ def _grad_branches(x: np.ndarray) -> np.ndarray:
     return 3.0 * np.cos(3.0 * x) + np.exp(x) * (1.0 + x)
 
 
-@pytest.mark.usefixtures("delays")
-def test_gradients_from_two_streams_are_summed_in_order() -> None:
+def test_gradients_from_two_streams_are_summed_in_order(delays: Delays) -> None:
     rng = np.random.default_rng(0)
     for _ in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
-        _branches_on_two_streams(x).backward()
+        _branches_on_two_streams(x, delays).backward()
         assert x.grad is not None
-        np.testing.assert_allclose(host(x.grad), _grad_branches(xv), rtol=1e-10)
+        assert_close(host(x.grad), _grad_branches(xv), rtol=1e-10)
 
 
-@pytest.mark.usefixtures("delays")
-def test_backward_of_a_graph_recorded_on_a_side_stream() -> None:
+def test_backward_of_a_graph_recorded_on_a_side_stream(delays: Delays) -> None:
     """Forward and backward on a side stream; the caller, on the default stream, reads the
     gradient after backward returns (the caller's stream waited for the leaf streams)."""
     rng = np.random.default_rng(1)
@@ -105,28 +124,28 @@ def test_backward_of_a_graph_recorded_on_a_side_stream() -> None:
         with ag.cuda.stream(s):
             loss = (x @ w).tanh().sum()
         ag.cuda.current_stream().wait_stream(s)
+        delays.hold(s)  # the backward's work on s starts late
         loss.backward()
         assert w.grad is not None
         expect = xv.T @ (1.0 - np.tanh(xv @ wv) ** 2)
-        np.testing.assert_allclose(host(w.grad * 1.0), expect, rtol=1e-10)
+        assert_close(host(w.grad * 1.0), expect, rtol=1e-10)
 
 
-@pytest.mark.usefixtures("delays")
-def test_backward_called_inside_the_side_stream() -> None:
+def test_backward_called_inside_the_side_stream(delays: Delays) -> None:
     rng = np.random.default_rng(2)
     for _ in range(REPEAT):
         xv = rng.standard_normal(32)
         x = leaf(xv)
         s = side_stream()
         with ag.cuda.stream(s):
+            delays.hold(s)  # everything on s (forward, backward, the copy) starts late
             (x * x).sum().backward()
             doubled = x.grad * 1.0  # type: ignore[operator]
         ag.cuda.current_stream().wait_stream(s)
-        np.testing.assert_allclose(host(doubled), 2.0 * xv, rtol=1e-12)
+        assert_close(host(doubled), 2.0 * xv, rtol=1e-12)
 
 
-@pytest.mark.usefixtures("delays")
-def test_root_gradient_made_on_the_callers_stream() -> None:
+def test_root_gradient_made_on_the_callers_stream(delays: Delays) -> None:
     """A gradient passed to backward, computed on the caller's stream just before, is ready
     before the first node (on another stream) reads it."""
     rng = np.random.default_rng(3)
@@ -137,17 +156,16 @@ def test_root_gradient_made_on_the_callers_stream() -> None:
         with ag.cuda.stream(s):
             y = x.sin()
         ag.cuda.current_stream().wait_stream(s)
+        delays.hold()  # the root gradient, made on the caller's stream, comes late
         g = ag.tensor(gv, device="cuda") * 2.0
         y.backward(g)
-        np.testing.assert_allclose(host(x.grad), 2.0 * gv * np.cos(xv), rtol=1e-12)  # type: ignore[arg-type]
+        assert_close(host(x.grad), 2.0 * gv * np.cos(xv), rtol=1e-12)  # type: ignore[arg-type]
 
 
-@pytest.mark.usefixtures("delays")
-def test_graph_across_two_devices() -> None:
+def test_graph_across_two_devices(delays: Delays) -> None:
     """cuda:0 -> cuda:1 -> cuda:0: the copy nodes' gradients cross devices, and each node runs
     on its own device's worker."""
-    if ag.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
+    needs_devices(2)
     rng = np.random.default_rng(4)
     for _ in range(REPEAT):
         xv = rng.standard_normal(24)
@@ -155,13 +173,13 @@ def test_graph_across_two_devices() -> None:
         y = x.to("cuda:1").exp()
         z = (y * x.to("cuda:1")).to("cuda:0")
         loss = (z + x).sum()
+        delays.hold(ag.cuda.current_stream(1))  # the gradients made on cuda:1 come late
         loss.backward()
-        np.testing.assert_allclose(host(x.grad), np.exp(xv) * (1 + xv) + 1, rtol=1e-12)  # type: ignore[arg-type]
+        assert_close(host(x.grad), np.exp(xv) * (1 + xv) + 1, rtol=1e-12)  # type: ignore[arg-type]
         assert x.grad.device == ag.device("cuda:0")  # type: ignore[union-attr]
 
 
-@pytest.mark.usefixtures("delays")
-def test_graph_between_cpu_and_cuda() -> None:
+def test_graph_between_cpu_and_cuda(delays: Delays) -> None:
     rng = np.random.default_rng(5)
     for _ in range(REPEAT):
         xv, wv = rng.standard_normal((4, 3)), rng.standard_normal(3)
@@ -169,18 +187,14 @@ def test_graph_between_cpu_and_cuda() -> None:
         w = leaf(wv)  # on cuda:0
         h = (x.cuda() * w).relu()
         loss = (h.cpu() ** 2).sum()
+        delays.hold()  # the gradients made on cuda:0 come late
         loss.backward()
         r = np.maximum(xv * wv, 0)
-        np.testing.assert_allclose(host(x.grad), 2 * r * (xv * wv > 0) * wv, rtol=1e-12)  # type: ignore[arg-type]
-        np.testing.assert_allclose(
-            host(w.grad),
-            (2 * r * (xv * wv > 0) * xv).sum(0),
-            rtol=1e-12,  # type: ignore[arg-type]
-        )
+        assert_close(host(x.grad), 2 * r * (xv * wv > 0) * wv, rtol=1e-12)  # type: ignore[arg-type]
+        assert_close(host(w.grad), (2 * r * (xv * wv > 0) * xv).sum(0), rtol=1e-12)  # type: ignore[arg-type]
 
 
-@pytest.mark.usefixtures("delays")
-def test_gradient_copied_to_a_device_whose_consumer_is_on_a_side_stream() -> None:
+def test_gradient_copied_to_a_device_whose_consumer_is_on_a_side_stream(delays: Delays) -> None:
     """A copy node's backward copies the gradient onto the destination device's current stream;
     a consumer there recorded on a side stream must wait for that stream."""
     rng = np.random.default_rng(8)
@@ -195,8 +209,11 @@ def test_gradient_copied_to_a_device_whose_consumer_is_on_a_side_stream() -> Non
                 y = (x * 2.0).sin()
             ag.cuda.current_stream().wait_stream(s)
             loss = (y.to(dest) * 3.0).sum()
+            delays.hold()  # the copy lands on cuda:0's current stream, late
+            if dest == "cuda:1":
+                delays.hold(ag.cuda.current_stream(1))  # the gradient made on cuda:1 is late
             loss.backward()
-            np.testing.assert_allclose(host(x.grad), 6.0 * np.cos(2.0 * xv), rtol=1e-12)  # type: ignore[arg-type]
+            assert_close(host(x.grad), 6.0 * np.cos(2.0 * xv), rtol=1e-12)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- awaiting
@@ -208,15 +225,14 @@ async def _await_grad(
     return g, x
 
 
-@pytest.mark.usefixtures("delays")
-async def test_await_resumes_when_the_gradient_is_computed() -> None:
+async def test_await_resumes_when_the_gradient_is_computed(delays: Delays) -> None:
     """After ``await ag.grad`` the gradient's memory holds its values: read without any
-    synchronisation (peeking at the simulated device memory), nothing is left to compute."""
+    synchronisation (``unordered_read``), nothing is left to compute."""
     rng = np.random.default_rng(6)
     for _ in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
-        (g,) = await asyncio.wait_for(ag.grad(_branches_on_two_streams(x), [x]), 10)
+        (g,) = await asyncio.wait_for(ag.grad(_branches_on_two_streams(x, delays), [x]), 10)
         assert_ready(g, _grad_branches(xv), rtol=1e-10)
 
 
@@ -288,6 +304,27 @@ def test_sync_backward_does_not_wait_for_the_gpu() -> None:
     assert not s.query()
     gate.open()
     np.testing.assert_array_equal(host(x.grad), 2 * np.arange(4.0))  # type: ignore[arg-type]
+
+
+def test_hold_keeps_later_work_on_the_stream_waiting(delays: Delays) -> None:
+    """``delays.hold`` holds the stream for about the time asked (NOTE [Slow producers on a
+    GPU]): work queued after it waits, and the host does not."""
+    delays.hold(seconds=1e-6)  # on a GPU the first hold compiles the kernel
+    ag.cuda.synchronize()
+    seconds = 0.2
+    x = ag.tensor(np.arange(4.0), device="cuda")
+    start = time.perf_counter()
+    delays.hold(seconds=seconds)
+    queued = time.perf_counter() - start
+    y = x * 2.0
+    done = ag.cuda.current_stream().record_event()
+    assert not done.query()
+    done.synchronize()
+    took = time.perf_counter() - start
+    assert queued < seconds / 2, queued
+    # A GPU whose clock is below its peak spins longer (the cycles are counted at the peak).
+    assert seconds * 0.9 <= took < seconds * 20, took
+    np.testing.assert_array_equal(host(y), 2.0 * np.arange(4.0))
 
 
 # ----------------------------------------------------------------------------- ag.cuda
@@ -382,22 +419,19 @@ async def test_worker_runs_at_most_a_bounded_distance_ahead_of_the_gpu() -> None
     assert_ready(g, np.ones(4))
 
 
-@pytest.mark.usefixtures("delays")
-async def test_abackward_resumes_when_grad_fields_are_computed() -> None:
+async def test_abackward_resumes_when_grad_fields_are_computed(delays: Delays) -> None:
     rng = np.random.default_rng(9)
     for _ in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
-        await asyncio.wait_for(_branches_on_two_streams(x).abackward(), 10)
+        await asyncio.wait_for(_branches_on_two_streams(x, delays).abackward(), 10)
         assert x.grad is not None
         assert_ready(x.grad, _grad_branches(xv), rtol=1e-10)
 
 
-@pytest.mark.usefixtures("delays")
-async def test_each_device_has_its_own_worker() -> None:
+async def test_each_device_has_its_own_worker(delays: Delays) -> None:
     """An awaited backward across cuda:0 and cuda:1 runs each node on its device's worker."""
-    if ag.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
+    needs_devices(2)
     from asyncgrad.engine import devices
 
     seen: dict[str, set[str]] = {"cuda:0": set(), "cuda:1": set()}
@@ -417,8 +451,9 @@ async def test_each_device_has_its_own_worker() -> None:
     b = a.to("cuda:1").exp()
     assert b.grad_fn is not None
     b.grad_fn.register_prehook(note("cuda:1"))
+    delays.hold(ag.cuda.current_stream(1))  # the gradient made on cuda:1 comes late
     (g,) = await asyncio.wait_for(ag.grad(b.sum(), [x]), 10)
-    np.testing.assert_allclose(host(g), np.exp(np.sin(xv)) * np.cos(xv), rtol=1e-12)
+    assert_close(host(g), np.exp(np.sin(xv)) * np.cos(xv), rtol=1e-12)
     assert seen == {"cuda:0": {"asyncgrad-worker-cuda:0"}, "cuda:1": {"asyncgrad-worker-cuda:1"}}
     loop = asyncio.get_running_loop()
     assert {str(q.device) for q in devices.queues_of(loop)} >= {"cuda:0", "cuda:1"}
@@ -462,8 +497,7 @@ async def test_copy_to_the_host_in_an_awaited_backward_does_not_block_the_loop()
 def test_backward_on_the_second_device_makes_its_arrays_there() -> None:
     """Rules that allocate (the backward of indexing makes zeros) run with their node's device
     current, whatever device the caller has selected."""
-    if ag.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
+    needs_devices(2)
     xv = np.arange(6.0).reshape(3, 2)
     x = leaf(xv, "cuda:1")
     y = x[ag.tensor([0, 2, 0])] * 2.0
@@ -491,3 +525,11 @@ def test_copy_between_devices_in_place() -> None:
     assert host_data.cpu().tolist() == [7.0, 6.0]
     filled = ag.ones(3, device="cuda").masked_fill(ag.tensor([True, False, True], device="cuda"), 4)
     assert filled.cpu().tolist() == [4.0, 1.0, 4.0]
+
+
+def test_every_stream_test_can_run_on_a_gpu(request: pytest.FixtureRequest) -> None:
+    """No test here depends on the ``sim`` fixture, which skips off the simulator: slow
+    producers come from ``delays``, which works on a GPU too."""
+    here = [i for i in request.session.items if i.path == request.node.path]
+    needing = [i.name for i in here if "sim" in getattr(i, "fixturenames", ())]
+    assert not needing, f"these skip on a GPU: {needing}"
