@@ -634,6 +634,7 @@ def test_init_reproducible_constant_and_errors(torch: Any) -> None:
     assert half.dtype == ag.float16
 
 
+@pytest.mark.cuda
 def test_init_on_cuda() -> None:
     w = nn.Parameter(ag.empty(5, 4, device="cuda:0"))
     nn.init.kaiming_uniform_(w, generator=ag.Generator().manual_seed(1))
@@ -770,6 +771,7 @@ def test_multihead_attention_errors_and_dropout() -> None:
     assert not ag.allclose(a, c)
 
 
+@pytest.mark.cuda
 def test_losses_on_cuda_match_cpu() -> None:
     x = ag.randn(4, 3, dtype=ag.float64)
     p = ag.softmax(ag.randn(4, 3, dtype=ag.float64), 1)

@@ -314,6 +314,7 @@ def test_malformed_structures_raise(structure: bytes, why: str, tmp_path: Path) 
 # ============================================================================= devices
 
 
+@pytest.mark.cuda
 def test_a_state_dict_from_cuda_loads_on_the_cpu_and_back(tmp_path: Path) -> None:
     _needs_cuda()
     ag.manual_seed(0)

@@ -313,6 +313,7 @@ def test_repr_without_torch() -> None:
     )
 
 
+@pytest.mark.cuda
 def test_repr_names_the_device() -> None:
     _needs_cuda()
     x = ag.tensor([1.0, 2.0], device="cuda")
@@ -406,6 +407,7 @@ def test_pickle_keeps_one_object_per_tensor_and_deepcopy_still_works() -> None:
         copy.deepcopy(ag.ones(2, requires_grad=True) * 2)
 
 
+@pytest.mark.cuda
 def test_pickle_keeps_the_device() -> None:
     _needs_cuda()
     x = ag.tensor([1.0, 2.0], device="cuda", requires_grad=True)

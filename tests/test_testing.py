@@ -52,6 +52,7 @@ def test_messages_match_torch(torch: Any, actual: Any, expected: Any, kwargs: An
     _same_message(torch, actual, expected, **kwargs)
 
 
+@pytest.mark.cuda
 def test_passes_within_default_tolerances() -> None:
     assert_close(ag.tensor([1.0, 2.0]), ag.tensor([1.0, 2.0 + 1e-6]))
     assert_close(ag.tensor([1.0, 2.0], dtype=ag.float64), ag.tensor([1.0, 2.0 + 1e-7]).double())
@@ -71,6 +72,7 @@ def test_float64_defaults_are_tighter() -> None:
         assert_close(ag.tensor([1.0]).double(), ag.tensor([1.0 + 1e-6]).double())
 
 
+@pytest.mark.cuda
 def test_attribute_mismatches() -> None:
     with pytest.raises(AssertionError, match=r"attribute 'shape' do not match: \(2,\) != \(3,\)"):
         assert_close(ag.ones(2), ag.ones(3))

@@ -100,6 +100,7 @@ async def test_nan_with_create_graph() -> None:
         await ag.grad((x.sqrt() * 0.0).sum(), x, create_graph=True)
 
 
+@pytest.mark.cuda
 def test_nan_check_on_a_cuda_device() -> None:
     if ag.cuda.device_count() < 1:
         pytest.skip("needs a CUDA device (simulated by default)")

@@ -96,6 +96,7 @@ async def test_a_blocking_backward_inside_the_loop_counts_as_a_stall() -> None:
     assert 0 < s["longest_stall_s"] <= held
 
 
+@pytest.mark.cuda
 def test_cuda_nodes_count_per_device() -> None:
     if not ag.cuda.is_available():
         pytest.skip("no CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
