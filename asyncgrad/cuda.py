@@ -204,7 +204,7 @@ class Event:
     def __await__(self) -> Generator[Any, None, None]:
         if self.native is None or self._stream is None:
             return
-        yield from _cuda.wait_until_done([(self.native, self._stream.native)]).__await__()
+        yield from _cuda.wait_until_done([(self.native, self._stream._idx)]).__await__()
 
     def __repr__(self) -> str:
         state = "unrecorded" if self.native is None else ("done" if self.query() else "pending")

@@ -14,6 +14,7 @@ import asyncio
 import os
 import threading
 from collections import deque
+from time import perf_counter
 from typing import Any, Final
 
 __all__ = [
@@ -187,11 +188,16 @@ def single_device() -> bool:
 
 
 def record(stream: Any, index: int) -> Any:
-    """An event marking the work queued on ``stream`` so far."""
+    """An event marking the work queued on ``stream`` so far (without timing data, which the
+    engine never reads and which costs the GPU a timestamp)."""
     if _single:
-        return stream.record()
+        event = rt.cuda.Event(disable_timing=True)
+        event.record(stream)
+        return event
     with rt.cuda.Device(index):
-        return stream.record()
+        event = rt.cuda.Event(disable_timing=True)
+        event.record(stream)
+        return event
 
 
 def wait_event(stream: Any, event: Any, index: int) -> None:
@@ -211,46 +217,103 @@ def stream_wait(consumer: Any, producer: Any, index: int) -> None:
 
 # NOTE [Waiting for the GPU]
 # An awaiting caller must not block its loop while the GPU works, and should resume soon after
-# the work is done. Polling ``Event.done`` from the loop is cheap (a query, about 2 us on an H100)
-# and quick to notice completion, but polling a long kernel often wastes a core; a host function
-# queued on the stream (``launch_host_func``) calls back once the work before it has run, costing
-# nothing meanwhile, but reaches the loop some tens of microseconds late. So a wait first polls
-# with a short exponential backoff (POLL_FIRST_S, doubling up to POLL_SWITCH_S in total), which
-# covers small backward passes, and then queues a host function and sleeps until it calls back,
-# with a slow poll (POLL_SLOW_S) as a safety net.
-POLL_FIRST_S: Final = 20e-6
+# the work is done. Polling an event from the loop is cheap (``cudaEventQuery``, about 2 us on an
+# H100) and quick to notice completion, but polling a long kernel wastes a core; a host function
+# (``launch_host_func``) calls back once the work before it has run, costing nothing meanwhile,
+# but reaches the loop some tens of microseconds late. So a wait first polls once per turn of the
+# loop (``asyncio.sleep(0)``, which lets everything else ready run in between) for POLL_SWITCH_S
+# of wall time, which covers small backward passes; then it queues a host function and sleeps
+# until it calls back, with a slow poll (POLL_SLOW_S) as a safety net. The budget is measured with
+# ``perf_counter``, not as a sum of sleeps: a short ``asyncio.sleep`` lasts about a millisecond on
+# asyncio's epoll loop and nothing on uvloop, so a schedule of sleeps meant a different wait on
+# each loop.
+# The host function goes on a stream of its own (a waker) that waits for the awaited event, not
+# on the event's stream: work queued there after the event (the next pass's kernels) does not
+# delay the wake-up. Nor does another caller's event: each waker serves one wait at a time, and
+# goes back to its device's idle wakers (``_wakers``) when its host function has run, so there
+# are as many as waits in this phase at once.
+# A kernel that fails on the GPU (an illegal address) breaks its device for the rest of the
+# process: the event is then never done and host functions are never called. The query returns
+# the error's status, and the wait raises it as CuPy's ``CUDARuntimeError`` instead of waiting for
+# ever.
 POLL_SWITCH_S: Final = 500e-6
 POLL_SLOW_S: Final = 5e-3
+# CUDA status codes of ``cudaEventQuery``: the work before the event has run, or not yet.
+_SUCCESS: Final = 0
+_NOT_READY: Final = 600
+
+_wakers: dict[int, list[Any]] = {}  # device index -> idle waker streams
+_wakers_lock = threading.Lock()
 
 
-async def wait_until_done(events: list[tuple[Any, Any]]) -> None:
-    """Wait, without blocking the running loop, until every ``(event, stream)`` is done."""
-    pending = [(ev, s) for ev, s in events if not ev.done]
+async def wait_until_done(events: list[tuple[Any, int]]) -> None:
+    """Wait, without blocking the running loop, until every ``(event, device index)`` is done;
+    raise ``CUDARuntimeError`` if a device failed (See NOTE [Waiting for the GPU])."""
+    pending = _pending(events)
     if not pending:
         return
-    loop = asyncio.get_running_loop()
-    delay = POLL_FIRST_S
-    spent = 0.0
-    while spent < POLL_SWITCH_S:
-        await asyncio.sleep(delay)
-        spent += delay
-        delay *= 2
-        pending = [(ev, s) for ev, s in pending if not ev.done]
+    started = perf_counter()
+    while perf_counter() - started < POLL_SWITCH_S:
+        await asyncio.sleep(0)
+        pending = _pending(pending)
         if not pending:
             return
-    for ev, s in pending:
+    loop = asyncio.get_running_loop()
+    for ev, idx in pending:
+        if not _pending([(ev, idx)]):
+            continue
         fut: asyncio.Future[None] = loop.create_future()
-        s.launch_host_func(_wake_from_stream, (loop, fut))
-        while not ev.done:
+        _wake_after(ev, idx, loop, fut)
+        while True:
             try:
                 await asyncio.wait_for(asyncio.shield(fut), POLL_SLOW_S)
             except TimeoutError:
-                continue
-            break
+                pass
+            if not _pending([(ev, idx)]):
+                break
 
 
-def _wake_from_stream(arg: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]) -> None:
-    loop, fut = arg
+def _pending(events: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """The events not done yet; raises the error of a failed device."""
+    query = rt.cuda.runtime.eventQuery
+    left = []
+    for ev, idx in events:
+        status = query(ev.ptr)
+        if status == _NOT_READY:
+            left.append((ev, idx))
+        elif status != _SUCCESS:
+            error = rt.cuda.runtime.CUDARuntimeError(status)
+            error.add_note(f"while waiting for the work queued on cuda:{idx}")
+            raise error
+    return left
+
+
+def _wake_after(
+    ev: Any, idx: int, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]
+) -> None:
+    """Resolve ``fut`` on ``loop`` from a host function that runs once ``ev`` is done."""
+    with _wakers_lock:
+        idle = _wakers.setdefault(idx, [])
+        waker = idle.pop() if idle else None
+    if waker is None:
+        with rt.cuda.Device(idx):
+            waker = rt.cuda.Stream(non_blocking=True)
+    arg = (loop, fut, waker, idx)
+    if _single:
+        waker.wait_event(ev)
+        waker.launch_host_func(_wake_from_stream, arg)
+        return
+    with rt.cuda.Device(idx):
+        waker.wait_event(ev)
+        waker.launch_host_func(_wake_from_stream, arg)
+
+
+def _wake_from_stream(
+    arg: tuple[asyncio.AbstractEventLoop, asyncio.Future[None], Any, int],
+) -> None:
+    loop, fut, waker, idx = arg
+    with _wakers_lock:
+        _wakers[idx].append(waker)  # its work is done: free for the next wait
     try:
         loop.call_soon_threadsafe(_resolve, fut)
     except RuntimeError:

@@ -26,12 +26,20 @@ in tests, so the model is the strictest one CUDA allows:
   (``__array__``) raises, as in CuPy.
 * Errors. An exception raised by queued work is kept on its stream and raised by the next host wait
   on that stream (``synchronize``, an event's ``synchronize``, a host read, the device's
-  ``synchronize``), like an asynchronous CUDA error; none is dropped.
+  ``synchronize``), like an asynchronous CUDA error; none is dropped. A GPU's own asynchronous
+  errors are sticky: ``inject_fault`` queues a kernel that breaks its device's context, after which
+  the device runs nothing, every event query returns the error's status and every host wait raises
+  it as ``CUDARuntimeError`` (See NOTE [Sticky errors]). Events have handles (``ptr``) for
+  ``cuda.runtime.eventQuery``, which returns CUDA status codes as CuPy's does.
+* Host functions. ``launch_host_func`` callbacks run one at a time, whatever their streams, and an
+  exception one raises goes to ``sys.unraisablehook`` and is dropped, as in CuPy (See NOTE [Host
+  functions]).
 
 Current device and current streams are per host thread, as in CuPy. The public names are CuPy's
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
-``configure``; any other NumPy name (``sim.exp``, ``sim.concatenate``, ...) is NumPy's function
-dispatching to the simulated device (module ``__getattr__``).
+``configure``, ``inject_fault``, ``reset_device`` and the status codes (``NOT_READY``, ...); any
+other NumPy name (``sim.exp``, ``sim.concatenate``, ...) is NumPy's function dispatching to the
+simulated device (module ``__getattr__``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import os
 import random as _stdrandom
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Final
 
@@ -68,12 +77,14 @@ __all__ = [
     "eye",
     "full",
     "full_like",
+    "inject_fault",
     "linspace",
     "ndarray",
     "newaxis",
     "ones",
     "ones_like",
     "random",
+    "reset_device",
     "scatter_add",
     "zeros",
     "zeros_like",
@@ -161,19 +172,40 @@ def _pause() -> None:
         time.sleep(seconds)
 
 
-class CUDARuntimeError(RuntimeError):
-    """What CuPy raises when a CUDA runtime call fails; here only for an invalid device."""
+# CUDA status codes the simulator reports (``cudaError_t``), with CUDA's names and messages.
+SUCCESS: Final = 0
+INVALID_DEVICE: Final = 101
+INVALID_RESOURCE_HANDLE: Final = 400
+NOT_READY: Final = 600
+ILLEGAL_ADDRESS: Final = 700
+LAUNCH_FAILURE: Final = 719
+_STATUS_TEXT: Final = {
+    SUCCESS: ("cudaSuccess", "no error"),
+    INVALID_DEVICE: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+    INVALID_RESOURCE_HANDLE: ("cudaErrorInvalidResourceHandle", "invalid resource handle"),
+    NOT_READY: ("cudaErrorNotReady", "device not ready"),
+    ILLEGAL_ADDRESS: ("cudaErrorIllegalAddress", "an illegal memory access was encountered"),
+    LAUNCH_FAILURE: ("cudaErrorLaunchFailure", "unspecified launch failure"),
+}
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
+
+class CUDARuntimeError(RuntimeError):
+    """What CuPy raises when a CUDA runtime call fails: ``status`` is the CUDA status code, and the
+    message its name and CUDA's description."""
+
+    def __init__(self, status: int) -> None:
+        name, text = _STATUS_TEXT.get(status, (f"cudaError{status}", "unrecognized error code"))
+        super().__init__(f"{name}: {text}")
         self.status = status
+
+    def __reduce__(self) -> tuple[type[CUDARuntimeError], tuple[int]]:
+        return (type(self), (self.status,))
 
 
 def _invalid_device(index: int) -> CUDARuntimeError:
-    count = _settings().devices
-    return CUDARuntimeError(
-        101, f"cudaErrorInvalidDevice: invalid device ordinal ({index}; {count} simulated devices)"
-    )
+    error = CUDARuntimeError(INVALID_DEVICE)
+    error.add_note(f"device {index}; {_settings().devices} simulated devices")
+    return error
 
 
 # ----------------------------------------------------------------------------- streams
@@ -258,12 +290,13 @@ class _Queue:
         # any error (the host-side evaluation on stand-ins has usually raised it already).
         with np.errstate(all="ignore"):
             while True:
-                _pause()
                 error: BaseException | None = None
-                try:
-                    work()
-                except BaseException as exc:  # stored, raised at the next host wait
-                    error = exc
+                if not self.device.fault:  # a broken device runs nothing (NOTE [Sticky errors])
+                    _pause()
+                    try:
+                        work()
+                    except BaseException as exc:  # stored, raised at the next host wait
+                        error = exc
                 with lock:
                     self.completed += 1
                     if error is not None:
@@ -302,7 +335,9 @@ class _Queue:
         return errors
 
     def synchronize(self, point: int | None = None) -> None:
-        _raise_async(self.wait(point), self.name)
+        errors = self.wait(point)
+        self.device.raise_fault()
+        _raise_async(errors, self.name)
 
     def wait_for(self, point: int) -> None:
         """On another stream's thread: block until the work queued here before ``point`` ran."""
@@ -312,24 +347,76 @@ class _Queue:
 
 
 class _DeviceState:
-    """A simulated device: its default stream and the queues that have work or errors."""
+    """A simulated device: its default stream, the queues that have work or errors, and the status
+    of the error that broke its context (0 while it works, See NOTE [Sticky errors])."""
 
-    __slots__ = ("busy", "default_stream", "index", "lock", "numbers")
+    __slots__ = ("busy", "default_stream", "fault", "index", "lock", "numbers")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.lock = threading.Lock()
         self.busy: set[_Queue] = set()
         self.numbers = itertools.count(1)
+        self.fault = SUCCESS
         self.default_stream = Stream._create(self, 0, 0)
 
     def synchronize(self) -> None:
+        errors = self.wait()
+        self.raise_fault()
+        _raise_async(errors, f"cuda:{self.index}")
+
+    def wait(self) -> list[BaseException]:
+        """Block until every queue of the device has run its work; take their errors."""
         with self.lock:
             queues = list(self.busy)
         errors: list[BaseException] = []
         for queue in queues:
             errors.extend(queue.wait())
-        _raise_async(errors, f"cuda:{self.index}")
+        return errors
+
+    def fail(self, status: int) -> None:
+        """Break the device's context, as a kernel failing with ``status`` does."""
+        with self.lock:
+            if not self.fault:
+                self.fault = status
+
+    def raise_fault(self) -> None:
+        """Raise the error that broke the device's context, if one did."""
+        fault = self.fault
+        if fault:
+            error = CUDARuntimeError(fault)
+            error.add_note(
+                f"raised by a kernel on cuda:{self.index}: the device's context is broken, and "
+                "every later wait for it fails the same way"
+            )
+            raise error
+
+
+# NOTE [Sticky errors]
+# A kernel that fails on a GPU (one that reads an illegal address, say) breaks the context of its
+# device for the rest of the process: the work queued after it never runs (host functions are not
+# called), ``cudaEventQuery`` of every event of the device returns the error's status, so
+# ``Event.done`` is False for good, and every host wait (a stream's, an event's or the device's
+# synchronize, a host read) raises ``CUDARuntimeError`` with it. ``inject_fault`` queues such a
+# kernel; ``reset_device`` repairs the device, for tests (a GPU needs a new process). Recording
+# events, launching kernels and allocating still succeed on a broken simulated device, where a GPU
+# fails them with the same error.
+# An exception raised by the Python code of a simulated kernel is not sticky: it is kept on its
+# stream and raised once, at the next host wait (``Errors`` in the module's docstring), so that a
+# failing kernel is reported with its own traceback and the device goes on working.
+def inject_fault(stream: Stream | None = None, status: int = ILLEGAL_ADDRESS) -> None:
+    """Queue on ``stream`` (default: the current stream) a kernel that fails with ``status`` when it
+    runs, breaking its device's context (See NOTE [Sticky errors])."""
+    queue = (get_current_stream() if stream is None else stream)._queue
+    queue.submit(functools.partial(queue.device.fail, status))
+
+
+def reset_device(device: int) -> None:
+    """Wait until the streams of ``cuda:device`` have drained, drop their errors, and repair the
+    device after a sticky error (See NOTE [Sticky errors])."""
+    state = _device_state(device)
+    state.wait()
+    state.fault = SUCCESS
 
 
 _device_states: dict[int, _DeviceState] = {}
@@ -474,38 +561,95 @@ class Stream:
             return queue.completed == queue.submitted
 
     def launch_host_func(self, callback: Callable[[Any], object], arg: Any) -> None:
-        """Call ``callback(arg)`` on the stream's thread, in order with its kernels."""
-        self._queue.submit(functools.partial(callback, arg))
+        """Call ``callback(arg)`` on the stream's thread, in order with its kernels, one host
+        function at a time (See NOTE [Host functions])."""
+        self._queue.submit(functools.partial(_call_host_func, callback, arg))
 
     def __repr__(self) -> str:
         return f"<sim Stream {self.ptr} (cuda:{self.device_id})>"
 
 
-class Event:
-    """A point in a stream's work, as ``cupy.cuda.Event``."""
+# NOTE [Host functions]
+# CUDA calls host functions (``launch_host_func``) on a driver thread: those of independent streams
+# may run in any order and may be serialised, so a host function that waits for another one to run
+# can wait for ever. The simulator serialises them all (one lock), so code that relies on two at
+# once hangs here too. CuPy calls the Python callback with nowhere to raise to: an exception it
+# raises is reported to ``sys.unraisablehook`` (printed, by default) and dropped, and the stream
+# goes on; so here (never stored as the stream's error).
+_host_func_lock: Final = threading.Lock()
 
-    __slots__ = ("_point", "_queue")
+
+class _Ignored:
+    """An exception raised where nobody can catch it: dropping this object reports it to
+    ``sys.unraisablehook``, as Python reports an exception raised by ``__del__``."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __del__(self) -> None:
+        raise self.error
+
+
+def _call_host_func(callback: Callable[[Any], object], arg: Any) -> None:
+    with _host_func_lock:
+        try:
+            callback(arg)
+        except BaseException as exc:  # reported and dropped (See NOTE [Host functions])
+            exc.add_note(f"raised by the host function {callback!r}, ignored as CuPy ignores it")
+            _Ignored(exc)
+
+
+class Event:
+    """A point in a stream's work, as ``cupy.cuda.Event``: ``ptr`` is its handle for
+    ``cuda.runtime.eventQuery``, and ``done`` is whether that query returns ``cudaSuccess`` (False
+    for good once its device is broken, See NOTE [Sticky errors])."""
+
+    __slots__ = ("__weakref__", "_device", "_disable_timing", "_point", "_queue", "ptr")
+
+    _ptrs: ClassVar[Iterator[int]] = itertools.count(1)
+
+    ptr: int
 
     def __init__(
         self, block: bool = False, disable_timing: bool = False, interprocess: bool = False
     ) -> None:
+        if interprocess and not disable_timing:
+            raise ValueError("Timing must be disabled for interprocess events")
+        self._device = _device_state(_local.device)
+        self._disable_timing = disable_timing  # for tests: CUDA keeps no timing data then
         self._queue: _Queue | None = None
         self._point = 0
+        self.ptr = next(Event._ptrs)
+        _events[self.ptr] = self
 
     def record(self, stream: Stream | None = None) -> None:
         """Mark the work queued so far on ``stream`` (default: the current stream)."""
         queue = (get_current_stream() if stream is None else stream)._queue
         with queue.lock:
             self._queue, self._point = queue, queue.submitted
+        self._device = queue.device
+
+    def _status(self) -> int:
+        fault = self._device.fault
+        if fault:
+            return fault
+        queue = self._queue
+        return SUCCESS if queue is None or queue.completed >= self._point else NOT_READY
 
     @property
     def done(self) -> bool:
-        queue = self._queue
-        return queue is None or queue.completed >= self._point
+        return self._status() == SUCCESS
 
     def synchronize(self) -> None:
         if self._queue is not None:
             self._queue.synchronize(self._point)
+        else:
+            self._device.raise_fault()
+
+
+_events: Final[weakref.WeakValueDictionary[int, Event]] = weakref.WeakValueDictionary()
 
 
 def get_current_stream(device_id: int | None = None) -> Stream:
@@ -543,6 +687,14 @@ class _Runtime:
     @staticmethod
     def deviceSynchronize() -> None:
         Device().synchronize()
+
+    @staticmethod
+    def eventQuery(event: int) -> int:
+        """The event's status, never raised: ``cudaSuccess`` (0) once the work before it has run,
+        ``cudaErrorNotReady`` (600) until then, the error of a broken device (See NOTE [Sticky
+        errors]), ``cudaErrorInvalidResourceHandle`` (400) for no live event."""
+        found = _events.get(event)
+        return INVALID_RESOURCE_HANDLE if found is None else found._status()
 
 
 class _Cuda:

@@ -135,13 +135,13 @@ def arrive(producer: Node, consumer: Node) -> tuple[Any, int] | None:
     return cs, idx
 
 
-def finish(st: Streams) -> list[tuple[Any, Any]]:
+def finish(st: Streams) -> list[tuple[Any, int]]:
     """The end of a graph task: the caller's streams wait for every stream its nodes ran on.
-    Returns ``(event, stream)`` pairs marking the end of its GPU work."""
-    events: list[tuple[Any, Any]] = []
+    Returns ``(event, device index)`` pairs marking the end of its GPU work."""
+    events: list[tuple[Any, int]] = []
     for s, idx in st.used.items():
         ev = cuda.record(s, idx)
-        events.append((ev, s))
+        events.append((ev, idx))
         caller = st.caller.get(idx)
         if caller is not None and caller is not s:
             cuda.wait_event(caller, ev, idx)

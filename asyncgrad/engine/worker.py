@@ -39,6 +39,8 @@ YIELD_DELAY_S: Final = 1e-6
 # queue is full a launch blocks the thread, and with it the loop. So after each slice it records
 # an event on the streams it launched on, and before draining another slice it waits (without
 # blocking the loop) until the GPU has reached the event of the slice MAX_SLICES_AHEAD back.
+# A device error found there (See NOTE [Waiting for the GPU]) fails the passes queued on the
+# device with it: their kernels cannot run on a broken device.
 MAX_SLICES_AHEAD: Final = 2
 
 
@@ -198,10 +200,16 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
                 idx = queue.device.index
                 assert idx is not None
                 for s in queue.launched:
-                    ahead.append((cuda.record(s, idx), s))
+                    ahead.append((cuda.record(s, idx), idx))
                 queue.launched.clear()
                 while len(ahead) > MAX_SLICES_AHEAD:
-                    await cuda.wait_until_done([ahead.popleft()])
+                    try:
+                        await cuda.wait_until_done([ahead.popleft()])
+                    except Exception as e:  # the device failed: so do the passes queued on it
+                        ahead.clear()
+                        for gt in {entry[4] for entry in heap}:
+                            gt.fail(e)
+                        heap.clear()
             if heap:
                 # NOTE [Yield behind timers]
                 # sleep(0) would requeue the worker ahead of timers that fell due meanwhile (the
@@ -577,7 +585,7 @@ def _after_gpu(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any,
     assert dev is not None
     assert dev.index is not None
     ev = cuda.record(node._stream, dev.index)
-    yield cuda.wait_until_done([(ev, node._stream)])
+    yield cuda.wait_until_done([(ev, dev.index)])
     w = gt.watch
     if w is not None:
         return (yield from evaluate_watched(gt, w, node, buf))

@@ -1,0 +1,261 @@
+"""Waiting for the GPU (NOTE [Waiting for the GPU] in asyncgrad/backend/cuda.py): an awaiting
+caller resumes when its events are done, fails with the CUDA error of a broken device instead of
+waiting for ever (NOTE [Sticky errors] in the simulator), and is woken by a host function that
+only its own event orders.
+
+The tests that break a device or hold a stream with a long kernel look inside the simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad.backend import cuda as runtime
+
+# An await that has not finished by then hangs.
+WAIT_S: Final = 5.0
+# A long kernel left running (a failed test) ends by itself after this long.
+KERNEL_TIMEOUT_S: Final = 10.0
+
+
+def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
+    return ag.tensor(values, device=device, requires_grad=True)
+
+
+@pytest.fixture
+def broken(sim: Any) -> Iterator[Any]:
+    """The simulator, whose devices are repaired after the test (a GPU needs a new process)."""
+    try:
+        yield sim
+    finally:
+        for index in range(ag.cuda.device_count()):
+            sim.reset_device(index)
+
+
+def long_kernel(stream: Any) -> threading.Event:
+    """Queue on ``stream`` (a simulated one) a kernel that runs until the returned event is set:
+    it holds the stream without being a host function, which would hold every host function."""
+    done = threading.Event()
+    stream._queue.submit(lambda: done.wait(KERNEL_TIMEOUT_S))
+    return done
+
+
+# ----------------------------------------------------------------------------- a broken device
+async def test_a_device_error_fails_an_awaited_grad_instead_of_hanging(broken: Any) -> None:
+    x = leaf(np.linspace(-1, 1, 8))
+    loss = (x * x).sum()
+    broken.inject_fault()  # ahead of the backward's kernels on the current stream
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress") as info:
+        await asyncio.wait_for(ag.grad(loss, [x], retain_graph=True), WAIT_S)
+    assert any("cuda:0" in note for note in info.value.__notes__)
+    with pytest.raises(broken.CUDARuntimeError, match="illegal memory access"):
+        await asyncio.wait_for(loss.abackward(), WAIT_S)
+
+
+async def test_a_device_error_fails_a_pass_whose_worker_runs_ahead(broken: Any) -> None:
+    """The worker waits for the GPU between slices (NOTE [Running ahead of the GPU]): the error
+    found there fails the passes queued on the device."""
+    x = leaf(np.ones(4))
+    y = x
+    for _ in range(200):
+        y = y * 1.0
+    loss = y.sum()
+    old = ag.autograd.engine.config.slice_s
+    ag.autograd.engine.configure(slice_s=1e-9)  # a slice is then the 16 nodes between checks
+    try:
+        broken.inject_fault()
+        with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+            await asyncio.wait_for(ag.grad(loss, [x]), WAIT_S)
+    finally:
+        ag.autograd.engine.configure(slice_s=old)
+
+
+async def test_a_device_error_fails_a_copy_to_the_host_in_an_awaited_backward(
+    broken: Any,
+) -> None:
+    x = ag.tensor(np.linspace(-1, 1, 8), requires_grad=True)
+    loss = (x.cuda() ** 2).sum()
+    broken.inject_fault()
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        await asyncio.wait_for(ag.grad(loss, [x]), WAIT_S)
+
+
+async def test_awaiting_an_event_of_a_broken_device_raises(broken: Any) -> None:
+    s = ag.cuda.current_stream()
+    broken.inject_fault(s.native)
+    ev = s.record_event()
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        await asyncio.wait_for(_wait(ev), WAIT_S)
+
+
+async def _wait(ev: ag.cuda.Event) -> None:
+    await ev
+
+
+# ----------------------------------------------------------------------------- events
+async def test_the_engines_events_keep_no_timing_data(
+    sim: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded: list[Any] = []
+    record = sim.Event.record
+
+    def spy(self: Any, stream: Any = None) -> None:
+        recorded.append(self)
+        record(self, stream)
+
+    xv = np.linspace(-1, 1, 8)
+    x = leaf(xv)
+    s = ag.cuda.Stream()
+    s.wait_stream(ag.cuda.current_stream())
+    with ag.cuda.stream(s):
+        a = x.sin()
+    ag.cuda.current_stream().wait_stream(s)
+    loss = (a * x).sum()  # x's gradients meet from two streams
+    monkeypatch.setattr(sim.Event, "record", spy)
+    (g,) = await asyncio.wait_for(ag.grad(loss, [x]), WAIT_S)
+    monkeypatch.undo()
+    np.testing.assert_allclose(g.cpu().numpy(), np.cos(xv) * xv + np.sin(xv))
+    assert recorded
+    assert all(ev._disable_timing for ev in recorded)
+
+
+# ----------------------------------------------------------------------------- waking up
+async def test_a_wake_up_does_not_wait_for_work_queued_after_the_event(
+    sim: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "POLL_SWITCH_S", 0.0)  # straight to the host function
+    monkeypatch.setattr(runtime, "POLL_SLOW_S", 60.0)  # and no safety-net poll
+    s = runtime.current_stream(0)
+    before = long_kernel(s)
+    ev = runtime.record(s, 0)
+    after = long_kernel(s)  # the next work on the stream, still running when ev is done
+    try:
+        task = asyncio.ensure_future(runtime.wait_until_done([(ev, 0)]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not task.done()
+        before.set()
+        await asyncio.wait_for(task, WAIT_S)
+        assert ev.done
+        assert not after.is_set()
+        assert not s.done
+    finally:
+        before.set()
+        after.set()
+
+
+async def test_a_wake_up_does_not_wait_for_another_callers_event(
+    sim: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two waits in their host-function phase at once on one device: the one whose event is done
+    first resumes, while the other's event is still held."""
+    monkeypatch.setattr(runtime, "POLL_SWITCH_S", 0.0)
+    monkeypatch.setattr(runtime, "POLL_SLOW_S", 60.0)
+    s1, s2 = ag.cuda.Stream().native, ag.cuda.Stream().native
+    slow, quick = long_kernel(s1), long_kernel(s2)
+    ev1, ev2 = runtime.record(s1, 0), runtime.record(s2, 0)
+    try:
+        first = asyncio.ensure_future(runtime.wait_until_done([(ev1, 0)]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        second = asyncio.ensure_future(runtime.wait_until_done([(ev2, 0)]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        quick.set()
+        await asyncio.wait_for(second, WAIT_S)
+        assert not first.done()
+        slow.set()
+        await asyncio.wait_for(first, WAIT_S)
+    finally:
+        slow.set()
+        quick.set()
+
+
+class _Clock:
+    """A ``perf_counter`` that advances one second per reading."""
+
+    def __init__(self) -> None:
+        self.ticks = itertools.count()
+
+    def __call__(self) -> float:
+        return float(next(self.ticks))
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """Count the calls of ``owner.name``: the list holds one entry per call."""
+    calls: list[int] = []
+    original: Callable[..., Any] = getattr(owner, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+async def test_polling_lasts_its_budget_of_wall_time_then_a_host_function_wakes(
+    sim: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On every loop the first phase polls once per turn of the loop until POLL_SWITCH_S of
+    perf_counter time has passed (a clock of one second per reading, a budget of four)."""
+    monkeypatch.setattr(runtime, "perf_counter", _Clock())
+    monkeypatch.setattr(runtime, "POLL_SWITCH_S", 4.0)
+    s = runtime.current_stream(0)
+    gate = long_kernel(s)
+    ev = runtime.record(s, 0)
+    queries = _count_calls(monkeypatch, sim.cuda.runtime, "eventQuery")
+    at_launch: list[int] = []
+    launch = sim.Stream.launch_host_func
+
+    def spy(self: Any, callback: Any, arg: Any) -> None:
+        at_launch.append(len(queries))
+        launch(self, callback, arg)
+
+    monkeypatch.setattr(sim.Stream, "launch_host_func", spy)
+    try:
+        task = asyncio.ensure_future(runtime.wait_until_done([(ev, 0)]))
+        for _ in range(1000):
+            if at_launch:
+                break
+            assert not task.done()
+            await asyncio.sleep(0)
+        gate.set()
+        await asyncio.wait_for(task, WAIT_S)
+    finally:
+        gate.set()
+    # The first check, one per turn at clock readings 1, 2 and 3 (the start read 0, and 4 ends
+    # the budget), and the check before queuing the host function.
+    assert at_launch == [1 + 3 + 1]
+
+
+async def test_a_wait_done_within_the_budget_queues_no_host_function(
+    sim: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "POLL_SWITCH_S", 1e9)
+    s = runtime.current_stream(0)
+    gate = long_kernel(s)
+    ev = runtime.record(s, 0)
+    launches = _count_calls(monkeypatch, sim.Stream, "launch_host_func")
+    queries = _count_calls(monkeypatch, sim.cuda.runtime, "eventQuery")
+    try:
+        task = asyncio.ensure_future(runtime.wait_until_done([(ev, 0)]))
+        for _ in range(1000):  # it polls while the loop turns
+            if len(queries) >= 10:
+                break
+            await asyncio.sleep(0)
+        assert len(queries) >= 10
+        assert not task.done()
+        gate.set()
+        await asyncio.wait_for(task, WAIT_S)
+    finally:
+        gate.set()
+    assert launches == []
