@@ -32,6 +32,8 @@ Current device and current streams are per host thread, as in CuPy. The public n
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
 ``configure``; any other NumPy name (``sim.exp``, ``sim.concatenate``, ...) is NumPy's function
 dispatching to the simulated device (module ``__getattr__``).
+``lib.stride_tricks.as_strided`` makes a view of the host buffer with its strides, like the other
+views.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ __all__ = [
     "eye",
     "full",
     "full_like",
+    "lib",
     "linspace",
     "ndarray",
     "newaxis",
@@ -2137,6 +2140,39 @@ def linspace(
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> ndarray:
     return _upload(np.eye(N, M, k, dtype=dtype))
+
+
+# ----------------------------------------------------------------------------- stride tricks
+class _StrideTricks:
+    """``cupy.lib.stride_tricks``'s subset."""
+
+    @staticmethod
+    def as_strided(x: ndarray, shape: Any = None, strides: Any = None) -> ndarray:
+        """A view of ``x``'s buffer with the given shape and strides (in bytes, of the host
+        buffer, which are the array's ``strides``), with no stream work. Like CuPy's, it checks
+        nothing: a view reaching past the buffer reads garbage.
+
+        CuPy's view has no ``base`` (it holds the memory by its pointer); the simulator's keeps
+        the array it views as its base, as its other views do, so the buffer lives as long as
+        the view."""
+        if type(x) is not ndarray:
+            raise TypeError(f"as_strided expects an array of the simulated device, got {type(x)}")
+        data = x._data
+        view = np.lib.stride_tricks.as_strided(
+            data,
+            data.shape if shape is None else tuple(shape),
+            data.strides if strides is None else tuple(strides),
+        )
+        return x._view(view)
+
+
+class _Lib:
+    """``cupy.lib``'s subset."""
+
+    stride_tricks: Final = _StrideTricks()
+
+
+lib: Final = _Lib()
 
 
 def scatter_add(a: ndarray, indices: Any, values: Any) -> None:
