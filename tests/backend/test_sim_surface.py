@@ -132,6 +132,17 @@ def test_an_array_is_no_index_and_in_iterates() -> None:
         1.0 in sim.asarray(np.ones((2, 2)))  # noqa: B015 - a row compared is not one truth value
 
 
+def test_matmul_in_place_binds_a_new_array() -> None:
+    """CuPy's ndarray has no ``__imatmul__``: ``a @= b`` is ``a = a @ b``, and the array ``a``
+    named before is unchanged."""
+    a = sim.asarray(np.eye(2))
+    before = a
+    a @= sim.asarray(np.full((2, 2), 2.0))
+    assert a is not before
+    np.testing.assert_array_equal(before.get(), np.eye(2))
+    np.testing.assert_array_equal(a.get(), np.full((2, 2), 2.0))
+
+
 def test_as_strided_is_a_view_with_the_host_buffers_strides() -> None:
     x = sim.asarray(np.arange(12.0).reshape(3, 4))
     st = x.strides
