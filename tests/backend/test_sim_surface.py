@@ -234,8 +234,9 @@ def _from_text(text: str) -> inspect.Signature:
 
 
 def cupy_signature(obj: Any) -> inspect.Signature:
-    """CuPy's signature of ``obj``: ``inspect.signature`` where Python knows it, else the first
-    line of the docstring (Cython functions and methods)."""
+    """CuPy's signature of ``obj``: ``inspect.signature`` where Python knows it (Python functions,
+    builtins with a ``__text_signature__``), else the first line of the docstring, where Cython
+    writes the signature of its functions and methods."""
     try:
         return inspect.signature(obj)
     except (TypeError, ValueError):
