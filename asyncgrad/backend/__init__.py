@@ -552,38 +552,21 @@ def windows(
     """The sliding windows of the last two axes of ``a`` (..., H, W): a view of shape
     (..., kh, kw, OH, OW) whose [..., i, j, oh, ow] is a[..., oh*sh + i*dh, ow*sw + j*dw].
 
-    A strided view on NumPy and CuPy (no copy: im2col is this view and one reshape); on an array
-    module without stride tricks (the simulated device) the same array built from kh*kw slices.
+    A strided view (no copy: im2col is this view and one reshape), made by the array module's
+    ``lib.stride_tricks.as_strided``; NumPy's is made read-only, as the windows overlap. CuPy's
+    takes only ``(x, shape, strides)`` and has no read-only arrays.
     """
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     *lead, h, w = a.shape
     oh = (h - dh * (kh - 1) - 1) // sh + 1
     ow = (w - dw * (kw - 1) - 1) // sw + 1
+    *lead_st, st_h, st_w = a.strides
+    shape = (*lead, kh, kw, oh, ow)
+    strides = (*lead_st, dh * st_h, dw * st_w, sh * st_h, sw * st_w)
     mod = namespace(a)
-    tricks = getattr(getattr(mod, "lib", None), "stride_tricks", None)
-    if tricks is not None and mod.__name__ in ("numpy", "cupy"):
-        *lead_st, st_h, st_w = a.strides
-        return tricks.as_strided(
-            a,
-            shape=(*lead, kh, kw, oh, ow),
-            strides=(*lead_st, dh * st_h, dw * st_w, sh * st_h, sw * st_w),
-            writeable=False,
-        )
-    rows = [
-        mod.stack(
-            [
-                a[
-                    ...,
-                    i * dh : i * dh + sh * (oh - 1) + 1 : sh,
-                    j * dw : j * dw + sw * (ow - 1) + 1 : sw,
-                ]
-                for j in range(kw)
-            ],
-            axis=-3,
-        )
-        for i in range(kh)
-    ]
-    return mod.stack(rows, axis=-4)
+    if mod is np:
+        return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
+    return mod.lib.stride_tricks.as_strided(a, shape, strides)
 
 
 # The CPU namespace, for code that has already checked ``type(a) is ndarray``.

@@ -37,15 +37,20 @@ in tests, so the model is the strictest one CUDA allows:
 
 Current device and current streams are per host thread, as in CuPy. The public names are CuPy's
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
-``configure``, ``inject_fault``, ``reset_device`` and the status codes (``NOT_READY``, ...); any
-other NumPy name (``sim.exp``, ``sim.concatenate``, ...) is NumPy's function dispatching to the
-simulated device (module ``__getattr__``).
+``configure``, ``inject_fault``, ``reset_device`` and the status codes (``NOT_READY``, ...), which
+are the simulator's own; CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...)
+are NumPy's, dispatching to the simulated device (module ``__getattr__``). Only CuPy's names and
+arguments work, on the module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a
+ufunc, no ``__index__``, ...): See NOTE [CuPy's arguments only]. ``lib.stride_tricks.as_strided``
+makes a view of the host buffer with its strides, like the other views.
 """
 
 from __future__ import annotations
 
+import ast
 import collections
 import functools
+import inspect
 import itertools
 import math
 import operator
@@ -78,6 +83,7 @@ __all__ = [
     "full",
     "full_like",
     "inject_fault",
+    "lib",
     "linspace",
     "ndarray",
     "newaxis",
@@ -1087,6 +1093,8 @@ def _call_function(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 
 
 def _ufunc(ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if kwargs or method != "__call__":
+        _check_ufunc(ufunc, method, inputs, kwargs)
     if method == "__call__":
         if ufunc.signature is None:
             return _ufunc_call(ufunc, inputs, kwargs)
@@ -1103,8 +1111,7 @@ def _ufunc_call(ufunc: np.ufunc, inputs: tuple[Any, ...], kwargs: dict[str, Any]
     """The hot path: a ufunc on arrays and scalars, optionally with ``out=``."""
     out = kwargs.get("out")
     outs: tuple[Any, ...] = () if out is None else out if type(out) is tuple else (out,)
-    where = kwargs.get("where", True)
-    if type(where) is not bool or any(o is not None and type(o) is not ndarray for o in outs):
+    if any(o is not None and type(o) is not ndarray for o in outs):
         return _call_function(ufunc, inputs, kwargs)
     device = -1
     shapes: list[_Shape] = []
@@ -1671,8 +1678,18 @@ class ndarray:
     _dev: int
     base: ndarray | None
 
-    def __init__(self, shape: Any, dtype: Any = float, *, order: Any = "C") -> None:
-        """An uninitialised (poisoned) array on the current device."""
+    def __init__(
+        self,
+        shape: Any,
+        dtype: Any = float,
+        memptr: Any = None,
+        strides: Any = None,
+        order: Any = "C",
+    ) -> None:
+        """An uninitialised (poisoned) array on the current device (CuPy's signature; no
+        ``memptr``/``strides``: views come from views)."""
+        if memptr is not None or strides is not None:
+            raise NotImplementedError("ndarray(memptr=..., strides=...) on the simulated device")
         device = _local.device
         _device_state(device)
         self._data = _alloc(shape, dtype, order)
@@ -1768,13 +1785,15 @@ class ndarray:
     def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> ndarray:
         return self._view(self._data.diagonal(offset, axis1, axis2))
 
-    def view(self, dtype: Any = None) -> ndarray:
+    def view(self, dtype: Any = None, type: Any = None) -> ndarray:
+        if type is not None:
+            raise NotImplementedError("view(type=...): the simulated device has one array type")
         return self._view(self._data.view() if dtype is None else self._data.view(dtype))
 
-    def reshape(self, *shape: Any, order: str = "C") -> ndarray:
+    def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> ndarray:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
-        return self._reshape(shape, order, None)
+        return self._reshape(shape, order, copy)
 
     def _reshape(self, shape: Any, order: Any, copy: Any) -> ndarray:
         """A view where NumPy could give one without copying, else a copy queued on the stream."""
@@ -1847,80 +1866,131 @@ class ndarray:
     def fill(self, value: Any) -> None:
         self[...] = value
 
-    def sum(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.sum, (self, *args), kwargs)
+    # CuPy's signatures (See NOTE [CuPy's arguments only]), each NumPy's function on the device.
+    def sum(
+        self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = False
+    ) -> Any:
+        kw = {"axis": axis, "dtype": dtype, "out": out, "keepdims": keepdims}
+        return _call_function(np.sum, (self,), kw)
 
-    def prod(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.prod, (self, *args), kwargs)
+    def prod(
+        self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = None
+    ) -> Any:
+        kw = {"axis": axis, "dtype": dtype, "out": out, "keepdims": bool(keepdims)}
+        return _call_function(np.prod, (self,), kw)
 
-    def mean(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.mean, (self, *args), kwargs)
+    def mean(
+        self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: Any = False
+    ) -> Any:
+        kw = {"axis": axis, "dtype": dtype, "out": out, "keepdims": keepdims}
+        return _call_function(np.mean, (self,), kw)
 
-    def std(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.std, (self, *args), kwargs)
+    def std(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        ddof: Any = 0,
+        keepdims: Any = False,
+    ) -> Any:
+        kw = {"axis": axis, "dtype": dtype, "out": out, "ddof": ddof, "keepdims": keepdims}
+        return _call_function(np.std, (self,), kw)
 
-    def var(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.var, (self, *args), kwargs)
+    def var(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        ddof: Any = 0,
+        keepdims: Any = False,
+    ) -> Any:
+        kw = {"axis": axis, "dtype": dtype, "out": out, "ddof": ddof, "keepdims": keepdims}
+        return _call_function(np.var, (self,), kw)
 
-    def max(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.max, (self, *args), kwargs)
+    def max(self, axis: Any = None, out: Any = None, keepdims: Any = False) -> Any:
+        return _call_function(np.max, (self,), {"axis": axis, "out": out, "keepdims": keepdims})
 
-    def min(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.min, (self, *args), kwargs)
+    def min(self, axis: Any = None, out: Any = None, keepdims: Any = False) -> Any:
+        return _call_function(np.min, (self,), {"axis": axis, "out": out, "keepdims": keepdims})
 
-    def argmax(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.argmax, (self, *args), kwargs)
+    def argmax(
+        self, axis: Any = None, out: Any = None, dtype: Any = None, keepdims: Any = False
+    ) -> Any:
+        return self._arg_reduction(np.argmax, axis, out, dtype, keepdims)
 
-    def argmin(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.argmin, (self, *args), kwargs)
+    def argmin(
+        self, axis: Any = None, out: Any = None, dtype: Any = None, keepdims: Any = False
+    ) -> Any:
+        return self._arg_reduction(np.argmin, axis, out, dtype, keepdims)
 
-    def all(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.all, (self, *args), kwargs)
+    def _arg_reduction(
+        self, func: Callable[..., Any], axis: Any, out: Any, dtype: Any, keepdims: Any
+    ) -> Any:
+        """``argmax``/``argmin``, in ``dtype`` when given (CuPy's extra parameter)."""
+        r = _call_function(func, (self,), {"axis": axis, "keepdims": keepdims})
+        if dtype is not None:
+            r = r.astype(dtype, copy=False)
+        if out is not None:
+            _call_function(np.copyto, (out, r), {})
+            return out
+        return r
 
-    def any(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.any, (self, *args), kwargs)
+    def all(self, axis: Any = None, out: Any = None, keepdims: Any = False) -> Any:
+        return _call_function(np.all, (self,), {"axis": axis, "out": out, "keepdims": keepdims})
 
-    def cumsum(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.cumsum, (self, *args), kwargs)
+    def any(self, axis: Any = None, out: Any = None, keepdims: Any = False) -> Any:
+        return _call_function(np.any, (self,), {"axis": axis, "out": out, "keepdims": keepdims})
 
-    def cumprod(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.cumprod, (self, *args), kwargs)
+    def cumsum(self, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+        return _call_function(np.cumsum, (self,), {"axis": axis, "dtype": dtype, "out": out})
 
-    def clip(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.clip, (self, *args), kwargs)
+    def cumprod(self, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+        return _call_function(np.cumprod, (self,), {"axis": axis, "dtype": dtype, "out": out})
 
-    def round(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.round, (self, *args), kwargs)
+    def clip(self, min: Any = None, max: Any = None, out: Any = None) -> Any:
+        return _call_function(np.clip, (self, min, max), {"out": out})
 
-    def dot(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.dot, (self, *args), kwargs)
+    def round(self, decimals: Any = 0, out: Any = None) -> Any:
+        return _call_function(np.round, (self,), {"decimals": decimals, "out": out})
 
-    def take(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.take, (self, *args), kwargs)
+    def dot(self, b: Any, out: Any = None) -> Any:
+        if out is None:
+            return _call_function(np.dot, (self, b), {})
+        return _call_function(np.dot, (self, b), {"out": out})
 
-    def put(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.put, (self, *args), kwargs)
+    def take(self, indices: Any, axis: Any = None, out: Any = None) -> Any:
+        return _call_function(np.take, (self, indices), {"axis": axis, "out": out})
 
-    def repeat(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.repeat, (self, *args), kwargs)
+    def put(self, indices: Any, values: Any, mode: Any = "wrap") -> None:
+        _call_function(np.put, (self, indices, values), {"mode": mode})
 
-    def trace(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.trace, (self, *args), kwargs)
+    def repeat(self, repeats: Any, axis: Any = None) -> Any:
+        return _call_function(np.repeat, (self, repeats), {"axis": axis})
 
-    def argsort(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.argsort, (self, *args), kwargs)
+    def trace(
+        self,
+        offset: Any = 0,
+        axis1: Any = 0,
+        axis2: Any = 1,
+        dtype: Any = None,
+        out: Any = None,
+    ) -> Any:
+        return _call_function(np.trace, (self, offset, axis1, axis2, dtype, out), {})
 
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        _call_function(np.ndarray.sort, (self, *args), kwargs)
+    def argsort(self, axis: Any = -1, kind: Any = None) -> Any:
+        return _call_function(np.argsort, (self,), {"axis": axis, "kind": kind})
 
-    def searchsorted(self, *args: Any, **kwargs: Any) -> Any:
-        return _call_function(np.searchsorted, (self, *args), kwargs)
+    def sort(self, axis: Any = -1, kind: Any = None) -> None:
+        _call_function(np.ndarray.sort, (self,), {"axis": axis, "kind": kind})
+
+    def searchsorted(self, v: Any, side: Any = "left", sorter: Any = None) -> Any:
+        return _call_function(np.searchsorted, (self, v), {"side": side, "sorter": sorter})
 
     def nonzero(self) -> Any:
         return _call_function(np.nonzero, (self,), {})
 
-    def compress(self, condition: Any, axis: Any = None) -> Any:
-        return _call_function(np.compress, (condition, self, axis), {})
+    def compress(self, condition: Any, axis: Any = None, out: Any = None) -> Any:
+        return _call_function(np.compress, (condition, self, axis, out), {})
 
     def conj(self) -> Any:
         return _ufunc_call(np.conjugate, (self,), {})
@@ -1930,6 +2000,12 @@ class ndarray:
 
     # ------------------------------------------------------------------ NumPy's protocols
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        # CuPy's ufunc of the same name, if any (See NOTE [CuPy's arguments only]).
+        if ufunc.__name__ not in _CUPY_UFUNCS or (ufunc is np.matmul and method != "__call__"):
+            return NotImplemented
+        out = kwargs.get("out")
+        if out is not None and len(out) != 1:
+            raise ValueError("The 'out' parameter must have exactly one array value")
         try:
             return _ufunc(ufunc, method, inputs, kwargs)
         except _Defer:
@@ -1942,6 +2018,10 @@ class ndarray:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        name = _cupy_function_name(func)
+        if name is None:  # CuPy has no such function: NumPy raises its TypeError
+            return NotImplemented
+        _check_arguments(name, args, kwargs)
         try:
             return _call_function(func, args, kwargs)
         except _Defer:
@@ -1969,8 +2049,11 @@ class ndarray:
         return self.copy()
 
     # ------------------------------------------------------------------ host reads
-    def get(self, stream: Stream | None = None, order: str = "C", out: Any = None) -> _Array:
-        """A NumPy copy, after the stream (default: the device's current stream) has run."""
+    def get(
+        self, stream: Stream | None = None, order: str = "C", out: Any = None, blocking: bool = True
+    ) -> _Array:
+        """A NumPy copy, after the stream (default: the device's current stream) has run (also
+        with ``blocking=False``: the copy is taken at once, so the call waits)."""
         (get_current_stream(self._dev) if stream is None else stream).synchronize()
         if out is not None:
             np.copyto(out, self._data)
@@ -1985,8 +2068,8 @@ class ndarray:
         work = functools.partial(np.copyto, self._data, host, casting="unsafe")
         (get_current_stream(self._dev) if stream is None else stream)._queue.submit(work)
 
-    def item(self, *args: Any) -> Any:
-        return self.get().item(*args)
+    def item(self) -> Any:
+        return self.get().item()
 
     def tolist(self) -> Any:
         return self.get().tolist()
@@ -1999,11 +2082,6 @@ class ndarray:
 
     def __complex__(self) -> complex:
         return complex(self.get())
-
-    def __index__(self) -> int:
-        if self._data.size != 1 or self._data.dtype.kind not in "iu":
-            raise TypeError("only integer arrays of one element can be converted to an index")
-        return int(self.get().reshape(()))
 
     def __bool__(self) -> bool:
         if self._data.size != 1:  # NumPy's error, without waiting for the data
@@ -2018,10 +2096,6 @@ class ndarray:
 
     def __format__(self, spec: str) -> str:
         return format(self.get(), spec)
-
-    def __contains__(self, value: Any) -> bool:
-        equal = self == value
-        return equal is not NotImplemented and bool(_call_function(np.any, (equal,), {}))
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other: Any) -> Any:
@@ -2099,8 +2173,7 @@ class ndarray:
     def __rmatmul__(self, other: Any) -> Any:
         return _binary(np.matmul, other, self)
 
-    def __imatmul__(self, other: Any) -> Any:
-        return _inplace(np.matmul, self, other)
+    # No __imatmul__: CuPy has none, so ``a @= b`` binds a new array to ``a``, as here.
 
     def __and__(self, other: Any) -> Any:
         return _binary(np.bitwise_and, self, other)
@@ -2197,28 +2270,60 @@ def _transfer(a: ndarray, device: int, dt: Any) -> ndarray:
     return _new(buf, device, None)
 
 
-def asarray(a: Any, dtype: Any = None, order: Any = None) -> ndarray:
+def asarray(
+    a: Any, dtype: Any = None, order: Any = None, *, copy: Any = None, blocking: bool = False
+) -> ndarray:
     """``a`` on the current device: a device array of it as is (or converted), a copy from another
-    device, or a copy of host data (taken now, so later host changes do not race with it)."""
+    device, or a copy of host data (taken now, so later host changes do not race with it, with
+    ``blocking`` or without)."""
     device = _local.device
-    if type(a) is ndarray:
-        if a._dev != device:
-            return _transfer(a, device, dtype)
+    if type(a) is ndarray and a._dev == device:
+        if copy:
+            return a.astype(a.dtype if dtype is None else dtype, "K" if order is None else order)
+        if copy is False and dtype is not None and np.dtype(dtype) != a.dtype:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
         return a if dtype is None else a.astype(dtype, copy=False)
+    if copy is False:
+        raise ValueError("Unable to avoid copy while creating an array as requested.")
+    if type(a) is ndarray:
+        return _transfer(a, device, dtype)
     return _upload(np.array(a, dtype=dtype, order="C" if order is None else order), device)
 
 
-def array(obj: Any, dtype: Any = None, copy: bool = True, order: Any = "K") -> ndarray:
+def array(
+    obj: Any,
+    dtype: Any = None,
+    copy: Any = True,
+    order: Any = "K",
+    subok: Any = False,
+    ndmin: int = 0,
+    *,
+    blocking: bool = False,
+) -> ndarray:
     if type(obj) is ndarray and copy and obj._dev == _local.device:
-        return obj.astype(obj.dtype if dtype is None else dtype, order)
-    return asarray(obj, dtype)
+        r = obj.astype(obj.dtype if dtype is None else dtype, order)
+    else:
+        r = asarray(obj, dtype, copy=None if copy is True else copy)
+    if r.ndim < ndmin:
+        r = r.reshape((1,) * (ndmin - r.ndim) + r.shape)
+    return r
 
 
-def asnumpy(a: Any, stream: Stream | None = None) -> _Array:
+def asnumpy(
+    a: Any,
+    stream: Stream | None = None,
+    order: Any = "C",
+    out: Any = None,
+    *,
+    blocking: bool = True,
+) -> _Array:
     """A NumPy copy of a device array after its stream has run; other values through NumPy."""
     if type(a) is ndarray:
-        return a.get(stream)
-    return np.asarray(a)
+        return a.get(stream, order, out, blocking)
+    if out is not None:
+        out[...] = a
+        return out  # type: ignore[no-any-return]
+    return np.asarray(a, order=order)
 
 
 def empty(shape: Any, dtype: Any = float, order: Any = "C") -> ndarray:
@@ -2249,9 +2354,9 @@ def _like_of(a: Any, dt: Any, shape: Any, fill: Any) -> ndarray:
 
 
 def empty_like(
-    a: Any, dtype: Any = None, order: Any = "K", subok: Any = None, shape: Any = None
+    prototype: Any, dtype: Any = None, order: Any = "K", subok: Any = None, shape: Any = None
 ) -> ndarray:
-    return _like_of(a, dtype, shape, None)
+    return _like_of(prototype, dtype, shape, None)
 
 
 def zeros_like(
@@ -2277,24 +2382,65 @@ def full_like(
     return _like_of(a, dtype, shape, fill_value)
 
 
-def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> ndarray:
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> ndarray:
     return _upload(np.arange(start, stop, step, dtype=dtype))
 
 
 def linspace(
-    start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None
-) -> ndarray:
-    return _upload(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype))
+    start: Any,
+    stop: Any,
+    num: int = 50,
+    endpoint: bool = True,
+    retstep: bool = False,
+    dtype: Any = None,
+    axis: int = 0,
+) -> Any:
+    host_linspace: Any = np.linspace
+    r = host_linspace(start, stop, num, endpoint, retstep, dtype, axis)
+    return (_upload(r[0]), r[1]) if retstep else _upload(r)
 
 
-def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> ndarray:
-    return _upload(np.eye(N, M, k, dtype=dtype))
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float, order: Any = "C") -> ndarray:
+    return _upload(np.eye(N, M, k, dtype=dtype, order=order))
 
 
-def scatter_add(a: ndarray, indices: Any, values: Any) -> None:
-    """``cupyx.scatter_add``: ``np.add.at(a, indices, values)`` as a launch; an index out of range
+# ----------------------------------------------------------------------------- stride tricks
+class _StrideTricks:
+    """``cupy.lib.stride_tricks``'s subset."""
+
+    @staticmethod
+    def as_strided(x: ndarray, shape: Any = None, strides: Any = None) -> ndarray:
+        """A view of ``x``'s buffer with the given shape and strides (in bytes, of the host
+        buffer, which are the array's ``strides``), with no stream work. Like CuPy's, it checks
+        nothing: a view reaching past the buffer reads garbage.
+
+        CuPy's view has no ``base`` (it holds the memory by its pointer); the simulator's keeps
+        the array it views as its base, as its other views do, so the buffer lives as long as
+        the view."""
+        if type(x) is not ndarray:
+            raise TypeError(f"as_strided expects an array of the simulated device, got {type(x)}")
+        data = x._data
+        view = np.lib.stride_tricks.as_strided(
+            data,
+            data.shape if shape is None else tuple(shape),
+            data.strides if strides is None else tuple(strides),
+        )
+        return x._view(view)
+
+
+class _Lib:
+    """``cupy.lib``'s subset."""
+
+    stride_tricks: Final = _StrideTricks()
+
+
+lib: Final = _Lib()
+
+
+def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
+    """``cupyx.scatter_add``: ``np.add.at(a, slices, value)`` as a launch; an index out of range
     is an asynchronous error."""
-    _ufunc(np.add, "at", (a, indices, values), {})
+    _ufunc(np.add, "at", (a, slices, value), {})
 
 
 _erf_implementation: Callable[[Any], Any] | None = None
@@ -2374,8 +2520,364 @@ random: Final = _Random()
 
 
 # ----------------------------------------------------------------------------- NumPy's other names
+# NOTE [CuPy's arguments only]
+# Code that passes an argument CuPy lacks (a NumPy keyword such as ``where=`` or ``initial=``, a
+# function or ufunc method CuPy does not have) fails on a GPU; the simulator must fail the same
+# way, or it hides the fault. So its NumPy-backed names are limited to CuPy's, each called with
+# CuPy's parameters:
+#   - functions (``sim.concatenate``, or NumPy's ``np.concatenate`` dispatching here through
+#     ``__array_function__``): those of _CUPY_FUNCTIONS, whose arguments are bound to CuPy's
+#     signature first (a TypeError as Python raises it for CuPy's function); a NumPy function
+#     CuPy lacks returns NotImplemented from ``__array_function__``, so NumPy raises its
+#     TypeError, and ``sim.<name>`` raises AttributeError, as on ``cupy``;
+#   - ufuncs: those of _CUPY_UFUNCS; a call takes ``out``, ``dtype`` and ``casting`` only (CuPy's
+#     ``ufunc.__call__`` raises ``TypeError('Wrong arguments ...')`` for anything else), matmul
+#     the keywords of CuPy's generalized ufunc; ``reduce``/``accumulate`` exist for add and
+#     multiply only, ``reduceat`` for add, ``at`` for the ufuncs with a scatter operation, each
+#     with CuPy's parameters (others raise NotImplementedError, as CuPy's do);
+#   - the module's own functions and ndarray's methods are written with CuPy's signatures.
+# tests/backend/test_sim_surface.py compares all of them with the installed CuPy.
+# The tables hold CuPy 14's parameter lists (names, kinds, defaults).
+_CUPY_FUNCTIONS: Final[dict[str, str]] = {
+    "all": "a, axis=None, out=None, keepdims=False",
+    "allclose": "a, b, rtol=1e-05, atol=1e-08, equal_nan=False",
+    "amax": "a, axis=None, out=None, keepdims=False",
+    "amin": "a, axis=None, out=None, keepdims=False",
+    "any": "a, axis=None, out=None, keepdims=False",
+    "argmax": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "argmin": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "argpartition": "a, kth, axis=-1",
+    "argsort": "a, axis=-1, kind=None",
+    "argwhere": "a",
+    "around": "a, decimals=0, out=None",
+    "array_equal": "a1, a2, equal_nan=False",
+    "array_split": "ary, indices_or_sections, axis=0",
+    "asanyarray": "a, dtype=None, order=None, *, copy=None, blocking=False",
+    "ascontiguousarray": "a, dtype=None",
+    "atleast_1d": "*arys",
+    "atleast_2d": "*arys",
+    "atleast_3d": "*arys",
+    "bincount": "x, weights=None, minlength=None",
+    "broadcast_arrays": "*args",
+    "broadcast_shapes": "*args",
+    "broadcast_to": "array, shape",
+    "can_cast": "from_, to, casting='safe'",
+    "clip": "a, a_min, a_max, out=None",
+    "compress": "condition, a, axis=None, out=None",
+    "concatenate": "tup, axis=0, out=None, *, dtype=None, casting='same_kind'",
+    "copyto": "dst, src, casting='same_kind', where=None",
+    "count_nonzero": "a, axis=None",
+    "cross": "a, b, axisa=-1, axisb=-1, axisc=-1, axis=None",
+    "cumprod": "a, axis=None, dtype=None, out=None",
+    "cumsum": "a, axis=None, dtype=None, out=None",
+    "delete": "arr, indices, axis=None",
+    "diag": "v, k=0",
+    "diagonal": "a, offset=0, axis1=0, axis2=1",
+    "diff": "a, n=1, axis=-1, prepend=None, append=None",
+    "dot": "a, b, out=None",
+    "dsplit": "ary, indices_or_sections",
+    "einsum": "*operands, **kwargs",
+    "empty_like": "prototype, dtype=None, order='K', subok=None, shape=None",
+    "expand_dims": "a, axis",
+    "extract": "condition, a",
+    "flatnonzero": "a",
+    "flip": "a, axis=None",
+    "fliplr": "a",
+    "flipud": "a",
+    "full_like": "a, fill_value, dtype=None, order='K', subok=None, shape=None",
+    "histogram": "x, bins=10, range=None, density=False, weights=None",
+    "histogram2d": "x, y, bins=10, range=None, weights=None, density=None",
+    "histogramdd": "sample, bins=10, range=None, weights=None, density=False",
+    "hsplit": "ary, indices_or_sections",
+    "hstack": "tup, *, dtype=None, casting='same_kind'",
+    "imag": "val",
+    "inner": "a, b",
+    "intersect1d": "arr1, arr2, assume_unique=False, return_indices=False",
+    "isclose": "a, b, rtol=1e-05, atol=1e-08, equal_nan=False",
+    "iscomplexobj": "x",
+    "isrealobj": "x",
+    "kron": "a, b",
+    "matrix_transpose": "x, /",
+    "max": "a, axis=None, out=None, keepdims=False",
+    "may_share_memory": "a, b, max_work=None",
+    "mean": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "min": "a, axis=None, out=None, keepdims=False",
+    "moveaxis": "a, source, destination",
+    "nan_to_num": "x, copy=True, nan=0.0, posinf=None, neginf=None",
+    "nanargmax": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "nanargmin": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "nanmax": "a, axis=None, out=None, keepdims=False",
+    "nanmean": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "nanmin": "a, axis=None, out=None, keepdims=False",
+    "nanprod": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "nanstd": "a, axis=None, dtype=None, out=None, ddof=0, keepdims=False",
+    "nansum": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "nanvar": "a, axis=None, dtype=None, out=None, ddof=0, keepdims=False",
+    "ndim": "a",
+    "nonzero": "a",
+    "ones_like": "a, dtype=None, order='K', subok=None, shape=None",
+    "outer": "a, b, out=None",
+    "pad": "array, pad_width, mode='constant', **kwargs",
+    "prod": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "put": "a, ind, v, mode='wrap'",
+    "ravel": "a, order='C'",
+    "real": "val",
+    "repeat": "a, repeats, axis=None",
+    "reshape": "a, newshape, order='C', *, copy=None",
+    "result_type": "*arrays_and_dtypes",
+    "rot90": "a, k=1, axes=(0, 1)",
+    "round": "a, decimals=0, out=None",
+    "searchsorted": "a, v, side='left', sorter=None",
+    "setdiff1d": "ar1, ar2, assume_unique=False",
+    "setxor1d": "ar1, ar2, assume_unique=False",
+    "shape": "a",
+    "shares_memory": "a, b, max_work=None",
+    "size": "a, axis=None",
+    "sort": "a, axis=-1, kind=None",
+    "split": "ary, indices_or_sections, axis=0",
+    "squeeze": "a, axis=None",
+    "stack": "tup, axis=0, out=None, *, dtype=None, casting='same_kind'",
+    "std": "a, axis=None, dtype=None, out=None, ddof=0, keepdims=False",
+    "sum": "a, axis=None, dtype=None, out=None, keepdims=False",
+    "swapaxes": "a, axis1, axis2",
+    "take": "a, indices, axis=None, out=None",
+    "take_along_axis": "a, indices, axis",
+    "tensordot": "a, b, axes=2",
+    "tile": "A, reps",
+    "trace": "a, offset=0, axis1=0, axis2=1, dtype=None, out=None",
+    "transpose": "a, axes=None",
+    "tril": "m, k=0",
+    "trim_zeros": "filt, trim='fb'",
+    "triu": "m, k=0",
+    "union1d": "arr1, arr2",
+    "unique": (
+        "ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *, "
+        "equal_nan=True"
+    ),
+    "unique_all": "x",
+    "unique_counts": "x",
+    "unique_inverse": "x",
+    "unique_values": "x",
+    "unravel_index": "indices, dims, order='C'",
+    "var": "a, axis=None, dtype=None, out=None, ddof=0, keepdims=False",
+    "vsplit": "ary, indices_or_sections",
+    "vstack": "tup, *, dtype=None, casting='same_kind'",
+    "where": "condition, x=None, y=None",
+    "zeros_like": "a, dtype=None, order='K', subok=None, shape=None",
+}
+
+_CUPY_UFUNCS: Final = frozenset(
+    {
+        "abs",
+        "absolute",
+        "acos",
+        "acosh",
+        "add",
+        "arccos",
+        "arccosh",
+        "arcsin",
+        "arcsinh",
+        "arctan",
+        "arctan2",
+        "arctanh",
+        "asin",
+        "asinh",
+        "atan",
+        "atan2",
+        "atanh",
+        "bitwise_and",
+        "bitwise_count",
+        "bitwise_invert",
+        "bitwise_left_shift",
+        "bitwise_not",
+        "bitwise_or",
+        "bitwise_right_shift",
+        "bitwise_xor",
+        "cbrt",
+        "ceil",
+        "conj",
+        "conjugate",
+        "copysign",
+        "cos",
+        "cosh",
+        "deg2rad",
+        "degrees",
+        "divide",
+        "divmod",
+        "equal",
+        "exp",
+        "exp2",
+        "expm1",
+        "fabs",
+        "float_power",
+        "floor",
+        "floor_divide",
+        "fmax",
+        "fmin",
+        "fmod",
+        "frexp",
+        "gcd",
+        "greater",
+        "greater_equal",
+        "heaviside",
+        "hypot",
+        "invert",
+        "isfinite",
+        "isinf",
+        "isnan",
+        "lcm",
+        "ldexp",
+        "left_shift",
+        "less",
+        "less_equal",
+        "log",
+        "log10",
+        "log1p",
+        "log2",
+        "logaddexp",
+        "logaddexp2",
+        "logical_and",
+        "logical_not",
+        "logical_or",
+        "logical_xor",
+        "maximum",
+        "minimum",
+        "mod",
+        "modf",
+        "multiply",
+        "negative",
+        "nextafter",
+        "not_equal",
+        "positive",
+        "pow",
+        "power",
+        "rad2deg",
+        "radians",
+        "reciprocal",
+        "remainder",
+        "right_shift",
+        "rint",
+        "sign",
+        "signbit",
+        "sin",
+        "sinh",
+        "sqrt",
+        "square",
+        "subtract",
+        "tan",
+        "tanh",
+        "true_divide",
+        "trunc",
+        "matmul",
+    }
+)
+
+# The keywords of CuPy's ufunc ``__call__``, and of its generalized ufunc (matmul).
+_UFUNC_KEYWORDS: Final = frozenset({"out", "dtype", "casting"})
+_GUFUNC_KEYWORDS: Final = frozenset(
+    {"axes", "axis", "keepdims", "casting", "dtype", "signature", "order", "out"}
+)
+
+# CuPy's ufunc methods: their parameters (after ``self``) and the ufuncs that implement them.
+_UFUNC_METHODS: Final[dict[str, tuple[str, frozenset[str] | None]]] = {
+    "reduce": (
+        "array, axis=0, dtype=None, out=None, keepdims=False",
+        frozenset({"add", "multiply"}),
+    ),
+    "accumulate": ("array, axis=0, dtype=None, out=None", frozenset({"add", "multiply"})),
+    "reduceat": ("array, indices, axis=0, dtype=None, out=None", frozenset({"add"})),
+    "at": (
+        "a, indices, b=None",
+        frozenset(
+            {"add", "subtract", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor"}
+        ),
+    ),
+    "outer": ("A, B, **kwargs", None),
+}
+
+_DEFAULT_NAMES: Final[dict[str, Any]] = {"float": float, "int": int, "bool": bool}
+
+
+def _parse_signature(params: str) -> inspect.Signature:
+    """An ``inspect.Signature`` from a parameter list written as in a ``def``."""
+    tree = ast.parse(f"def f({params}): pass").body[0]
+    assert isinstance(tree, ast.FunctionDef)
+    spec = tree.args
+
+    def default(node: ast.expr | None) -> Any:
+        if node is None:
+            return inspect.Parameter.empty
+        if isinstance(node, ast.Name):
+            return _DEFAULT_NAMES[node.id]
+        return ast.literal_eval(node)
+
+    P = inspect.Parameter
+    positional = [*spec.posonlyargs, *spec.args]
+    defaults = [None] * (len(positional) - len(spec.defaults)) + list(spec.defaults)
+    parameters: list[inspect.Parameter] = []
+    for i, (arg, node) in enumerate(zip(positional, defaults, strict=True)):
+        kind = P.POSITIONAL_ONLY if i < len(spec.posonlyargs) else P.POSITIONAL_OR_KEYWORD
+        parameters.append(P(arg.arg, kind, default=default(node)))
+    if spec.vararg is not None:
+        parameters.append(P(spec.vararg.arg, P.VAR_POSITIONAL))
+    for arg, kw_node in zip(spec.kwonlyargs, spec.kw_defaults, strict=True):
+        parameters.append(P(arg.arg, P.KEYWORD_ONLY, default=default(kw_node)))
+    if spec.kwarg is not None:
+        parameters.append(P(spec.kwarg.arg, P.VAR_KEYWORD))
+    return inspect.Signature(parameters)
+
+
+_signatures: dict[str, inspect.Signature] = {}
+
+
+def _cupy_signature(name: str) -> inspect.Signature:
+    """CuPy's signature of function ``name`` of _CUPY_FUNCTIONS, or of ufunc method ``.name``."""
+    sig = _signatures.get(name)
+    if sig is None:
+        params = _UFUNC_METHODS[name[1:]][0] if name[0] == "." else _CUPY_FUNCTIONS[name]
+        sig = _signatures[name] = _parse_signature(params)
+    return sig
+
+
+def _check_arguments(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise the TypeError that calling CuPy's ``name`` with these arguments raises."""
+    try:
+        _cupy_signature(name).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{name.lstrip('.')}() {exc}") from None
+
+
+def _cupy_function_name(func: Callable[..., Any]) -> str | None:
+    """The name of CuPy's counterpart of NumPy's function ``func`` (None: CuPy has none)."""
+    name = getattr(func, "__name__", None)
+    if getattr(func, "__module__", None) != "numpy" or name not in _CUPY_FUNCTIONS:
+        return None
+    return str(name)
+
+
+def _check_ufunc(
+    ufunc: np.ufunc, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Raise what CuPy raises for a ufunc call or method it does not take (See NOTE [CuPy's
+    arguments only])."""
+    name = ufunc.__name__
+    if method == "__call__":
+        allowed = _GUFUNC_KEYWORDS if ufunc is np.matmul else _UFUNC_KEYWORDS
+        if kwargs and not allowed.issuperset(kwargs):
+            wrong = {k: v for k, v in kwargs.items() if k not in allowed}
+            raise TypeError(f"Wrong arguments {wrong} (for the ufunc {name} on CUDA)")
+        return
+    entry = _UFUNC_METHODS.get(method)
+    if entry is None or ufunc is np.matmul:
+        raise AttributeError(f"CuPy's ufunc {name!r} has no method {method!r}")
+    implemented = entry[1]
+    if implemented is not None and name not in implemented:
+        raise NotImplementedError(f"`{name}.{method}` is not supported yet (by CuPy)")
+    _check_arguments(f".{method}", inputs, kwargs)
+
+
 class _Ufunc:
-    """A NumPy ufunc applied on the device (``sim.add``, ``sim.exp.reduce``, ...)."""
+    """A ufunc of CuPy's applied on the device (``sim.add``, ``sim.add.reduce``, ...)."""
 
     __slots__ = ("_ufunc",)
 
@@ -2406,23 +2908,47 @@ class _Ufunc:
     def at(self, *args: Any, **kwargs: Any) -> Any:
         return self._apply("at", args, kwargs)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ufunc, name)
+    # CuPy's ufunc attributes; its ``name`` is ``cupy_<NumPy's name>``.
+    @property
+    def nin(self) -> int:
+        return int(self._ufunc.nin)
+
+    @property
+    def nout(self) -> int:
+        return int(self._ufunc.nout)
+
+    @property
+    def nargs(self) -> int:
+        return int(self._ufunc.nargs)
+
+    @property
+    def types(self) -> list[str]:
+        return list(self._ufunc.types)
+
+    @property
+    def name(self) -> str:
+        return f"cupy_{self._ufunc.__name__}"
 
     def __repr__(self) -> str:
         return f"<sim ufunc {self._ufunc.__name__!r}>"
 
 
 def _device_function(func: Callable[..., Any]) -> Callable[..., Any]:
+    name = func.__name__
+
     @functools.wraps(func)
     def on_device(*args: Any, **kwargs: Any) -> Any:
+        _check_arguments(name, args, kwargs)
         try:
             return _call_function(func, args, kwargs)
         except _Defer:
-            raise TypeError(f"Unsupported operand types for {func.__name__}") from None
+            raise TypeError(f"Unsupported operand types for {name}") from None
 
     return on_device
 
+
+# NumPy's classes that CuPy also exports besides the scalar types (np.generic's subclasses).
+_CUPY_CLASSES: Final = frozenset({"dtype", "iinfo", "finfo"})
 
 # NOTE: the wrappers are cached here, not in the module's globals: there they would shadow the
 # builtins of the same names (max, sum, bool, ...) for this module's own code.
@@ -2430,19 +2956,29 @@ _wrapped: dict[str, Any] = {}
 
 
 def __getattr__(name: str) -> Any:
-    """Any other NumPy name, as ``cupy.<name>``: functions and ufuncs run on the device; types,
-    constants and submodules are NumPy's."""
+    """CuPy's other names (See NOTE [CuPy's arguments only]): its functions and ufuncs, run on
+    the device; NumPy's scalar types, ``dtype``, ``iinfo``, ``finfo`` and constants."""
     wrapped = _wrapped.get(name)
     if wrapped is not None:
         return wrapped
     target = getattr(np, name, None) if not name.startswith("__") else None
-    if target is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if isinstance(target, np.ufunc):
-        wrapped = _Ufunc(target)
-    elif callable(target) and not isinstance(target, type):
-        wrapped = _device_function(target)
-    else:
+        if name not in _CUPY_UFUNCS:
+            target = None
+        else:
+            wrapped = _Ufunc(target)
+    elif isinstance(target, type):
+        if not issubclass(target, np.generic) and name not in _CUPY_CLASSES:
+            target = None
         wrapped = target
+    elif callable(target):
+        wrapped = _device_function(target) if name in _CUPY_FUNCTIONS else None
+        target = wrapped
+    elif isinstance(target, (int, float)):
+        wrapped = target
+    else:  # NumPy's submodules and other objects: CuPy has its own or none
+        target = None
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (as CuPy has none)")
     _wrapped[name] = wrapped
     return wrapped
