@@ -319,10 +319,8 @@ def prod_grad(g: Any, ans: Any, x: Any, dim: int | None, keepdim: bool) -> Any:
     zeros = int((_device_array(x) == 0).sum())
     if not zeros:
         return xp.reshape(gk * (ak / x), shape)
-    if dim is None and zeros > 1 and not isinstance(x, Tensor):
-        # torch: 0 without multiplying by g; under create_graph (x a Tensor) the products of the
-        # others, whose derivative is not 0.
-        return xp.zeros_like(xp.reshape(x, shape))
+    if dim is None and zeros > 1:
+        return xp.zeros_like(xp.reshape(x, shape))  # torch: 0 without multiplying by g
     return xp.reshape(gk * _prod_of_others(x, d), shape)
 
 
@@ -339,9 +337,8 @@ def _prod_grad_on_device(gk: Any, ak: Any, x: Any, d: int, flat: bool) -> Any:
     # create_graph its derivative stays finite.
     quotient = gk * (ak / xp.where(zero, 1.0, x))
     out = xp.where(none, quotient, gk * _prod_of_others(x, d))
-    if flat and not isinstance(x, Tensor):
-        # torch: 0 without multiplying by g, outside create_graph (as below)
-        out = xp.where(zero.sum() > 1, 0.0, out)
+    if flat:
+        out = xp.where(zero.sum() > 1, 0.0, out)  # torch: 0 without multiplying by g
     return out
 
 
