@@ -71,6 +71,13 @@ CASES: Final[dict[str, tuple[Callable[[], Any], type[Exception], str]]] = {
         IndexError,
         r"index 3 is out of bounds for dimension 0 with size 3 \(embedding",
     ),
+    "boolean mask of another shape": (
+        lambda: _x()[_i([True, False])],
+        IndexError,
+        r"The shape of the mask \[2\] at index 0 does not match the shape of the indexed tensor "
+        r"\[3, 4\] at index 0",
+    ),
+    "too many indices": (lambda: _x()[0, 1, _i([0])], IndexError, "too many indices"),
     "index_select": (
         lambda: ag.index_select(_x(), 1, _i([4])),
         IndexError,
