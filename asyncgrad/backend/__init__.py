@@ -398,7 +398,15 @@ def eye(n: int, m: int | None, dtype: Any, device: Device | None = None) -> Any:
 
 class RandomState:
     """A device's random number generator: NumPy's ``Generator`` on the CPU, the CUDA runtime's
-    (CuPy's ``Generator``, drawing on the GPU) on a CUDA device."""
+    (CuPy's ``Generator``, drawing on the GPU) on a CUDA device.
+
+    ``get_state()`` and ``set_state()`` save and restore where it is in its sequence. CuPy's
+    generator cannot be deep-copied (its bit generator holds a lock) and keeps its state on the
+    device, in ``bit_generator._state``, which each draw advances in place: its snapshot is a
+    device copy of that array, queued on the current stream after the draws before it, and a
+    restore puts a copy of the snapshot in its place (so one snapshot restores any number of
+    times). On the CPU the snapshot is the bit generator's ``state``.
+    """
 
     __slots__ = ("_rng", "device")
 
@@ -430,6 +438,21 @@ class RandomState:
 
     def integers(self, low: int, high: int, shape: tuple[int, ...]) -> Any:
         return self._draw("integers", low, high, size=shape, dtype=np.int64)
+
+    def get_state(self) -> Any:
+        """Where the generator is in its sequence, for ``set_state``."""
+        if self.device.type == "cpu":
+            return self._rng.bit_generator.state
+        with cuda.rt.cuda.Device(self.device.index):
+            return self._rng.bit_generator._state.copy()  # type: ignore[attr-defined]
+
+    def set_state(self, state: Any) -> None:
+        """Go back to ``state`` (from ``get_state``): the next draws repeat those made after it."""
+        if self.device.type == "cpu":
+            self._rng.bit_generator.state = state
+            return
+        with cuda.rt.cuda.Device(self.device.index):
+            self._rng.bit_generator._state = state.copy()  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------- special functions

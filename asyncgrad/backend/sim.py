@@ -24,6 +24,14 @@ in tests, so the model is the strictest one CUDA allows:
   ``unique``, ...) wait for the current stream of the device and are computed on the host, as in
   CuPy; so are host reads (``get``, ``item``, ``repr``, ...). Implicit conversion to NumPy
   (``__array__``) raises, as in CuPy.
+* Indices. Integer index arrays are not checked: advanced indexing, ``take``,
+  ``take_along_axis``, ``put`` and ``scatter_add`` take each index modulo its axis's length, as
+  CuPy does (NOTE [Wrapped indices]); they are launches, and only boolean masks synchronise.
+* Random numbers. ``random.default_rng`` keeps its state in a device array that each draw, a
+  kernel, advances; its bit generator holds a lock, so it cannot be deep-copied, as in CuPy
+  (NOTE [Generator state on the device]).
+* Host synchronisations. ``forbid_host_sync()`` makes every host wait on the calling thread raise
+  HostSyncError, and ``record_host_syncs()`` collects them (NOTE [Host synchronisations]).
 * Errors. An exception raised by queued work is kept on its stream and raised by the next host wait
   on that stream (``synchronize``, an event's ``synchronize``, a host read, the device's
   ``synchronize``), like an asynchronous CUDA error; none is dropped. A GPU's own asynchronous
@@ -37,18 +45,20 @@ in tests, so the model is the strictest one CUDA allows:
 
 Current device and current streams are per host thread, as in CuPy. The public names are CuPy's
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
-``configure``, ``inject_fault``, ``reset_device`` and the status codes (``NOT_READY``, ...), which
-are the simulator's own; CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...)
-are NumPy's, dispatching to the simulated device (module ``__getattr__``). Only CuPy's names and
-arguments work, on the module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a
-ufunc, no ``__index__``, ...): See NOTE [CuPy's arguments only]. ``lib.stride_tricks.as_strided``
-makes a view of the host buffer with its strides, like the other views.
+``configure``, ``inject_fault``, ``reset_device``, the status codes (``NOT_READY``, ...),
+``forbid_host_sync``, ``record_host_syncs`` and ``HostSyncError``, which are the simulator's own;
+CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...) are NumPy's, dispatching
+to the simulated device (module ``__getattr__``). Only CuPy's names and arguments work, on the
+module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a ufunc, no ``__index__``,
+...): See NOTE [CuPy's arguments only]. ``lib.stride_tricks.as_strided`` makes a view of the host
+buffer with its strides, like the other views.
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+import contextlib
 import functools
 import inspect
 import itertools
@@ -56,6 +66,7 @@ import math
 import operator
 import os
 import random as _stdrandom
+import sys
 import threading
 import time
 import weakref
@@ -69,6 +80,7 @@ __all__ = [
     "CUDARuntimeError",
     "Device",
     "Event",
+    "HostSyncError",
     "Stream",
     "arange",
     "array",
@@ -80,6 +92,7 @@ __all__ = [
     "empty_like",
     "erf",
     "eye",
+    "forbid_host_sync",
     "full",
     "full_like",
     "inject_fault",
@@ -90,6 +103,7 @@ __all__ = [
     "ones",
     "ones_like",
     "random",
+    "record_host_syncs",
     "reset_device",
     "scatter_add",
     "zeros",
@@ -322,6 +336,7 @@ class _Queue:
     def wait(self, point: int | None = None) -> list[BaseException]:
         """Block until the work queued before ``point`` (default: all) has run; take the errors.
         A thread left idle is dismissed and joined (See NOTE [Lingering stream threads])."""
+        _host_wait()  # See NOTE [Host synchronisations]
         with self.lock:
             target = self.submitted if point is None else point
             while self.completed < target:
@@ -1535,49 +1550,110 @@ def _is_basic(key: tuple[Any, ...]) -> bool:
     return True
 
 
+# NOTE [Wrapped indices]
+# CuPy does not check integer index arrays against the array's shape: advanced indexing (reading,
+# assignment, ``scatter_add``), ``take``, ``take_along_axis`` and ``put`` (its default mode) take
+# every index modulo the length of its axis (``n`` is the first element, ``-n - 1`` the last), on
+# the device, and raise nothing. A Python integer is still checked at the call, as in NumPy. The
+# simulator wraps the same way, in the kernel, so code that counts on NumPy's IndexError gets the
+# wrapped values here that it would get on a GPU. (An axis of length 0 is not wrapped: NumPy's
+# IndexError at the call, where CuPy raises one as well.) Integer index arrays, on the device or
+# the host, make a launch, as in CuPy; a boolean mask makes indexing synchronous (the result's
+# length is its count of True).
+def _is_mask(k: Any) -> bool:
+    """Whether the index ``k`` is boolean (an array, or a bool, which NumPy takes as a 0-d mask)."""
+    if type(k) is ndarray or isinstance(k, np.ndarray):
+        return k.dtype.kind == "b"
+    return type(k) is bool or isinstance(k, np.bool_)
+
+
 def _advanced_key(key: tuple[Any, ...], found: list[ndarray]) -> tuple[tuple[Any, ...], bool]:
-    """An advanced index with its host index arrays copied now; whether it holds device arrays."""
+    """An advanced index with its host index arrays copied now (the host may change them before
+    the kernel runs); whether it holds a boolean mask."""
     converted: list[Any] = []
-    on_device = False
+    mask = False
     for k in key:
         if type(k) is ndarray:
             found.append(k)
-            on_device = True
-            converted.append(k)
         elif isinstance(k, (np.ndarray, list)):
-            converted.append(np.array(k))
-        else:
-            converted.append(k)
-    return tuple(converted), on_device
+            empty_list = isinstance(k, list) and not k
+            k = np.array(k)
+            if empty_list:  # no indices, not an empty mask
+                k = k.astype(np.intp)
+        mask = mask or _is_mask(k)
+        converted.append(k)
+    return tuple(converted), mask
+
+
+def _index_standin(k: Any) -> Any:
+    """An index array as the host-side inference sees it: zeros of its shape (a valid index of
+    any non-empty axis; its values are wrapped in the kernel)."""
+    if (type(k) is ndarray or isinstance(k, np.ndarray)) and k.dtype.kind in "iu":
+        return _zero_strided(k.shape, k.dtype)
+    return k
+
+
+def _wrap_key(shape: _Shape, key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``key`` (host arrays only) with each integer index array taken modulo the length of the
+    axis it indexes (See NOTE [Wrapped indices])."""
+    used = 0
+    for k in key:
+        if k is not None and k is not Ellipsis:
+            used += (k.ndim if isinstance(k, np.ndarray) else 0) if _is_mask(k) else 1
+    out: list[Any] = []
+    axis = 0
+    for k in key:
+        if k is Ellipsis:
+            axis += len(shape) - used
+        elif isinstance(k, np.ndarray) and k.dtype.kind in "iu":
+            n = shape[axis] if 0 <= axis < len(shape) else 0
+            if n:
+                k = np.mod(k if k.dtype == np.uint64 else k.astype(np.int64), n)
+            axis += 1
+        elif _is_mask(k):
+            axis += k.ndim if isinstance(k, np.ndarray) else 0
+        elif k is not None:
+            axis += 1
+        out.append(k)
+    return tuple(out)
+
+
+def _take_wrapped(data: _Array, key: tuple[Any, ...]) -> Any:
+    return data[_wrap_key(data.shape, key)]
 
 
 def _take_into(out: _Array, data: _Array, key: tuple[Any, ...]) -> None:
-    out[...] = data[key]
+    out[...] = data[_wrap_key(data.shape, key)]
 
 
 def _put(data: _Array, key: tuple[Any, ...], value: Any) -> None:
     data[key] = value
 
 
+def _put_wrapped(data: _Array, key: tuple[Any, ...], value: Any) -> None:
+    data[_wrap_key(data.shape, key)] = value
+
+
 def _get_advanced(a: ndarray, key: tuple[Any, ...]) -> Any:
-    """Advanced indexing: synchronous with device index arrays (as CuPy is with masks, whose
-    result's size depends on the data), a launch with host ones."""
+    """Advanced indexing: a launch whose kernel wraps the indices (See NOTE [Wrapped indices]);
+    synchronous with a boolean mask, as in CuPy."""
     found = [a]
-    key, synchronous = _advanced_key(key, found)
+    key, mask = _advanced_key(key, found)
     device = _device_of(found)
-    if synchronous:
-        return _sync_call(operator.getitem, (a, key), {}, device, found)
+    if mask:
+        return _sync_call(_take_wrapped, (a, key), {}, device, found)
     try:
-        r = _standin_like(a._data)[key]
+        r = _standin_like(a._data)[tuple(_index_standin(k) for k in key)]
         buf = _alloc(np.shape(r), r.dtype)
     except Exception:
-        return _sync_call(operator.getitem, (a, key), {}, device, found)
-    _submit(device, functools.partial(_take_into, buf, a._data, key))
+        return _sync_call(_take_wrapped, (a, key), {}, device, found)
+    _submit(device, functools.partial(_take_into, buf, a._data, _substitute(key, _data_of)))
     return _new(buf, device, None)
 
 
 def _set_item(a: ndarray, key: tuple[Any, ...], value: Any) -> None:
-    """Assignment: a launch, but synchronous with device index arrays, like reading."""
+    """Assignment: a launch (advanced indices wrapped in the kernel, See NOTE [Wrapped
+    indices]), synchronous with a boolean mask, as reading is."""
     found = [a]
     on_device = type(value) is ndarray
     if on_device:
@@ -1588,13 +1664,13 @@ def _set_item(a: ndarray, key: tuple[Any, ...], value: Any) -> None:
     else:  # a host array or a nested list, copied now
         real = np.array(value)
     basic = _is_basic(key)
-    synchronous = False
+    mask = False
     if not basic:
-        key, synchronous = _advanced_key(key, found)
+        key, mask = _advanced_key(key, found)
     device = _device_of(found)
     rkey = _substitute(key, _data_of)
     try:
-        if synchronous:
+        if mask:
             raise _NeedsHost
         target = _standin_like(a._data)
         if basic and (on_device or np.ndim(real) == 0):
@@ -1605,13 +1681,155 @@ def _set_item(a: ndarray, key: tuple[Any, ...], value: Any) -> None:
                 raise _NeedsHost
             np.zeros((), a.dtype)[()] = np.zeros((), value.dtype) if on_device else real
         else:
-            target[key] = _standin_like(real) if on_device else real
+            skey = key if basic else tuple(_index_standin(k) for k in key)
+            target[skey] = _standin_like(real) if on_device else real
     except Exception:
         get_current_stream(device).synchronize()
         with np.errstate(all="ignore"):
-            a._data[rkey] = real
+            a._data[rkey if basic else _wrap_key(a._data.shape, rkey)] = real
         return
-    _submit(device, functools.partial(_put, a._data, rkey, real))
+    _submit(device, functools.partial(_put if basic else _put_wrapped, a._data, rkey, real))
+
+
+def _take_wrap_mode(a: Any, indices: Any, axis: Any = None, out: Any = None) -> Any:
+    """``cupy.take``: indices wrapped, Python integers too (CuPy's take has no ``mode``)."""
+    return np.take(a, indices, axis=axis, out=out, mode="wrap")
+
+
+def _put_wrap_mode(a: Any, ind: Any, v: Any, mode: str = "wrap") -> None:
+    """``cupy.put``: ``mode`` defaults to "wrap"."""
+    np.put(a, ind, v, mode=mode)  # type: ignore[arg-type]
+
+
+def _take_along_axis_wrapped(arr: Any, indices: Any, axis: Any = -1) -> Any:
+    """``cupy.take_along_axis``: advanced indexing, so the indices wrap."""
+    if axis is None:
+        arr, axis = arr.ravel(), 0
+    n = arr.shape[operator.index(axis) % max(arr.ndim, 1)] if arr.ndim else 0
+    if n and indices.dtype.kind in "iu":
+        indices = np.mod(indices if indices.dtype == np.uint64 else indices.astype(np.int64), n)
+    return np.take_along_axis(arr, indices, axis=axis)
+
+
+def _wrapping(impl: Callable[..., Any]) -> _Handler:
+    """The handler of a NumPy function that CuPy implements with wrapped indices: ``impl`` in
+    its place, launched as any function is."""
+
+    def handler(
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        found: list[ndarray],
+        device: int,
+    ) -> Any:
+        return _generic(impl, args, kwargs, found, device)
+
+    return handler
+
+
+def _put_handler(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    found: list[ndarray],
+    device: int,
+) -> Any:
+    """``put``: wrapped by default; with mode="raise" CuPy checks on the device and reads the
+    verdict, so the call is synchronous."""
+    if kwargs.get("mode", args[3] if len(args) > 3 else "wrap") == "raise":
+        return _sync_call(_put_wrap_mode, args, kwargs, device, found)
+    return _generic(_put_wrap_mode, args, kwargs, found, device)
+
+
+_HANDLERS[np.take] = _wrapping(_take_wrap_mode)
+_HANDLERS[np.put] = _put_handler
+_HANDLERS[np.take_along_axis] = _wrapping(_take_along_axis_wrapped)
+
+
+# ----------------------------------------------------------------------------- host waits
+# NOTE [Host synchronisations]
+# A host wait blocks the calling thread until the device has run the work queued before it: the
+# ``synchronize`` of a stream, an event or a device, every host read (``get``, ``item``,
+# ``tolist``, ``int()``, ``float()``, ``bool()``, ``repr``, ``asnumpy``...) and the operations
+# whose result's shape depends on the data (boolean masks, ``nonzero``, ``unique``...). On an event
+# loop's thread it stalls every coroutine for as long as the device is busy. Tests find them with
+# two tools: inside ``forbid_host_sync()`` a host wait on this thread raises HostSyncError naming
+# the operation and its caller (the loop's thread, around an awaited backward pass), and
+# ``record_host_syncs()`` collects every host wait of every thread while it is open. A wait on a
+# stream with nothing queued counts too: on a GPU it would block had the stream been busy.
+class HostSyncError(RuntimeError):
+    """A host synchronisation on a thread where ``forbid_host_sync()`` forbids them."""
+
+
+class _HostSyncState(threading.local):
+    def __init__(self) -> None:
+        self.forbidden = 0
+
+
+_host_sync_state: Final = _HostSyncState()
+_host_sync_records: list[list[tuple[str, str]]] = []
+_host_sync_lock: Final = threading.Lock()
+
+
+def _describe_host_wait() -> tuple[str, str]:
+    """What waits (the outermost function of this module on the stack, with the function that a
+    synchronous call computes) and where it was called from (the first frame outside it)."""
+    frame: Any = sys._getframe(2)
+    what = "?"
+    computes = None
+    while frame is not None and frame.f_code.co_filename == __file__:
+        what = frame.f_code.co_name
+        if what == "_sync_call":
+            computes = getattr(frame.f_locals.get("func"), "__name__", None)
+        frame = frame.f_back
+    if computes is not None and computes != what:
+        what = f"{what} (a synchronous {computes})"
+    if frame is None:
+        return what, "?"
+    path = frame.f_code.co_filename
+    cut = path.rfind("asyncgrad" + os.sep)
+    short = path[cut:] if cut >= 0 else os.path.basename(path)
+    return what, f"{short}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _host_wait() -> None:
+    """Called by every host wait, before it blocks: See NOTE [Host synchronisations]."""
+    if not _host_sync_state.forbidden and not _host_sync_records:
+        return
+    what, where = _describe_host_wait()
+    with _host_sync_lock:
+        for records in _host_sync_records:
+            records.append((what, where))
+    if _host_sync_state.forbidden:
+        raise HostSyncError(
+            f"host synchronisation by {what}, called from {where}, on a thread where "
+            "forbid_host_sync() forbids them: it blocks the thread until the device has run its "
+            "queued work"
+        )
+
+
+@contextlib.contextmanager
+def forbid_host_sync() -> Iterator[None]:
+    """Make every host wait on this thread raise HostSyncError while the block runs."""
+    _host_sync_state.forbidden += 1
+    try:
+        yield
+    finally:
+        _host_sync_state.forbidden -= 1
+
+
+@contextlib.contextmanager
+def record_host_syncs() -> Iterator[list[tuple[str, str]]]:
+    """A list that collects ``(what, where)`` for every host wait of any thread while the block
+    runs."""
+    records: list[tuple[str, str]] = []
+    with _host_sync_lock:
+        _host_sync_records.append(records)
+    try:
+        yield records
+    finally:
+        with _host_sync_lock:
+            _host_sync_records.remove(records)
 
 
 # ----------------------------------------------------------------------------- arrays
@@ -2437,10 +2655,17 @@ class _Lib:
 lib: Final = _Lib()
 
 
+def _add_at_wrapped(a: _Array, key: tuple[Any, ...], value: Any) -> None:
+    np.add.at(a, _wrap_key(a.shape, key), value)
+
+
 def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
-    """``cupyx.scatter_add``: ``np.add.at(a, slices, value)`` as a launch; an index out of range
-    is an asynchronous error."""
-    _ufunc(np.add, "at", (a, slices, value), {})
+    """``cupyx.scatter_add``: ``np.add.at(a, slices, value)`` as a launch, the indices wrapped
+    (See NOTE [Wrapped indices])."""
+    if type(a) is not ndarray:
+        raise TypeError(f"scatter_add expects an array of the simulated device, got {type(a)}")
+    key, _ = _advanced_key(slices if type(slices) is tuple else (slices,), [])
+    _call_function(_add_at_wrapped, (a, key, value), {})
 
 
 _erf_implementation: Callable[[Any], Any] | None = None
@@ -2474,25 +2699,125 @@ def erf(x: ndarray) -> ndarray:
 
 
 # ----------------------------------------------------------------------------- random
+# NOTE [Generator state on the device]
+# CuPy's ``default_rng`` is a ``Generator`` around an ``XORWOW`` bit generator, whose state lives
+# on the device: ``bit_generator._state``, a byte array that each draw reads and advances in a
+# kernel on the current stream. The bit generator also holds a ``threading.Lock`` (``lock``), so a
+# generator can be neither deep-copied nor pickled ("cannot pickle '_thread.lock' object"); a copy
+# of its state array is the way to snapshot it, and putting a copy back as ``_state`` restores it.
+# The simulator keeps the same attributes and draws the same way: ``_state`` is a device array of
+# 48 bytes holding the state of NumPy's PCG64 (not cuRAND's numbers), read and written by the
+# draw's kernel.
+_PCG_WORDS: Final = 6  # state (128 bits), increment (128 bits), has_uint32, uinteger
+_MASK64: Final = (1 << 64) - 1
+
+
+def _pcg_bytes(bit_generator: np.random.PCG64) -> _Array:
+    st = bit_generator.state
+    state, inc = st["state"]["state"], st["state"]["inc"]
+    words = [state & _MASK64, state >> 64, inc & _MASK64, inc >> 64]
+    words += [st["has_uint32"], st["uinteger"]]
+    return np.array(words, dtype=np.uint64).view(np.int8)
+
+
+def _pcg_of(data: _Array) -> np.random.PCG64:
+    w = [int(v) for v in data.view(np.uint64)]
+    bit_generator = np.random.PCG64()
+    bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": w[0] | (w[1] << 64), "inc": w[2] | (w[3] << 64)},
+        "has_uint32": w[4],
+        "uinteger": w[5],
+    }
+    return bit_generator
+
+
+def _draw_into(out: _Array, state: _Array, method: str, args: tuple[Any, ...], kw: Any) -> None:
+    """The kernel of a draw: the samples from the state in ``state``, which it advances."""
+    bit_generator = _pcg_of(state)
+    out[...] = getattr(np.random.Generator(bit_generator), method)(*args, **kw)
+    state[...] = _pcg_bytes(bit_generator)
+
+
+def _size_shape(size: Any) -> _Shape:
+    if size is None:
+        return ()
+    if isinstance(size, (int, np.integer)):
+        return (operator.index(size),)
+    return tuple(operator.index(n) for n in size)
+
+
+class _XORWOW:
+    """``cupy.random.XORWOW``'s state and lock (See NOTE [Generator state on the device])."""
+
+    def __init__(self, seed: Any = None, *, size: int = -1) -> None:
+        self.lock = threading.Lock()
+        if isinstance(seed, np.random.SeedSequence):
+            self._seed_seq = seed
+        else:
+            if type(seed) is ndarray:
+                seed = seed.get()
+            self._seed_seq = np.random.SeedSequence(seed)
+        self._current_device_id = _local.device
+        self._seed = self._seed_seq.generate_state(1, np.uint32)[0]
+        self._size = 1 if size < 0 else size
+        self._state = _upload(_pcg_bytes(np.random.PCG64(self._seed_seq)))
+
+    def _check_device(self) -> None:
+        if _local.device != self._current_device_id:
+            raise RuntimeError("This Generator state is allocated in a different device")
+
+    def state(self) -> int:
+        self._check_device()
+        return int(self._state._data.ctypes.data)
+
+    def _state_size(self) -> int:
+        return self._size
+
+
 class _Generator:
-    """``cupy.random.Generator``'s samplers: NumPy's generator on the host, the samples copied to
-    the current device."""
+    """``cupy.random.Generator``'s samplers: each draw is a kernel on the current stream that
+    reads and advances the bit generator's state array (See NOTE [Generator state on the
+    device])."""
 
-    __slots__ = ("_rng",)
+    def __init__(self, bit_generator: _XORWOW) -> None:
+        self.bit_generator = bit_generator
+        self._binomial_state = None
 
-    def __init__(self, seed: Any = None) -> None:
-        self._rng = np.random.default_rng(seed)
+    def _draw(self, shape: _Shape, dt: Any, method: str, *args: Any, **kw: Any) -> ndarray:
+        bit_generator = self.bit_generator
+        bit_generator._check_device()
+        buf = _alloc(shape, dt)
+        state = bit_generator._state
+        work = functools.partial(_draw_into, buf, state._data, method, args, kw)
+        _submit(state._dev, work)
+        return _new(buf, state._dev, None)
 
-    def random(self, size: Any = None, dtype: Any = np.float64) -> ndarray:
-        return _upload(np.asarray(self._rng.random(size, dtype=dtype)))
+    def random(self, size: Any = None, dtype: Any = np.float64, out: Any = None) -> ndarray:
+        dt = np.float64 if np.dtype(dtype).char == "d" else np.float32
+        y = self._draw(_size_shape(size), dt, "random", _size_shape(size), dtype=dt)
+        if out is not None:
+            out[...] = y
+            return out  # type: ignore[no-any-return]
+        return y.astype(dtype, copy=False)
 
-    def standard_normal(self, size: Any = None, dtype: Any = np.float64) -> ndarray:
-        return _upload(np.asarray(self._rng.standard_normal(size, dtype=dtype)))
+    def standard_normal(
+        self, size: Any = None, dtype: Any = np.float64, out: Any = None
+    ) -> ndarray:
+        dt = np.float64 if np.dtype(dtype).char == "d" else np.float32
+        y = self._draw(_size_shape(size), dt, "standard_normal", _size_shape(size), dtype=dt)
+        if out is not None:
+            out[...] = y
+            return out  # type: ignore[no-any-return]
+        return y.astype(dtype, copy=False)
 
     def uniform(
         self, low: Any = 0.0, high: Any = 1.0, size: Any = None, dtype: Any = np.float64
     ) -> ndarray:
-        return _upload(np.asarray(self._rng.uniform(low, high, size), dtype=dtype))
+        shape = np.broadcast_shapes(np.shape(low), np.shape(high)) if size is None else size
+        shape = _size_shape(shape)
+        y = self._draw(shape, np.float64, "uniform", low, high, shape)
+        return y.astype(dtype, copy=False)
 
     def integers(
         self,
@@ -2502,18 +2827,27 @@ class _Generator:
         dtype: Any = np.int64,
         endpoint: bool = False,
     ) -> ndarray:
-        sample = self._rng.integers(low, high, size=size, dtype=dtype, endpoint=endpoint)
-        return _upload(np.asarray(sample))
+        shape = _size_shape(size)
+        if high is None:
+            low, high = 0, low
+        if int(high) - (0 if endpoint else 1) < int(low):
+            raise ValueError("low >= high")
+        return self._draw(shape, dtype, "integers", low, high, shape, dtype, endpoint)
 
 
 class _Random:
     """``cupy.random``'s subset."""
 
     Generator: Final = _Generator
+    XORWOW: Final = _XORWOW
 
     @staticmethod
     def default_rng(seed: Any = None) -> _Generator:
-        return _Generator(seed)
+        if isinstance(seed, _XORWOW):
+            return _Generator(seed)
+        if isinstance(seed, _Generator):
+            return seed
+        return _Generator(_XORWOW(seed))
 
 
 random: Final = _Random()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Generator
@@ -10,8 +11,8 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._tensor import Tensor
-from ..backend import namespace
-from ..graph.anomaly_mode import OFF, ON_CHECK_NAN, _anomaly, anomaly_mode
+from ..backend import current_stream, device_of, is_device_array, namespace
+from ..graph.anomaly_mode import OFF, ON_CHECK_NAN, _anomaly, anomaly_mode, anomaly_note
 from .evaluate import evaluate, evaluate_plain
 
 if TYPE_CHECKING:
@@ -66,12 +67,14 @@ _numbers = itertools.count(1)
 class Watch:
     """How a watched graph task is watched (See NOTE [Watched graph tasks])."""
 
-    __slots__ = ("anomaly", "number", "recorders")
+    __slots__ = ("anomaly", "nan_flags", "number", "recorders")
 
     def __init__(self, anomaly: int, recorders: tuple[Recorder, ...]) -> None:
         self.anomaly = anomaly
         self.recorders = recorders
         self.number = next(_numbers)
+        # The NaN checks left to read at the end of the pass: See NOTE [NaN checks off the loop].
+        self.nan_flags: list[tuple[Node, int, Any, Any]] | None = None
 
     def done(
         self, gt: GraphTask, node: Node, out: Any, start_ns: int, off_loop: bool = False
@@ -93,7 +96,7 @@ class Watch:
             for r in self.recorders:
                 r.record(ev)
         if self.anomaly == ON_CHECK_NAN and out is not None:
-            check_nan(node, out)
+            check_nan(node, out, gt)
 
 
 def watch_for() -> Watch | None:
@@ -120,8 +123,18 @@ def exit_watch(tokens: tuple[Token[int], Token[tuple[Recorder, ...]]]) -> None:
     _anomaly.reset(tokens[0])
 
 
-def check_nan(node: Node, grads: Any) -> None:
-    """Raise torch's error if a gradient ``node`` returned holds NaN."""
+# NOTE [NaN checks off the loop]
+# Anomaly mode checks every gradient a node returns for NaN, which reads it on the host. For a
+# CUDA array that read waits for the device, and in an awaited pass it would block the event loop
+# at every node. There the check stays on the device: a flag per gradient (``isnan(g).any()``,
+# queued on the node's stream), read when all nodes have run, by a final callback of the pass that
+# reads the flags on a compute thread (See NOTE [Work off the loop] in offload.py). The first flag
+# set raises the error the immediate check raises, with the same notes, naming its node; the pass
+# has run to its end by then instead of stopping at that node. A blocking pass and CPU gradients
+# are checked at once, as before.
+def check_nan(node: Node, grads: Any, gt: GraphTask | None = None) -> None:
+    """Raise torch's error if a gradient ``node`` returned holds NaN (for a CUDA gradient of an
+    awaited pass ``gt``, later: See NOTE [NaN checks off the loop])."""
     for i, g in enumerate(grads):
         if g is None:
             continue
@@ -129,10 +142,48 @@ def check_nan(node: Node, grads: Any) -> None:
         if a.dtype.kind not in "fc":
             continue
         xp = namespace(a)
+        if gt is not None and gt.loop is not None and is_device_array(a):
+            _defer_nan_check(gt, node, i, xp.isnan(a).any(), current_stream(device_of(a)))
+            continue
         # A sum is NaN when any element is (and for +inf with -inf): one pass, no temporary;
         # only then look element by element.
         if bool(xp.isnan(a.sum())) and bool(xp.isnan(a).any()):
-            raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+            raise _nan_error(node, i)
+
+
+def _nan_error(node: Node, i: int) -> RuntimeError:
+    return RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+
+
+def _defer_nan_check(gt: GraphTask, node: Node, i: int, flag: Any, stream: Any) -> None:
+    w = gt.watch
+    assert w is not None
+    flags = w.nan_flags
+    if flags is None:
+        flags = w.nan_flags = []
+        gt.add_callback(functools.partial(_read_nan_flags, flags))
+    flags.append((node, i, flag, stream))
+
+
+def _first_nan(flags: list[tuple[Node, int, Any, Any]]) -> tuple[Node, int] | None:
+    """On a compute thread: the first flag that is set (each read after its stream ran)."""
+    for node, i, flag, stream in flags:
+        if bool(flag.get(stream=stream)):
+            return node, i
+    return None
+
+
+async def _read_nan_flags(flags: list[tuple[Node, int, Any, Any]]) -> None:
+    from .offload import run  # offload imports the engine's configuration, which imports this
+
+    found = await run(_first_nan, flags)
+    flags.clear()
+    if found is not None:
+        node, i = found
+        err = _nan_error(node, i)
+        err.add_note(f"(raised while computing the backward of {node.name()})")
+        err.add_note(anomaly_note(node))
+        raise err
 
 
 def run_watched(gt: GraphTask, w: Watch, node: Node, buf: list[Any]) -> Any:

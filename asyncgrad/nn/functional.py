@@ -24,6 +24,7 @@ from ..ops import (
     tanh,
 )
 from ..ops._record import OPS, arr, make
+from ..ops.index import getitem_for
 
 __all__ = [
     "binary_cross_entropy_with_logits",
@@ -125,7 +126,7 @@ def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Ten
         raise TypeError(
             f"embedding indices must be an integer tensor, got a tensor of dtype {idx.dtype}"
         )
-    out = ops.getitem(weight, idx)
+    out = getitem_for("embedding", weight, idx)
     if padding_idx is not None:
         padding_idx %= weight.shape[0]
         keep = ops.unsqueeze(ops.ne(idx, padding_idx), -1)

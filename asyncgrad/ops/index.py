@@ -54,11 +54,100 @@ def _on_device_of(idx: tuple[Any, ...], xa: Any) -> tuple[Any, ...]:
     return tuple(backend.to_device(i, dev) if backend.is_array(i) else i for i in idx)
 
 
+# NOTE [Index bounds on CUDA]
+# NumPy raises IndexError for an integer index array out of range; CuPy raises nothing and takes
+# each index modulo the length of its dimension, so x[[0, 5]] of 3 rows would quietly read rows 0
+# and 2. Before indexing a CUDA array with integer arrays, then, the smallest and largest index of
+# each are read back (one host synchronisation for the whole index, in the forward; the README
+# lists it) and an index outside [-size, size) raises torch's IndexError, naming the op. Boolean
+# masks become integer indices there too (``_masks_as_indices``). The CPU path does nothing more:
+# NumPy's own check raises.
+def _width(k: Any) -> int:
+    """How many dimensions of the indexed array the index ``k`` takes."""
+    if k is None or k is Ellipsis or isinstance(k, (bool, backend.bool_scalar)):
+        return 0
+    if backend.is_array(k) and k.dtype.kind == "b":
+        return int(k.ndim)
+    return 1
+
+
+def _index_dims(ndim: int, idx: tuple[Any, ...]) -> list[tuple[Any, int]]:
+    """The integer index arrays of ``idx`` with the dimension each indexes (``idx`` as
+    ``_norm_index`` makes it)."""
+    used = builtins.sum(_width(k) for k in idx)
+    out: list[tuple[Any, int]] = []
+    dim = 0
+    for k in idx:
+        if k is Ellipsis:
+            dim += ndim - used
+            continue
+        if backend.is_array(k) and k.dtype.kind in "iu" and k.size and dim < ndim:
+            out.append((k, dim))  # (beyond ndim: indexing raises "too many indices")
+        dim += _width(k)
+    return out
+
+
+def _masks_as_indices(xa: Any, idx: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``idx`` with each boolean mask array replaced by the integer index arrays of its True
+    elements (``nonzero``), for the CUDA array ``xa``: the same selection, read from the device
+    once in the forward (as CuPy's masked indexing does anyway), so that the backward scatters by
+    integer indices without reading the device (a mask would make it wait)."""
+    if not any(backend.is_array(k) and k.dtype.kind == "b" and k.ndim for k in idx):
+        return idx
+    used = builtins.sum(_width(k) for k in idx)
+    out: list[Any] = []
+    dim = 0
+    for pos, k in enumerate(idx):
+        if k is Ellipsis:
+            dim += xa.ndim - used
+        elif backend.is_array(k) and k.dtype.kind == "b" and k.ndim:
+            if tuple(k.shape) != tuple(xa.shape[dim : dim + k.ndim]):
+                raise IndexError(
+                    f"The shape of the mask {list(k.shape)} at index {pos} does not match the "
+                    f"shape of the indexed tensor {list(xa.shape)} at index {dim}"
+                )
+            out.extend(k.nonzero())  # the host synchronisation
+            dim += k.ndim
+            continue
+        out.append(k)
+        dim += _width(k)
+    return tuple(out)
+
+
+def check_index_bounds(op: str, xa: Any, idx: tuple[Any, ...]) -> None:
+    """Raise torch's IndexError where an integer index array in ``idx`` is out of range for the
+    CUDA array ``xa``, which CuPy would wrap around (See NOTE [Index bounds on CUDA])."""
+    if not backend.is_device_array(xa):
+        return
+    arrays = _index_dims(xa.ndim, idx)
+    if not arrays:
+        return
+    xp = backend.namespace(xa)
+    ends = xp.stack([xp.stack([k.min(), k.max()]).astype(dtypes.int64) for k, _ in arrays])
+    host = backend.to_device(ends, backend.CPU)  # the host synchronisation
+    for (_, dim), (lo, hi) in zip(arrays, host.tolist(), strict=True):
+        n = xa.shape[dim]
+        bad = hi if hi >= n else lo if lo < -n else None
+        if bad is not None:
+            raise IndexError(
+                f"index {bad} is out of bounds for dimension {dim} with size {n} ({op} of a "
+                f"tensor of shape {tuple(xa.shape)} on {backend.device_of(xa)})"
+            )
+
+
 def getitem(input: Tensor, index: Any) -> Tensor:
+    return getitem_for("getitem", input, index)
+
+
+def getitem_for(op: str, input: Tensor, index: Any) -> Tensor:
+    """``input[index]``, for ``op`` (which an index out of range names)."""
     idx, advanced = _norm_index(index)
     xa = input._array
     if advanced:
         idx = _on_device_of(idx, xa)
+        if backend.is_device_array(xa):
+            idx = _masks_as_indices(xa, idx)
+            check_index_bounds(op, xa, idx)
     try:
         out = xa[idx]
     except IndexError as e:
@@ -81,7 +170,11 @@ def setitem(input: Tensor, index: Any, value: Any) -> None:
     if not advanced:
         copy_(getitem(input, idx), value)
         return
-    idx = _on_device_of(idx, input._array)
+    xa = input._array
+    idx = _on_device_of(idx, xa)
+    if backend.is_device_array(xa):
+        idx = _masks_as_indices(xa, idx)
+        check_index_bounds("setitem", xa, idx)
     inplace(input, "index_put", lambda s: _index_put(s, idx, value))
 
 

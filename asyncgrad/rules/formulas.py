@@ -303,7 +303,7 @@ def var_grad(g: Any, x: Any, dim: Any, keepdim: bool, n: int, correction: float)
 def prod_grad(g: Any, ans: Any, x: Any, dim: int | None, keepdim: bool) -> Any:
     # d prod / dx_i = the product of the other elements: ans / x_i where no element is 0 (as
     # torch), else computed without dividing, so that one zero gets the product of the rest and
-    # several zeros give 0 everywhere.
+    # several zeros give 0 everywhere. On a CUDA device the case is picked on the device.
     shape = x.shape
     if dim is None:
         x = xp.reshape(x, (-1,))
@@ -314,12 +314,32 @@ def prod_grad(g: Any, ans: Any, x: Any, dim: int | None, keepdim: bool) -> Any:
         gk = keep(g, (dim,), keepdim)
         ak = keep(ans, (dim,), keepdim)
         d = dim
+    if backend.is_device_array(_device_array(x)):
+        return xp.reshape(_prod_grad_on_device(gk, ak, x, d, dim is None), shape)
     zeros = int((_device_array(x) == 0).sum())
     if not zeros:
         return xp.reshape(gk * (ak / x), shape)
     if dim is None and zeros > 1:
         return xp.zeros_like(xp.reshape(x, shape))  # torch: 0 without multiplying by g
     return xp.reshape(gk * _prod_of_others(x, d), shape)
+
+
+def _prod_grad_on_device(gk: Any, ak: Any, x: Any, d: int, flat: bool) -> Any:
+    """prod_grad's three cases without reading the device: each is computed and the right one
+    picked by a condition that stays on the device (counting the zeros on the host would block
+    the loop in an awaited backward). The products of the others (exclusive cumulative products,
+    exact with zeros) serve where ``x`` holds a zero, anywhere in it as in torch; ``ans / x``,
+    torch's formula, where it holds none; and with ``dim=None`` several zeros give 0."""
+    zero = _device_array(x) == 0
+    mod = backend.namespace(zero)
+    none = mod.logical_not(zero.any())
+    # The quotient's branch divides by 1 where x is 0: where() drops it there, and under
+    # create_graph its derivative stays finite.
+    quotient = gk * (ak / xp.where(zero, 1.0, x))
+    out = xp.where(none, quotient, gk * _prod_of_others(x, d))
+    if flat:
+        out = xp.where(zero.sum() > 1, 0.0, out)  # torch: 0 without multiplying by g
+    return out
 
 
 def _prod_of_others(x: Any, d: int) -> Any:

@@ -13,13 +13,13 @@ for backward and recomputes them when backward needs them.
 # takes its own. It works with ``grad()``, ``inputs=``, and higher order, and the graph is the
 # usual one between the region's inputs and outputs.
 # Both restore the default generator's state for the recomputation (``preserve_rng_state``), so
-# dropout draws the same mask: the state is saved when the forward starts and swapped in for the
-# recomputation only (another thread drawing meanwhile would see it).
+# dropout draws the same mask: the states of its generators (CPU and each CUDA device's, through
+# RandomState.get_state: a CUDA generator cannot be deep-copied) are saved when the forward starts
+# and set back for the recomputation only (another thread drawing meanwhile would see them).
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -37,23 +37,39 @@ from ..ops.creation import default_generator
 __all__ = ["checkpoint"]
 
 
-def _rng_snapshot() -> tuple[Any, dict[Any, Any]]:
+# The default generator's states: its CPU generator's and each CUDA device's it has drawn on.
+_RngSnapshot = tuple[Any, dict[Any, Any]]
+
+
+def _rng_snapshot() -> _RngSnapshot:
+    # Each generator's get_state(), not a deep copy: CuPy's generator holds a lock, which cannot
+    # be copied, and keeps its state on the device (See backend.RandomState).
     g = default_generator
-    return copy.deepcopy(g._rng), copy.deepcopy(g._devices)
+    return g._rng.get_state(), {dev: rng.get_state() for dev, rng in g._devices.items()}
 
 
 @contextmanager
-def _rng_restored(snapshot: tuple[Any, dict[Any, Any]] | None) -> Iterator[None]:
+def _rng_restored(snapshot: _RngSnapshot | None) -> Iterator[None]:
     if snapshot is None:
         yield
         return
     g = default_generator
-    cur = g._rng, g._devices
-    g._rng, g._devices = copy.deepcopy(snapshot)  # a copy: a second recomputation draws alike
+    rng, devices = g._rng, g._devices
+    cpu_state, device_states = snapshot
+    now = _rng_snapshot()
+    # A device first drawn on inside the region gets a fresh generator (from the seed), as the
+    # forward did; the others go back to their states at the snapshot.
+    g._devices = {dev: r for dev, r in devices.items() if dev in device_states}
+    rng.set_state(cpu_state)
+    for dev, r in g._devices.items():
+        r.set_state(device_states[dev])
     try:
         yield
     finally:
-        g._rng, g._devices = cur
+        g._devices = devices
+        rng.set_state(now[0])
+        for dev, state in now[1].items():
+            devices[dev].set_state(state)
 
 
 def _as_tuple(x: Any) -> tuple[Any, ...]:

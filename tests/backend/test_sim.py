@@ -395,17 +395,23 @@ def test_host_functions_run_on_the_stream_thread_in_order() -> None:
     assert all(c[1].startswith(f"{THREAD_PREFIX}0-") for c in calls)
 
 
+def queue_error(a: sim.ndarray, index: int) -> None:
+    """Queue a kernel that fails when it runs: ``np.add.at`` with an index out of range (unlike
+    ``scatter_add``, which wraps indices as CuPy does, ufunc.at keeps NumPy's check)."""
+    np.add.at(a, sim.asarray([index]), 1.0)
+
+
 def test_errors_are_raised_at_the_next_host_wait() -> None:
     stream = sim.cuda.get_current_stream()
     z = sim.zeros(3)
-    sim.scatter_add(z, sim.asarray([5]), 1.0)  # out of range: found when the kernel runs
+    queue_error(z, 5)  # out of range: found when the kernel runs
     with pytest.raises(IndexError, match="out of bounds") as info:
         stream.synchronize()
     assert any("asynchronously" in note for note in info.value.__notes__)
     stream.synchronize()  # reported once
 
     z += 1
-    sim.scatter_add(z, sim.asarray([-9]), 1.0)
+    queue_error(z, -9)
     with pytest.raises(IndexError):
         z.get()  # a host read is a wait too
     np.testing.assert_array_equal(z.get(), [1.0, 1.0, 1.0])
@@ -415,8 +421,8 @@ def test_later_errors_are_kept_as_notes() -> None:
     stream = sim.cuda.Stream()
     with stream:
         z = sim.zeros(2)
-        sim.scatter_add(z, sim.asarray([3]), 1.0)
-        sim.scatter_add(z, sim.asarray([7]), 1.0)
+        queue_error(z, 3)
+        queue_error(z, 7)
     with pytest.raises(IndexError, match="index 3") as info:
         stream.synchronize()
     assert any("index 7" in note for note in info.value.__notes__)
@@ -426,7 +432,7 @@ def test_errors_of_a_dropped_stream_reach_the_device() -> None:
     stream = sim.cuda.Stream()
     with stream:
         z = sim.zeros(2)
-        sim.scatter_add(z, sim.asarray([3]), 1.0)
+        queue_error(z, 3)
     del stream
     gc.collect()
     with pytest.raises(IndexError):
@@ -439,7 +445,7 @@ def test_host_waits_do_not_hang_on_errors() -> None:
     event = sim.cuda.Event()
     with stream:
         z = sim.zeros(2)
-        sim.scatter_add(z, sim.asarray([3]), 1.0)
+        queue_error(z, 3)
         event.record()
     with pytest.raises(IndexError):
         event.synchronize()

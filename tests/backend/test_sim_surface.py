@@ -167,6 +167,9 @@ NOT_CUPYS: Final[dict[str, str]] = {
     "configure": "the simulator's own settings (devices, delays), not a CuPy name",
     "inject_fault": "the simulator's own: breaks a device as a failed kernel does (sticky errors)",
     "reset_device": "the simulator's own: repairs a device broken by inject_fault, for tests",
+    "forbid_host_sync": "the simulator's own: host waits raise, to find them in tests",
+    "record_host_syncs": "the simulator's own: collects host waits, to find them in tests",
+    "HostSyncError": "the simulator's own: what forbid_host_sync raises",
     # The classes are also at the simulator's top level for its own tests; CuPy has them only
     # under cuda and cuda.runtime, where they are checked ("cuda.Device", ...). asyncgrad reaches
     # them through rt.cuda.
