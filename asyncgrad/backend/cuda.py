@@ -138,6 +138,12 @@ def to_device(array: Any, index: int) -> Any:
         if src == index:
             return array
         r.cuda.get_current_stream(index).wait_event(r.cuda.get_current_stream(src).record())
+        with r.cuda.Device(index):
+            copy = r.asarray(array)
+        # The source's stream waits for the copy: dropping the source then returns its block to
+        # a pool that reuses it only after the copy read it (See NOTE [Deferred frees]).
+        wait_event(current_stream(src), record(current_stream(index), index), src)
+        return copy
     with r.cuda.Device(index):
         return r.asarray(array)
 
