@@ -469,6 +469,7 @@ class Stream:
         if queue is None or queue is self._queue or queue.completed >= point:
             return
         self._queue.submit(functools.partial(queue.wait_for, point))
+        self._queue.pool.waited = self._queue.submitted  # See NOTE [Memory pool]
 
     def synchronize(self) -> None:
         """Wait until all work queued so far has run; raise an error it stored."""
@@ -600,8 +601,10 @@ def _poison(buf: _Array) -> None:
 #     the stream's identity here); the array that owns the block (never a view: views hold their
 #     base) returns it when it is collected, with the point its stream's queue had reached then;
 #   - the next allocation of the same rounded size on that stream takes the block freed last and
-#     poisons it (See NOTE [Poison]) by work queued on that stream; when the stream has run
-#     everything queued before the free, at once (nothing queued there can still read it).
+#     poisons it (See NOTE [Poison]) by work queued on that stream. It does so at once when that
+#     changes nothing another stream could tell: the stream has run everything queued before the
+#     free (which may read the block), and nothing queued there since is a wait for another
+#     stream (which orders that stream's readers before any write the new owner queues).
 # So a reader queued earlier on the allocating stream still reads its data, and a reader on
 # another stream that is not ordered after the free reads poison, or the new owner's values.
 # Queued work keeps the host memory it uses alive (it holds the NumPy buffer); only the reuse is
@@ -620,13 +623,14 @@ class _Pool:
     to ``sizes`` under ``lock``.
     """
 
-    __slots__ = ("freed", "kept", "lock", "sizes")
+    __slots__ = ("freed", "kept", "lock", "sizes", "waited")
 
     def __init__(self) -> None:
         self.freed: collections.deque[tuple[_Array, int]] = collections.deque()
         self.sizes: dict[int, list[tuple[_Array, int]]] = {}
         self.kept = 0
         self.lock = threading.Lock()
+        self.waited = 0  # the queue's count of work after its last wait for another stream
 
     def take(self, size: int) -> tuple[_Array, int] | None:
         """A free block of ``size`` bytes and its queue's point at its free, or None."""
@@ -684,7 +688,7 @@ def _allocate(
     else:
         memory, point = reused
         buf = np.ndarray(dims, dt, buffer=memory, order=order)
-        if queue.completed >= point:
+        if queue.completed >= point and queue.pool.waited <= point:
             _poison(buf)
         else:
             queue.submit(functools.partial(_poison, buf))

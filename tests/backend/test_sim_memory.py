@@ -69,7 +69,7 @@ def test_a_freed_block_is_reused_at_once_by_its_stream() -> None:
         assert ptr(c) == block
         d = sim.empty((3,), dtype=np.float32)
         assert ptr(d) != block, "c still owns the block"
-    np.testing.assert_array_equal(c.get(), np.zeros(100, np.int32))
+    np.testing.assert_array_equal(c.get(s), np.zeros(100, np.int32))
 
 
 def test_a_block_stays_with_the_stream_and_device_that_allocated_it() -> None:
@@ -102,7 +102,7 @@ def test_views_keep_their_base_block() -> None:
         del views
         d = sim.empty((8,))
         assert ptr(d) == block
-    np.testing.assert_array_equal(b.get().shape, (8,))
+    assert b.get(s).shape == (8,)
 
 
 def test_readers_queued_earlier_on_the_same_stream_read_their_data() -> None:
@@ -142,23 +142,30 @@ def test_a_reader_on_another_stream_not_ordered_after_the_free_reads_poison() ->
     assert np.isnan(doubled.get()).all(), "the reader ran after the block was reused"
 
 
-def test_a_reader_ordered_after_the_free_by_an_event_reads_its_data() -> None:
-    """The fix for the race above: the allocating stream waits for the reader before the free
-    (what the engine's deferred frees achieve by keeping the array until the reader ran)."""
+@pytest.mark.parametrize("wait_first", [True, False], ids=["wait-then-free", "free-then-wait"])
+def test_a_reader_ordered_before_the_reuse_by_an_event_reads_its_data(wait_first: bool) -> None:
+    """The allocating stream waits for the reader (what the engine does at the end of a pass),
+    before or after the free: the reuse's poison and the new owner's writes come after the
+    reader, as on a GPU."""
     producer, reader = sim.cuda.Stream(), sim.cuda.Stream()
     with producer:
         a = sim.asarray(np.arange(8.0))
         producer.synchronize()
+    block = ptr(a)
     with held(reader), reader:
         doubled = a * 2
-        producer.wait_event(reader.record())
+        if wait_first:
+            producer.wait_event(reader.record())
         del a
+        if not wait_first:
+            producer.wait_event(reader.record())
         with producer:
-            b = sim.asarray(np.full(8, 5.0))  # reused, poisoned and written after the reader
+            b = sim.asarray(np.full(8, 5.0))
+        assert ptr(b) == block
     reader.synchronize()
     producer.synchronize()
-    np.testing.assert_array_equal(doubled.get(), np.arange(8.0) * 2)
-    np.testing.assert_array_equal(b.get(), np.full(8, 5.0))
+    np.testing.assert_array_equal(doubled.get(reader), np.arange(8.0) * 2)
+    np.testing.assert_array_equal(b.get(producer), np.full(8, 5.0))
 
 
 def test_fresh_and_reused_outputs_are_poisoned_until_written() -> None:
