@@ -272,11 +272,28 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 # A device array that a kernel on another stream still reads must stay allocated until that
 # kernel has run: CuPy's memory pool hands a freed block to the next allocation on the stream
 # that allocated it, which does not wait for other streams. So the engine hands such arrays
-# (gradients consumed on another stream, buffers of a cancelled graph task) to ``defer_free``
-# with an event recorded after their last use; they are dropped once the event is done, checked
-# whenever something is deferred or a graph task ends.
+# to ``defer_free`` with an event recorded after their last use; they are dropped once the event
+# is done, checked whenever something is deferred or a graph task ends. They are:
+#   - gradients made on another stream than the node that reads them (``InputBuffer.cross``);
+#   - what a node saved for backward, released after it ran (``Node.releasable``): an input may
+#     come from any stream. Which one is not known cheaply (CuPy keeps it in its pool's private
+#     chunks), so the engine keeps saved values of every CUDA node once ``side_streams`` is set:
+#     a stream other than the default ones was made with ``asyncgrad.cuda.Stream``, or a node
+#     ran on one. Until then every array comes from its device's default stream, the stream of
+#     every node, and stream order alone keeps freed blocks safe: one stream costs nothing;
+#   - the buffers of a cancelled graph task, whose kernels may not have run yet;
+#   - the source of a copy to another device (there the source's stream waits for the copy).
+# A stream made outside asyncgrad (``with cupy.cuda.Stream():``) that no node runs on is not
+# noticed: arrays made there and saved by nodes on a default stream are not kept.
 _deferred: deque[tuple[Any, Any]] = deque()
 _deferred_lock = threading.Lock()
+# Whether arrays may be allocated on one stream and read on another (NOTE [Deferred frees]).
+side_streams = False
+
+
+def note_side_stream() -> None:
+    global side_streams
+    side_streams = True
 
 
 def defer_free(event: Any, refs: Any) -> None:
