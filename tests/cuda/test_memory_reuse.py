@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Final
 
 import numpy as np
 import pytest
 
 import asyncgrad as ag
+from asyncgrad.backend import cuda as runtime
 
 REPEAT: Final = 8
 GATE_TIMEOUT_S: Final = 3.0
+RELEASE_TIMEOUT_S: Final = 5.0
 
 
 def host(t: ag.Tensor) -> np.ndarray:
@@ -158,3 +161,74 @@ async def test_the_root_gradient_outlives_the_root_nodes_kernels() -> None:
     (g,) = await asyncio.wait_for(task, 10)
     np.testing.assert_allclose(host(g), np.full(16, 2.0), rtol=1e-12)
     del others
+
+
+def _released_within(timeout_s: float) -> bool:
+    """Whether the deferred arrays are all dropped within ``timeout_s``, by nothing but the
+    GPU finishing (no host wait, no other pass)."""
+    deadline = time.monotonic() + timeout_s
+    while runtime.deferred_count():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _releaser_gone(timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(t.name == "asyncgrad-deferred-frees" for t in threading.enumerate()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+async def test_a_cancelled_pass_frees_its_buffers_once_the_gpu_is_done() -> None:
+    """Cancelling an awaited backward while its kernels wait behind a held stream: its arrays
+    are kept for them, then dropped once they have run, with nothing else running (an idle
+    server keeps no device memory for the requests it cancelled)."""
+    runtime.prune_deferred()
+    assert runtime.deferred_count() == 0
+    x = ag.tensor(np.linspace(-1, 1, 64), device="cuda", requires_grad=True)
+    s1, s2 = side_stream(), side_stream()
+    with ag.cuda.stream(s1):
+        a = (x * 3.0).sin()
+    with ag.cuda.stream(s2):
+        b = x.exp() * x
+    ag.cuda.current_stream().wait_stream(s1)
+    ag.cuda.current_stream().wait_stream(s2)
+    loss = (a + b).sum()
+    gate = Gate(ag.cuda.current_stream())
+    task = asyncio.ensure_future(ag.grad(loss, [x]))
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert runtime.deferred_count() > 0, "held for the kernels still queued"
+    gate.open()
+    assert _released_within(RELEASE_TIMEOUT_S), (
+        f"{runtime.deferred_count()} deferred frees left after the GPU finished"
+    )
+    assert _releaser_gone(RELEASE_TIMEOUT_S), "the releaser thread outlived its work"
+
+
+def test_deferred_arrays_of_a_broken_device_are_dropped(sim: Any) -> None:
+    """A kernel that failed breaks its device: its events are never done. The releaser drops
+    what waited for them instead of polling for ever."""
+    if not hasattr(sim, "inject_fault"):
+        pytest.skip("the simulator has no sticky errors")
+    s = ag.cuda.Stream()
+    gate = Gate(s)
+    try:
+        sim.inject_fault(s.native)
+        refs = [ag.zeros(8, device="cuda")._array]
+        runtime.defer_free(runtime.record(s.native, 0), refs)
+        del refs
+        gate.open()
+        assert _released_within(RELEASE_TIMEOUT_S)
+        assert _releaser_gone(RELEASE_TIMEOUT_S)
+    finally:
+        gate.open()
+        sim.reset_device(0)
