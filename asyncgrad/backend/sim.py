@@ -575,7 +575,7 @@ cuda: Final = _Cuda()
 # NOTE [Poison]: an output buffer is filled when it is allocated, at launch, with values that are
 # wrong in a way tests notice: NaN for floats, bytes 0xA5 for integers (large negative numbers for
 # the signed types), True for booleans. A consumer that reads it before the kernel ran sees them.
-# A reused block (See NOTE [Memory pool]) is poisoned where its stream has reached its free.
+# A reused block is poisoned again, in the order of its stream's work (See NOTE [Memory pool]).
 _INT_POISON_BYTE: Final = 0xA5
 
 
@@ -610,9 +610,11 @@ def _poison(buf: _Array) -> None:
 # Queued work keeps the host memory it uses alive (it holds the NumPy buffer); only the reuse is
 # modelled. CuPy also splits larger free blocks and merges neighbours; the simulator reuses
 # blocks of the same rounded size only, and keeps at most _POOL_KEEP_BYTES of free blocks per
-# stream (CuPy keeps them all until free_all_blocks()).
+# stream, and _POOL_PENDING_MAX blocks freed since its last allocation (CuPy keeps them all until
+# free_all_blocks()).
 _BLOCK_UNIT: Final = 512
 _POOL_KEEP_BYTES: Final = 64 << 20
+_POOL_PENDING_MAX: Final = 1024
 
 
 class _Pool:
@@ -661,8 +663,10 @@ class _Block:
         self.queue = queue
 
     def __del__(self) -> None:
-        queue = self.queue
-        queue.pool.freed.append((self.memory, queue.submitted))
+        memory, queue = self.memory, self.queue
+        freed = queue.pool.freed
+        if memory.nbytes <= _POOL_KEEP_BYTES and len(freed) < _POOL_PENDING_MAX:
+            freed.append((memory, queue.submitted))
 
 
 def _allocate(
