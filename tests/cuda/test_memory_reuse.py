@@ -232,3 +232,28 @@ def test_deferred_arrays_of_a_broken_device_are_dropped(sim: Any) -> None:
     finally:
         gate.open()
         sim.reset_device(0)
+
+
+def test_default_streams_alone_keep_no_saved_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until a side stream is in use, every array comes from the stream of every node: the
+    engine keeps nothing for the GPU (one stream costs nothing); a node recorded on a stream
+    made outside asyncgrad turns the keeping on."""
+    monkeypatch.setattr(runtime, "side_streams", False)
+    runtime.prune_deferred()
+    x = ag.tensor(np.linspace(-1.0, 1.0, 16), device="cuda", requires_grad=True)
+    loss = ((x + 1.0) * x).sin().sum()
+    gate = Gate(ag.cuda.current_stream())
+    loss.backward()
+    assert runtime.deferred_count() == 0
+    assert not runtime.side_streams
+    gate.open()
+    native = ag.cuda.current_stream().native
+    raw = type(native)(non_blocking=True)  # the runtime's own stream, not ag.cuda.Stream
+    with raw:
+        loss = ((x + 1.0) * x).sin().sum()
+    ag.cuda.current_stream().native.wait_event(raw.record())
+    loss.backward()
+    assert runtime.side_streams
+    xv = np.linspace(-1.0, 1.0, 16)
+    assert x.grad is not None
+    np.testing.assert_allclose(host(x.grad), 2 * np.cos((xv + 1) * xv) * (2 * xv + 1), rtol=1e-12)
