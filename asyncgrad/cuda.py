@@ -91,6 +91,7 @@ class Stream:
         rt = _cuda.require(idx)
         with rt.cuda.Device(idx):
             native = rt.cuda.Stream(non_blocking=True)
+        _cuda.note_side_stream()  # See NOTE [Deferred frees]
         object.__setattr__(self, "native", native)
         object.__setattr__(self, "device", Device("cuda", idx))
 

@@ -162,6 +162,9 @@ class BackwardCFunction(Node):
         if self._ctx._saved is not None:
             self._ctx._saved = _FREED
 
+    def releasable(self) -> Any:
+        return self._ctx._saved
+
 
 class _FunctionMeta(type):
     def __init__(cls, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> None:

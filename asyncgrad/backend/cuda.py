@@ -139,6 +139,12 @@ def to_device(array: Any, index: int) -> Any:
         if src == index:
             return array
         r.cuda.get_current_stream(index).wait_event(r.cuda.get_current_stream(src).record())
+        with r.cuda.Device(index):
+            copy = r.asarray(array)
+        # The source's stream waits for the copy: dropping the source then returns its block to
+        # a pool that reuses it only after the copy read it (See NOTE [Deferred frees]).
+        wait_event(current_stream(src), record(current_stream(index), index), src)
+        return copy
     with r.cuda.Device(index):
         return r.asarray(array)
 
@@ -329,26 +335,117 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 # A device array that a kernel on another stream still reads must stay allocated until that
 # kernel has run: CuPy's memory pool hands a freed block to the next allocation on the stream
 # that allocated it, which does not wait for other streams. So the engine hands such arrays
-# (gradients consumed on another stream, buffers of a cancelled graph task) to ``defer_free``
-# with an event recorded after their last use; they are dropped once the event is done, checked
-# whenever something is deferred or a graph task ends.
+# to ``defer_free`` with an event recorded after their last use. They are:
+#   - gradients made on another stream than the node that reads them (``InputBuffer.cross``),
+#     and both summands of a sum made on the consumer's stream (``input_buffer.add``);
+#   - what a node saved for backward, released after it ran (``Node.releasable``): an input may
+#     come from any stream. Which one is not known cheaply (CuPy keeps it in its pool's private
+#     chunks), so the engine keeps saved values of every CUDA node once ``side_streams`` is set:
+#     a stream other than the default ones was made with ``asyncgrad.cuda.Stream``, or a node
+#     ran on one. Until then every array comes from its device's default stream, the stream of
+#     every node, and stream order alone keeps freed blocks safe: one stream costs nothing;
+#   - the buffers of a cancelled graph task, whose kernels may not have run yet.
+# (The source of a copy to another device needs none: its stream waits for the copy.)
+# A stream made outside asyncgrad (``with cupy.cuda.Stream():``) that no node runs on is not
+# noticed: arrays made there and saved by nodes on a default stream are not kept.
+#
+# NOTE [Releasing deferred frees]
+# Deferred arrays are dropped as soon as their events are done, whatever else runs: an idle
+# server must not keep the device memory of its last cancelled requests. ``prune_deferred``
+# drops the finished ones from the front whenever something is deferred or a graph task ends;
+# for the rest, a releaser thread (``asyncgrad-deferred-frees``) queries their events, with a
+# backoff from RELEASE_POLL_FIRST_S to RELEASE_POLL_MAX_S (a query costs about 2 us; a wait on
+# an event would block in the driver and could not notice a second event finishing first). It
+# starts when something is deferred that is not done yet, never blocks a loop, and exits once
+# nothing is left, after lingering RELEASE_LINGER_S for more (See NOTE [Lingering stream
+# threads] in sim.py, for the same trade). An event whose query reports an error (a failed
+# kernel broke its device: it will never be done) counts as finished: its arrays are dropped
+# rather than polled for ever. Arrays are dropped outside the lock, so that a finaliser that
+# defers again cannot deadlock.
+RELEASE_POLL_FIRST_S: Final = 50e-6
+RELEASE_POLL_MAX_S: Final = 2e-3
+RELEASE_LINGER_S: Final = 5e-3
+_NOT_READY_STATUS: Final = 600  # cudaErrorNotReady
 _deferred: deque[tuple[Any, Any]] = deque()
 _deferred_lock = threading.Lock()
+_deferred_wake = threading.Condition(_deferred_lock)
+_releaser: threading.Thread | None = None
+# Whether arrays may be allocated on one stream and read on another (NOTE [Deferred frees]).
+side_streams = False
+
+
+def note_side_stream() -> None:
+    global side_streams
+    side_streams = True
 
 
 def defer_free(event: Any, refs: Any) -> None:
+    """Keep ``refs`` until ``event`` is done (See NOTE [Deferred frees])."""
+    global _releaser
     with _deferred_lock:
         _deferred.append((event, refs))
     prune_deferred()
+    with _deferred_lock:
+        if not _deferred:
+            return
+        thread = _releaser
+        if thread is not None:
+            _deferred_wake.notify()  # a lingering releaser takes it
+            return
+        thread = _releaser = threading.Thread(
+            target=_release, name="asyncgrad-deferred-frees", daemon=True
+        )
+    thread.start()
+
+
+def _finished(event: Any) -> bool:
+    """Whether ``event`` is done, or never will be (its device failed)."""
+    query = getattr(rt.cuda.runtime, "eventQuery", None)
+    ptr = getattr(event, "ptr", None)
+    if query is None or ptr is None:
+        return bool(event.done)
+    return bool(query(ptr) != _NOT_READY_STATUS)
 
 
 def prune_deferred() -> None:
     """Drop deferred arrays whose events are done (in order: an early stop is fine)."""
+    dropped = []
     while True:
         with _deferred_lock:
-            if not _deferred or not _deferred[0][0].done:
+            if not _deferred or not _finished(_deferred[0][0]):
+                break
+            dropped.append(_deferred.popleft())
+    del dropped  # outside the lock
+
+
+def _release() -> None:
+    """The releaser thread (See NOTE [Releasing deferred frees])."""
+    global _releaser
+    delay = RELEASE_POLL_FIRST_S
+    while True:
+        with _deferred_lock:
+            entries = list(_deferred)
+        done = [entry for entry in entries if _finished(entry[0])]
+        del entries
+        if done:
+            with _deferred_lock:
+                gone = {id(entry) for entry in done}
+                kept = [entry for entry in _deferred if id(entry) not in gone]
+                _deferred.clear()
+                _deferred.extend(kept)
+            del done, kept  # the arrays go here, outside the lock
+            delay = RELEASE_POLL_FIRST_S
+            continue
+        with _deferred_lock:
+            if _deferred:
+                _deferred_wake.wait(delay)
+                delay = min(2 * delay, RELEASE_POLL_MAX_S)
+                continue
+            _deferred_wake.wait(RELEASE_LINGER_S)
+            if not _deferred:
+                _releaser = None
                 return
-            _deferred.popleft()
+            delay = RELEASE_POLL_FIRST_S
 
 
 def deferred_count() -> int:

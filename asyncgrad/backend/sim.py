@@ -20,6 +20,11 @@ in tests, so the model is the strictest one CUDA allows:
   is allocated at once and filled with poison (NaN, a garbage integer pattern, True), the
   computation is queued, and the call returns. Reading a buffer before its kernel ran gives
   visibly wrong values.
+* Memory pool. As in CuPy, the block of a collected array (the array that owns it, not a view)
+  goes to the pool of the stream that was current on its device when it was allocated, and the
+  next allocation of that size on that stream reuses it at once, poisoned by work queued on that
+  stream. Stream order keeps earlier readers on that stream safe; a reader on another stream that
+  nothing orders after the free reads poison or the new owner's values (NOTE [Memory pool]).
 * Synchronous operations. Results whose shape depends on the data (boolean masks, ``nonzero``,
   ``unique``, ...) wait for the current stream of the device and are computed on the host, as in
   CuPy; so are host reads (``get``, ``item``, ``repr``, ...). Implicit conversion to NumPy
@@ -268,6 +273,7 @@ class _Queue:
         "items",
         "lock",
         "name",
+        "pool",
         "submitted",
         "thread",
         "wake",
@@ -285,6 +291,7 @@ class _Queue:
         self.dismissed = False
         self.device = device
         self.name = name
+        self.pool = _Pool()  # See NOTE [Memory pool]
 
     def submit(self, work: _Work) -> None:
         with self.lock:
@@ -570,6 +577,7 @@ class Stream:
         if queue is None or queue is self._queue or queue.completed >= point:
             return
         self._queue.submit(functools.partial(queue.wait_for, point))
+        self._queue.pool.waited = self._queue.submitted  # See NOTE [Memory pool]
 
     def synchronize(self) -> None:
         """Wait until all work queued so far has run; raise an error it stored."""
@@ -740,21 +748,136 @@ cuda: Final = _Cuda()
 # NOTE [Poison]: an output buffer is filled when it is allocated, at launch, with values that are
 # wrong in a way tests notice: NaN for floats, bytes 0xA5 for integers (large negative numbers for
 # the signed types), True for booleans. A consumer that reads it before the kernel ran sees them.
+# A reused block is poisoned again, in the order of its stream's work (See NOTE [Memory pool]).
 _INT_POISON_BYTE: Final = 0xA5
 
 
-def _alloc(shape: Any, dtype: Any, order: Any = "C") -> _Array:
-    buf = np.empty(shape, dtype, order=order)
+def _poison(buf: _Array) -> None:
     kind = buf.dtype.kind
     if kind in "fc":
         buf.fill(np.nan)
     elif kind in "iu":
         buf.reshape(-1, order="A").view(np.uint8).fill(_INT_POISON_BYTE)
-    elif kind == "b":
-        buf.fill(True)
     else:
-        raise TypeError(f"Unsupported dtype {buf.dtype}: the simulated device holds numbers only")
-    return buf
+        buf.fill(True)
+
+
+# NOTE [Memory pool]
+# CuPy's memory pool keeps the block of a collected array for the stream that was current on its
+# device when it was allocated, and hands it to the next allocation that fits on that stream at
+# once, without waiting for any other stream. Stream order makes that safe for the kernels queued
+# on the allocating stream before the free (they run before anything the new owner queues there);
+# a kernel queued on another stream that reads the old array and is not ordered after the free
+# may read the new owner's data instead. The simulator does the same:
+#   - an allocation of n > 0 bytes takes a block of n rounded up to 512 bytes (CuPy's unit), from
+#     the pool of the current stream's queue of the device (the queue, not the Stream object, is
+#     the stream's identity here); the array that owns the block (never a view: views hold their
+#     base) returns it when it is collected, with the point its stream's queue had reached then;
+#   - the next allocation of the same rounded size on that stream takes the block freed last and
+#     poisons it (See NOTE [Poison]) by work queued on that stream. It does so at once when that
+#     changes nothing another stream could tell: the stream has run everything queued before the
+#     free (which may read the block), and nothing queued there since is a wait for another
+#     stream (which orders that stream's readers before any write the new owner queues).
+# So a reader queued earlier on the allocating stream still reads its data, and a reader on
+# another stream that is not ordered after the free reads poison, or the new owner's values.
+# Queued work keeps the host memory it uses alive (it holds the NumPy buffer); only the reuse is
+# modelled. CuPy also splits larger free blocks and merges neighbours; the simulator reuses
+# blocks of the same rounded size only, and keeps at most _POOL_KEEP_BYTES of free blocks per
+# stream, and _POOL_PENDING_MAX blocks freed since its last allocation (CuPy keeps them all until
+# free_all_blocks()).
+_BLOCK_UNIT: Final = 512
+_POOL_KEEP_BYTES: Final = 64 << 20
+_POOL_PENDING_MAX: Final = 1024
+
+
+class _Pool:
+    """The free blocks of one stream (See NOTE [Memory pool]).
+
+    ``freed`` takes blocks from any thread without a lock (a collected array may be dropped
+    anywhere, even by the garbage collector inside a locked section); an allocation moves them
+    to ``sizes`` under ``lock``.
+    """
+
+    __slots__ = ("freed", "kept", "lock", "sizes", "waited")
+
+    def __init__(self) -> None:
+        self.freed: collections.deque[tuple[_Array, int]] = collections.deque()
+        self.sizes: dict[int, list[tuple[_Array, int]]] = {}
+        self.kept = 0
+        self.lock = threading.Lock()
+        self.waited = 0  # the queue's count of work after its last wait for another stream
+
+    def take(self, size: int) -> tuple[_Array, int] | None:
+        """A free block of ``size`` bytes and its queue's point at its free, or None."""
+        if not self.freed and not self.sizes.get(size):
+            return None
+        with self.lock:
+            freed, sizes = self.freed, self.sizes
+            while freed:
+                entry = freed.popleft()
+                n = entry[0].nbytes
+                if self.kept + n <= _POOL_KEEP_BYTES:
+                    sizes.setdefault(n, []).append(entry)
+                    self.kept += n
+            blocks = sizes.get(size)
+            if not blocks:
+                return None
+            self.kept -= size
+            return blocks.pop()
+
+
+class _Block:
+    """The memory of a device array that owns it; back to its stream's pool when the array goes."""
+
+    __slots__ = ("memory", "queue")
+
+    def __init__(self, memory: _Array, queue: _Queue) -> None:
+        self.memory = memory
+        self.queue = queue
+
+    def __del__(self) -> None:
+        memory, queue = self.memory, self.queue
+        freed = queue.pool.freed
+        if memory.nbytes <= _POOL_KEEP_BYTES and len(freed) < _POOL_PENDING_MAX:
+            freed.append((memory, queue.submitted))
+
+
+def _allocate(
+    shape: Any, dtype: Any, device: int, order: Any = "C"
+) -> tuple[_Array, _Block | None]:
+    """A poisoned buffer for a new array on ``device``, from the pool of the device's current
+    stream where it holds a block that fits (See NOTE [Memory pool]), and its block."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "fciub":
+        raise TypeError(f"Unsupported dtype {dt}: the simulated device holds numbers only")
+    dims = (operator.index(shape),) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    nbytes = math.prod(dims) * dt.itemsize
+    if nbytes <= 0 or any(operator.index(n) < 0 for n in dims):
+        buf = np.empty(dims, dt, order=order)  # NumPy's error for a negative dimension
+        return buf, None
+    size = -(-nbytes // _BLOCK_UNIT) * _BLOCK_UNIT
+    queue = get_current_stream(device)._queue
+    reused = queue.pool.take(size)
+    if reused is None:
+        memory = np.empty(size, np.uint8)
+        buf = np.ndarray(dims, dt, buffer=memory, order=order)
+        _poison(buf)
+    else:
+        memory, point = reused
+        buf = np.ndarray(dims, dt, buffer=memory, order=order)
+        if queue.completed >= point and queue.pool.waited <= point:
+            _poison(buf)
+        else:
+            queue.submit(functools.partial(_poison, buf))
+    return buf, _Block(memory, queue)
+
+
+def _output(shape: Any, dtype: Any, device: int, order: Any = "C") -> tuple[ndarray, _Array]:
+    """A new array on ``device`` that owns its (poisoned) buffer, and the buffer."""
+    buf, block = _allocate(shape, dtype, device, order)
+    a = _new(buf, device, None)
+    a._block = block
+    return a, buf
 
 
 def _zero_strided(shape: _Shape, dtype: Any) -> _Array:
@@ -938,11 +1061,9 @@ def _plan(
             return same, None
         if r.base is not None and any(np.may_share_memory(r, s) for s in keep):
             raise _NeedsHost  # a view of an operand: only the real data can make it
-        buf = _alloc(r.shape if shape is None else shape, r.dtype)
-        return _new(buf, device, None), buf
+        return _output(r.shape if shape is None else shape, r.dtype, device)
     if isinstance(r, (int, float, complex, np.generic)):
-        buf = _alloc(() if shape is None else shape, np.asarray(r).dtype)
-        return _new(buf, device, None), buf
+        return _output(() if shape is None else shape, np.asarray(r).dtype, device)
     if r is None:
         return None, None
     if type(r) is tuple or type(r) is list:
@@ -1083,9 +1204,9 @@ def _upload(host: _Array, device: int | None = None) -> ndarray:
     """A device copy of ``host``, which nobody else holds, queued on the current stream."""
     device = _local.device if device is None else device
     stream = get_current_stream(device)
-    buf = _alloc(host.shape, host.dtype)
+    result, buf = _output(host.shape, host.dtype, device)
     stream._queue.submit(functools.partial(np.copyto, buf, host))
-    return _new(buf, device, None)
+    return result
 
 
 _Handler = Callable[
@@ -1173,8 +1294,8 @@ def _ufunc_call(ufunc: np.ufunc, inputs: tuple[Any, ...], kwargs: dict[str, Any]
     for i in range(nout):
         o = outs[i] if i < len(outs) else None
         if o is None:
-            buf = _alloc(shape, results[i].dtype)
-            arrays.append(_new(buf, device, None))
+            array, buf = _output(shape, results[i].dtype, device)
+            arrays.append(array)
             bufs.append(buf)
         else:
             if o._data.shape != shape:
@@ -1225,8 +1346,7 @@ def _matmul(
     else:
         shape = ()
     if o is None:
-        buf = _alloc(shape, r.dtype)
-        result = _new(buf, device, None)
+        result, buf = _output(shape, r.dtype, device)
     elif o.shape == shape and np.can_cast(r.dtype, o.dtype, kw.get("casting", "same_kind")):
         buf, result = o._data, o
     else:
@@ -1262,9 +1382,9 @@ def _dot(
     except Exception:
         return _sync_call(func, args, kwargs, device, found)
     shape = (*sa[:-1], *sb[:-2], sb[-1]) if len(sb) > 1 else sa[:-1]
-    buf = _alloc(shape, np.asarray(r).dtype)
+    result, buf = _output(shape, np.asarray(r).dtype, device)
     _submit(device, functools.partial(_run_into, buf, np.dot, (a._data, b._data), {}))
-    return _new(buf, device, None)
+    return result
 
 
 def _reduction(
@@ -1299,9 +1419,9 @@ def _reduction(
         shape = tuple(n for i, n in enumerate(data.shape) if i not in axes)
     if np.ndim(r) != len(shape):
         return _generic(func, args, kwargs, found, device)
-    buf = _alloc(shape, np.asarray(r).dtype)
+    result, buf = _output(shape, np.asarray(r).dtype, device)
     _submit(device, functools.partial(_run_into, buf, func, (data, *args[1:]), kwargs))
-    return _new(buf, device, None)
+    return result
 
 
 def _copyto_params(dst: Any, src: Any, casting: str = "same_kind", where: Any = True) -> Any:
@@ -1385,7 +1505,7 @@ def _filled(shape: Any, dt: Any, fill: Any, device: int | None = None) -> ndarra
     """A new array on the device (default: current) filled with ``fill`` (None: poison)."""
     device = _local.device if device is None else device
     stream = get_current_stream(device)
-    buf = _alloc(shape, dt)
+    result, buf = _output(shape, dt, device)
     if fill is not None:
         if type(fill) is ndarray:
             if fill._dev != device:
@@ -1395,7 +1515,7 @@ def _filled(shape: Any, dt: Any, fill: Any, device: int | None = None) -> ndarra
             value = _operand(fill)
             np.copyto(np.zeros((), buf.dtype), value, casting="unsafe")
         stream._queue.submit(functools.partial(np.copyto, buf, value, casting="unsafe"))
-    return _new(buf, device, None)
+    return result
 
 
 def _view_function(
@@ -1644,11 +1764,11 @@ def _get_advanced(a: ndarray, key: tuple[Any, ...]) -> Any:
         return _sync_call(_take_wrapped, (a, key), {}, device, found)
     try:
         r = _standin_like(a._data)[tuple(_index_standin(k) for k in key)]
-        buf = _alloc(np.shape(r), r.dtype)
+        result, buf = _output(np.shape(r), r.dtype, device)
     except Exception:
         return _sync_call(_take_wrapped, (a, key), {}, device, found)
     _submit(device, functools.partial(_take_into, buf, a._data, _substitute(key, _data_of)))
-    return _new(buf, device, None)
+    return result
 
 
 def _set_item(a: ndarray, key: tuple[Any, ...], value: Any) -> None:
@@ -1862,6 +1982,7 @@ def _new(data: _Array, device: int, base: ndarray | None) -> ndarray:
     a._data = data
     a._dev = device
     a.base = base
+    a._block = None
     return a
 
 
@@ -1890,11 +2011,12 @@ class ndarray:
     directly bypasses the streams, which is what tests do to see poison.
     """
 
-    __slots__ = ("__weakref__", "_data", "_dev", "base")
+    __slots__ = ("__weakref__", "_block", "_data", "_dev", "base")
 
     _data: _Array
     _dev: int
     base: ndarray | None
+    _block: _Block | None  # the memory it owns, None for a view (See NOTE [Memory pool])
 
     def __init__(
         self,
@@ -1910,7 +2032,7 @@ class ndarray:
             raise NotImplementedError("ndarray(memptr=..., strides=...) on the simulated device")
         device = _local.device
         _device_state(device)
-        self._data = _alloc(shape, dtype, order)
+        self._data, self._block = _allocate(shape, dtype, device, order)
         self._dev = device
         self.base = None
 
@@ -2027,9 +2149,9 @@ class ndarray:
                 if np.may_share_memory(r, data):
                     return self._view(r)
         new_shape = _standin_like(data).reshape(shape, order=order).shape  # NumPy's checks
-        buf = _alloc(new_shape, data.dtype)
+        result, buf = _output(new_shape, data.dtype, self._dev)
         _submit(self._dev, functools.partial(_reshape_into, buf, data, order))
-        return _new(buf, self._dev, None)
+        return result
 
     def ravel(self, order: str = "C") -> ndarray:
         if order in ("K", "A"):
@@ -2059,9 +2181,9 @@ class ndarray:
 
     # ------------------------------------------------------------------ launches
     def copy(self, order: str = "C") -> ndarray:
-        buf = _alloc(self._data.shape, self._data.dtype, order)
+        result, buf = _output(self._data.shape, self._data.dtype, self._dev, order)
         _submit(self._dev, functools.partial(np.copyto, buf, self._data))
-        return _new(buf, self._dev, None)
+        return result
 
     def astype(
         self,
@@ -2076,10 +2198,10 @@ class ndarray:
             return self
         # NumPy's warnings about the conversion (complex to real) come from the host, at once.
         _unit(self._data.dtype).astype(target)
-        buf = _alloc(self._data.shape, target)
+        result, buf = _output(self._data.shape, target, self._dev)
         work = functools.partial(np.copyto, buf, self._data, casting="unsafe")
         _submit(self._dev, work)
-        return _new(buf, self._dev, None)
+        return result
 
     def fill(self, value: Any) -> None:
         self[...] = value
@@ -2483,9 +2605,9 @@ def _transfer(a: ndarray, device: int, dt: Any) -> ndarray:
     event.record(get_current_stream(a._dev))
     stream = get_current_stream(device)
     stream.wait_event(event)
-    buf = _alloc(a._data.shape, a._data.dtype if dt is None else dt)
+    result, buf = _output(a._data.shape, a._data.dtype if dt is None else dt, device)
     stream._queue.submit(functools.partial(np.copyto, buf, a._data, casting="unsafe"))
-    return _new(buf, device, None)
+    return result
 
 
 def asarray(
@@ -2693,9 +2815,9 @@ def erf(x: ndarray) -> ndarray:
     if type(x) is not ndarray:
         raise TypeError(f"erf expects an array of the simulated device, got {type(x)}")
     dt = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
-    buf = _alloc(x.shape, dt)
+    result, buf = _output(x.shape, dt, x._dev)
     _submit(x._dev, functools.partial(_erf_into, buf, _erf_function(), x._data))
-    return _new(buf, x._dev, None)
+    return result
 
 
 # ----------------------------------------------------------------------------- random
@@ -2787,11 +2909,11 @@ class _Generator:
     def _draw(self, shape: _Shape, dt: Any, method: str, *args: Any, **kw: Any) -> ndarray:
         bit_generator = self.bit_generator
         bit_generator._check_device()
-        buf = _alloc(shape, dt)
         state = bit_generator._state
+        result, buf = _output(shape, dt, state._dev)
         work = functools.partial(_draw_into, buf, state._data, method, args, kw)
         _submit(state._dev, work)
-        return _new(buf, state._dev, None)
+        return result
 
     def random(self, size: Any = None, dtype: Any = np.float64, out: Any = None) -> ndarray:
         dt = np.float64 if np.dtype(dtype).char == "d" else np.float32

@@ -40,10 +40,14 @@ def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | Non
     if on is not None:
         if type(buf) is InputBuffer:
             buf.cross = True
-        if buf[nr] is not None:
+        old = buf[nr]
+        if old is not None:
             prev = cuda.use_stream(on[0], on[1])
             try:
                 add(buf, nr, g, create)
+                # The sum reads both on the consumer's stream; either may come from another
+                # stream (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
+                cuda.defer_free(cuda.record(on[0], on[1]), (old, g))
             finally:
                 cuda.use_stream(prev, on[1])
             return

@@ -73,8 +73,9 @@ class Launch:
         self.saved: dict[int, Any] = {}
         self.last: Any = None
         self.device: int | None = None  # the current device before the first switch
-        # Arrays to keep until the kernels launched meanwhile have run: (stream, index, refs).
-        self.held: list[tuple[Any, int, Any]] = []
+        # Arrays to keep until the kernels launched meanwhile have run, by (stream, index): one
+        # event per stream when the worker stops.
+        self.held: dict[tuple[Any, int], list[Any]] = {}
 
     def hold(self, node: Node, refs: Any) -> None:
         """Keep ``refs`` until the kernels ``node`` launches have run (See NOTE [Deferred
@@ -82,7 +83,19 @@ class Launch:
         dev = node._device
         assert dev is not None
         assert dev.index is not None
-        self.held.append((node._stream, dev.index, refs))
+        key = (node._stream, dev.index)
+        held = self.held.get(key)
+        if held is None:
+            self.held[key] = [refs]
+        else:
+            held.append(refs)
+
+    def hold_saved(self, node: Node) -> None:
+        """Keep what ``node`` saved for backward until its kernels have run, where it may
+        come from another stream (See NOTE [Deferred frees])."""
+        refs = node.releasable()
+        if refs is not None:
+            self.hold(node, refs)
 
     def enter(self, st: Streams, node: Node) -> None:
         """Make ``node``'s device and stream current (a CUDA device): the arrays its backward
@@ -94,6 +107,8 @@ class Launch:
         idx = dev.index
         st.used[s] = idx
         if s is not self.last:
+            if not cuda.side_streams and s is not cuda.default_stream(idx):
+                cuda.note_side_stream()  # See NOTE [Deferred frees]
             if not cuda.single_device():
                 prev_dev = cuda.use_device(idx)
                 if self.device is None:
@@ -103,9 +118,10 @@ class Launch:
             self.last = s
 
     def leave(self) -> None:
-        for s, idx, refs in self.held:
-            cuda.defer_free(cuda.record(s, idx), refs)
-        self.held.clear()
+        if self.held:
+            for (s, idx), refs in self.held.items():
+                cuda.defer_free(cuda.record(s, idx), refs)
+            self.held.clear()
         for idx, s in self.saved.items():
             cuda.use_stream(s, idx)
         self.saved.clear()

@@ -479,6 +479,8 @@ def _on_gpu(
         # Gradients made on other streams stay allocated until this node's kernels have read
         # them (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
         launch.hold(node, list(buf))
+    if cuda.side_streams and not gt.keep_graph:
+        launch.hold_saved(node)  # and so do saved inputs, which may come from another stream
     return False
 
 
@@ -607,6 +609,8 @@ def _launch_for(gt: GraphTask, node: Node) -> Launch | None:
         return None
     launch = Launch()
     launch.enter(st, node)
+    if cuda.side_streams and not gt.keep_graph:
+        launch.hold_saved(node)  # its backward may run now (See NOTE [Deferred frees])
     return launch
 
 

@@ -80,3 +80,6 @@ class CopySlices(Node):
 
     def release_variables(self) -> None:
         self._fn.release_variables()
+
+    def releasable(self) -> Any:
+        return self._fn.releasable()

@@ -215,3 +215,9 @@ class Node:
 
     def release_variables(self) -> None:
         """Free what this node saved for backward (after a backward without retain_graph)."""
+
+    def releasable(self) -> Any:
+        """What ``release_variables`` drops (None: nothing), for the engine to keep until the
+        GPU has run this node's kernels (See NOTE [Deferred frees] in
+        asyncgrad/backend/cuda.py)."""
+        return None

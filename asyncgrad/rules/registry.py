@@ -288,6 +288,9 @@ class FunctionNode(Node):
         if self._spos:
             self._saved = _FREED
 
+    def releasable(self) -> Any:
+        return self._saved if self._spos else None
+
     def _saved_values(self) -> tuple[Any, ...]:
         if self._saved is _FREED:
             raise_freed(self)

@@ -194,6 +194,7 @@ PLUMBING: Final = frozenset(
         "__firstlineno__",
         "__module__",
         "__qualname__",
+        "__slotnames__",  # cached on a class by copyreg once an instance was copied or pickled
         "__slots__",
         "__static_attributes__",
         "__weakref__",
