@@ -515,10 +515,10 @@ class Tensor:
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
                 "protocol at the moment."
             )
-        t = Tensor._wrap(self._array.copy())
+        t = Tensor._wrap(_copy_array(self._array))
         t._requires_grad = self._requires_grad
         if self._grad is not None:
-            t._grad = Tensor._wrap(self._grad._array.copy())
+            t._grad = Tensor._wrap(_copy_array(self._grad._array))
         memo[id(self)] = t
         return t
 
@@ -1215,6 +1215,12 @@ def _format_tensor(t: Tensor) -> str:
 
 
 # ----- end of repr -----
+
+
+def _copy_array(a: Any) -> Any:
+    """A copy of a tensor's array on its device (See NOTE [Ops run on their operands' device]
+    in asyncgrad/ops/device_guard.py)."""
+    return backend.cuda.copy(a) if backend.is_device_array(a) else a.copy()
 
 
 # NOTE [Tensor delegates upward]

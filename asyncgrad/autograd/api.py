@@ -150,7 +150,11 @@ def _make_grads(
                     f"grad can be implicitly created only for real scalar outputs but got "
                     f"{out._array.dtype}"
                 )
-            arr = backend.namespace(out._array).ones_like(out._array)
+            a = out._array
+            if backend.is_device_array(a):  # made on a's device (CuPy's ones_like: the current)
+                arr = backend.ones(a.shape, a.dtype, backend.device_of(a))
+            else:
+                arr = backend.namespace(a).ones_like(a)
             values.append(Tensor._wrap(arr) if create_graph else arr)
         else:
             if g.shape != out.shape:

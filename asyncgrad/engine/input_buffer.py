@@ -33,7 +33,8 @@ def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | Non
     Tensor instead, so that the sum is recorded for double backward.
 
     ``on``: the consumer's ``(stream, device index)`` when ``g`` was made on another stream (See
-    NOTE [Streams in the graph]); the sum then runs there.
+    NOTE [Streams in the graph]); the sum then runs there, with that device current (the
+    producer's may be another: CuPy launches on the current device).
     """
     if g is None:
         return
@@ -41,11 +42,15 @@ def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | Non
         if type(buf) is InputBuffer:
             buf.cross = True
         if buf[nr] is not None:
-            prev = cuda.use_stream(on[0], on[1])
+            stream, idx = on
+            dev = -1 if cuda.single_device() else cuda.use_device(idx)
+            prev = cuda.use_stream(stream, idx)
             try:
                 add(buf, nr, g, create)
             finally:
-                cuda.use_stream(prev, on[1])
+                cuda.use_stream(prev, idx)
+                if dev >= 0:
+                    cuda.use_device(dev)
             return
     old = buf[nr]
     if old is None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .. import backend, dtypes, ops
-from .._tensor import Tensor
+from .._tensor import Tensor, _copy_array
 from ..graph.grad_mode import no_grad
 from . import functional as F
 from . import init
@@ -31,9 +31,9 @@ class Parameter(Tensor):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Parameter:
         # Tensor's deepcopy would give a plain Tensor; a copied module needs Parameters.
-        p = Parameter(self._array.copy(), requires_grad=self.requires_grad)
+        p = Parameter(_copy_array(self._array), requires_grad=self.requires_grad)
         if self._grad is not None:
-            p._grad = Tensor._wrap(self._grad._array.copy())
+            p._grad = Tensor._wrap(_copy_array(self._grad._array))
         memo[id(self)] = p
         return p
 

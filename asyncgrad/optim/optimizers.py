@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
+from ..backend import cuda
 from ..graph.grad_mode import enable_grad
 
 
@@ -74,6 +75,16 @@ def _detach_if_shared(p: Tensor) -> None:
     if p._base is None and (p._array.base is not None or _array_refs(p) > _SOLE_REFS):
         p._array = p._array.copy()
         p._vc = [p._vc[0]]
+
+
+def _use_device_of(p: Tensor) -> int:
+    """Make ``p``'s CUDA device current, where its update's kernels must run (See NOTE [Ops run
+    on their operands' device] in asyncgrad/ops/device_guard.py); the previous device, or -1
+    when nothing changed."""
+    a = p._array
+    if type(a) is backend.ndarray or not cuda.several_devices():
+        return -1
+    return cuda.use_device(int(a.device.id))
 
 
 class Optimizer:
@@ -145,7 +156,10 @@ class Optimizer:
                     g = p.grad
                     if g.grad_fn is not None:
                         p.grad = g = g.detach()
+                    prev = _use_device_of(g)
                     g._array[...] = 0
+                    if prev >= 0:
+                        cuda.use_device(prev)
                     g._vc[0] += 1
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -159,11 +173,16 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad._array
-                if group.get("maximize", False):
-                    g = -g
-                _detach_if_shared(p)
-                self._update(p, g, self.state.setdefault(p, {}), group)
+                prev = _use_device_of(p)
+                try:
+                    g = p.grad._array
+                    if group.get("maximize", False):
+                        g = -g
+                    _detach_if_shared(p)
+                    self._update(p, g, self.state.setdefault(p, {}), group)
+                finally:
+                    if prev >= 0:
+                        cuda.use_device(prev)
                 p._vc[0] += 1
         return loss
 
