@@ -209,9 +209,9 @@ def current_stream(index: int) -> Any:
 
 
 def default_stream(index: int) -> Any:
-    get_default = getattr(rt.cuda, "get_default_stream", None)
-    if get_default is not None:  # the simulator: one default stream object per device
-        return get_default(index)
+    """The null stream: one object for every device, meaning the default stream of the device
+    current where it is used (See NOTE [The null stream] in sim.py); pass ``index`` along with
+    it."""
     return rt.cuda.Stream.null
 
 

@@ -6,6 +6,7 @@ on another device is refused). Each test holds a device's default stream with a 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
 from collections.abc import Iterator
@@ -128,6 +129,42 @@ def test_callers_streams_on_both_devices_wait_for_backward() -> None:
                     doubled = b.grad * 1.0  # type: ignore[operator]  # on s1: must wait
         s1.synchronize()
         np.testing.assert_array_equal(host(doubled), [6.0, 8.0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "backend.cuda.wait_until_done queues its wake-up host function on the stream of each "
+        "(event, stream) pair with whatever device is current; for the null stream that is the "
+        "current device's default stream, not the event's device's, so it fires early"
+    ),
+)
+async def test_awaited_backward_waits_for_both_devices() -> None:
+    """An awaiting caller resumes once the work of both devices is done, though both ran on
+    the null stream."""
+    a = ag.tensor([1.0, 2.0], device="cuda:1", requires_grad=True)
+    b = ag.tensor([3.0, 4.0], device="cuda:0", requires_grad=True)
+    loss = (b * 2.0).sum() + (a * a).sum().to("cuda:0")
+    opened = threading.Event()
+
+    def hold_cuda_1(_: Any) -> None:
+        # Runs when a's accumulation is launched, with its device current: holds cuda:1 after
+        # everything cuda:0 needed from it.
+        runtime.current_stream(1).launch_host_func(lambda _: opened.wait(GATE_TIMEOUT_S), None)
+
+    a.register_hook(hold_cuda_1)
+    task = asyncio.ensure_future(ag.grad(loss, [a, b]))
+    try:
+        for _ in range(300):
+            await asyncio.sleep(0)
+            if task.done():
+                break
+        assert not task.done(), "resumed while cuda:1 was still held"
+    finally:
+        opened.set()
+    ga, gb = await asyncio.wait_for(task, 10)
+    np.testing.assert_array_equal(host(ga), [2.0, 4.0])
+    np.testing.assert_array_equal(host(gb), [2.0, 2.0])
 
 
 # ----------------------------------------------------------------------------- forward
