@@ -228,6 +228,15 @@ def use_stream(stream: Any, index: int) -> Any:
     return prev
 
 
+def use_device_of(array: Any) -> int:
+    """Make the device of ``array`` current, where kernels writing it must run, once several
+    devices are in use (See NOTE [Several devices in use]); returns the previous device for
+    ``use_device``, or -1 when nothing changed (a NumPy array, or one device in use)."""
+    if not _several or type(array) is not rt.ndarray:
+        return -1
+    return use_device(int(array.device.id))
+
+
 def use_device(index: int) -> int:
     """Make ``cuda:index`` this thread's current device (where new arrays go); returns the
     previous one."""

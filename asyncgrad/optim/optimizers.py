@@ -77,16 +77,6 @@ def _detach_if_shared(p: Tensor) -> None:
         p._vc = [p._vc[0]]
 
 
-def _use_device_of(p: Tensor) -> int:
-    """Make ``p``'s CUDA device current, where its update's kernels must run (See NOTE [Ops run
-    on their operands' device] in asyncgrad/ops/device_guard.py); the previous device, or -1
-    when nothing changed."""
-    a = p._array
-    if type(a) is backend.ndarray or not cuda.several_devices():
-        return -1
-    return cuda.use_device(int(a.device.id))
-
-
 class Optimizer:
     """Holds parameter groups (dicts with ``params`` and hyperparameters) and per-parameter
     state. ``params`` is an iterable of tensors, or of dicts that each define a group."""
@@ -156,7 +146,7 @@ class Optimizer:
                     g = p.grad
                     if g.grad_fn is not None:
                         p.grad = g = g.detach()
-                    prev = _use_device_of(g)
+                    prev = cuda.use_device_of(g._array)
                     g._array[...] = 0
                     if prev >= 0:
                         cuda.use_device(prev)
@@ -173,7 +163,9 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                prev = _use_device_of(p)
+                # Its update's kernels run on its device (See NOTE [Ops run on their operands'
+                # device] in asyncgrad/ops/device_guard.py).
+                prev = cuda.use_device_of(p._array)
                 try:
                     g = p.grad._array
                     if group.get("maximize", False):

@@ -243,3 +243,23 @@ def test_default_streams_of_two_devices_are_two_streams() -> None:
         d0.synchronize()  # returns: cuda:0 holds nothing
     d1.synchronize()
     assert d1.query()
+
+
+def test_module_state_and_gradients_on_another_device() -> None:
+    """``load_state_dict`` copies host values and values from another device into parameters on
+    ``cuda:1``, and ``zero_grad(set_to_none=False)`` clears their gradients there, whichever
+    device is current."""
+    model = ag.nn.Linear(2, 2).to("cuda:1")
+    cpu_state = ag.nn.Linear(2, 2).state_dict()
+    model.load_state_dict(cpu_state)
+    on_0 = ag.nn.Linear(2, 2).to("cuda:0")
+    model.load_state_dict(on_0.state_dict())
+    for p, q in zip(model.parameters(), on_0.parameters(), strict=True):
+        assert p.device == ag.device("cuda:1")
+        np.testing.assert_array_equal(host(p), host(q))
+    model(ag.ones(3, 2, device="cuda:1")).sum().backward()
+    model.zero_grad(set_to_none=False)
+    for p in model.parameters():
+        assert p.grad is not None
+        np.testing.assert_array_equal(host(p.grad), np.zeros(tuple(p.shape)))
+    assert ag.cuda.current_device() == 0
