@@ -195,13 +195,20 @@ def test_forward_ops_run_on_their_operands_device() -> None:
 
 
 def test_backward_of_an_output_on_another_device_than_the_current() -> None:
-    """The implicit root gradient is made on the output's device."""
+    """The implicit root gradient, and a materialised zero gradient, are made on their tensor's
+    device."""
     with on_device(1):
         x = ag.tensor([1.0, 2.0], device="cuda:1", requires_grad=True)
         loss = (x * x).sum()
     loss.backward()
     assert x.grad is not None
     np.testing.assert_array_equal(host(x.grad), [2.0, 4.0])
+    unused = ag.tensor([5.0], device="cuda:1", requires_grad=True)
+    with on_device(1):
+        loss = (x * 3.0).sum()
+    _, zero = ag.grad_sync(loss, [x, unused], allow_unused=True, materialize_grads=True)
+    assert zero.device == ag.device("cuda:1")
+    np.testing.assert_array_equal(host(zero), [0.0])
 
 
 def test_optimizer_steps_parameters_on_another_device() -> None:
