@@ -23,6 +23,8 @@ from asyncgrad.backend import cuda as runtime
 GATE_TIMEOUT_S: Final = 3.0
 # How long a caller waiting on a held device must stay waiting.
 HELD_CHECK_S: Final = 0.5
+# How long a gate holds a stream that a host read must wait for.
+READ_HOLD_S: Final = 0.2
 
 
 @pytest.fixture(autouse=True)
@@ -36,13 +38,14 @@ def host(t: ag.Tensor) -> np.ndarray:
 
 
 @contextmanager
-def held(device: int, stream: Any = None) -> Iterator[None]:
+def held(device: int, stream: Any = None, timeout: float = GATE_TIMEOUT_S) -> Iterator[None]:
     """Hold ``stream`` of ``device`` (default: its current stream, the null stream unless another
-    was made current) until the block ends: work queued on it meanwhile runs after."""
+    was made current) until the block ends (or ``timeout`` passes): work queued on it meanwhile
+    runs after."""
     opened = threading.Event()
     native = runtime.current_stream(device) if stream is None else stream.native
     with runtime.rt.cuda.Device(device):
-        native.launch_host_func(lambda _: opened.wait(GATE_TIMEOUT_S), None)
+        native.launch_host_func(lambda _: opened.wait(timeout), None)
     try:
         yield
     finally:
@@ -271,3 +274,17 @@ def test_module_state_and_gradients_on_another_device() -> None:
         assert p.grad is not None
         np.testing.assert_array_equal(host(p.grad), np.zeros(tuple(p.shape)))
     assert ag.cuda.current_device() == 0
+
+
+def test_host_reads_wait_for_the_tensors_device() -> None:
+    """``item``, ``tolist`` and ``bool`` wait for the current stream of the tensor's device, not
+    for the current device's (CuPy's reads use the current device's current stream)."""
+    x = ag.tensor([3.0], device="cuda:1")
+    s0 = ag.cuda.Stream(device=0)
+    for read, expect in ((ag.Tensor.item, 6.0), (ag.Tensor.tolist, [6.0]), (bool, True)):
+        # Held briefly: a read that waits for cuda:1 sees 6.0 once the gate opens by itself; one
+        # that does not reads the unwritten result at once.
+        with held(1, timeout=READ_HOLD_S):
+            y = x * 2.0  # queued on cuda:1's default stream, behind the gate
+            with ag.cuda.stream(s0):  # cuda:0's current stream is another stream
+                assert read(y) == expect
