@@ -354,3 +354,8 @@ __all__ += [
     "topk",
     "var",
 ]
+
+# See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
+from .ops.device_guard import guard_module as _guard_module  # noqa: E402
+
+_guard_module(__name__)

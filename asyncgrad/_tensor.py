@@ -245,10 +245,10 @@ class Tensor:
             raise RuntimeError(
                 f"a Tensor with {self._array.size} elements cannot be converted to Scalar"
             )
-        return self._array.reshape(()).item()
+        return _on_host(self._array).reshape(()).item()
 
     def tolist(self) -> Any:
-        return self._array.tolist()
+        return _on_host(self._array).tolist()
 
     def numpy(self, *, force: _bool = False) -> Any:
         """The backing array as NumPy (shares memory). Raises for a tensor that requires grad."""
@@ -484,7 +484,7 @@ class Tensor:
             raise RuntimeError(
                 f"Boolean value of Tensor with {self._array.size} elements is ambiguous"
             )
-        return bool(self._array.reshape(()))
+        return bool(_on_host(self._array).reshape(()))
 
     def __float__(self) -> _float:
         return float(self.item())
@@ -515,10 +515,10 @@ class Tensor:
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
                 "protocol at the moment."
             )
-        t = Tensor._wrap(self._array.copy())
+        t = Tensor._wrap(_copy_array(self._array))
         t._requires_grad = self._requires_grad
         if self._grad is not None:
-            t._grad = Tensor._wrap(self._grad._array.copy())
+            t._grad = Tensor._wrap(_copy_array(self._grad._array))
         memo[id(self)] = t
         return t
 
@@ -1215,6 +1215,18 @@ def _format_tensor(t: Tensor) -> str:
 
 
 # ----- end of repr -----
+
+
+def _on_host(a: Any) -> Any:
+    """A tensor's array to read on the host: a device array is copied after the current stream
+    of ITS device (CuPy's reads wait for the current device's current stream)."""
+    return a if type(a) is backend.ndarray else backend.to_device(a, CPU)
+
+
+def _copy_array(a: Any) -> Any:
+    """A copy of a tensor's array on its device (See NOTE [Ops run on their operands' device]
+    in asyncgrad/ops/device_guard.py)."""
+    return backend.cuda.copy(a) if backend.is_device_array(a) else a.copy()
 
 
 # NOTE [Tensor delegates upward]

@@ -78,7 +78,9 @@ class Stream:
     """A CUDA stream: kernels queued on it run in order; separate streams may overlap.
 
     Like torch's, a new stream does not synchronise with the default stream implicitly.
-    ``native`` is the runtime's stream (a ``cupy.cuda.Stream``).
+    ``native`` is the runtime's stream (a ``cupy.cuda.Stream``); a device's default stream is
+    CuPy's ``Stream.null``, one object for every device, so a Stream is its native stream and
+    its device together, and uses the native stream with its device current.
     """
 
     __slots__ = ("device", "native")
@@ -128,17 +130,23 @@ class Stream:
 
     def query(self) -> bool:
         """Whether all work queued on this stream has completed."""
-        return bool(self.native.done)
+        with _cuda.rt.cuda.Device(self._idx):
+            return bool(self.native.done)
 
     def synchronize(self) -> None:
         """Block until all work queued on this stream has completed."""
-        self.native.synchronize()
+        with _cuda.rt.cuda.Device(self._idx):
+            self.native.synchronize()
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other.native is self.native
+        return (
+            isinstance(other, Stream)
+            and other.native == self.native
+            and other.device == self.device
+        )
 
     def __hash__(self) -> int:
-        return hash(id(self.native))
+        return hash((self.native, self._idx))
 
     def __repr__(self) -> str:
         ptr = getattr(self.native, "ptr", 0)

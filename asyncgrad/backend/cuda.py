@@ -14,6 +14,7 @@ import asyncio
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Final
 
@@ -40,6 +41,17 @@ loaded = False
 _tf32 = False
 # With one device there is no other device to switch to around stream calls.
 _single = True
+# NOTE [Several devices in use]
+# CuPy runs every kernel on the current device (See NOTE [Kernels run on the current device] in
+# sim.py), while asyncgrad's ops, as torch's, run on their operands' device. While a process uses
+# one device that is the current one and nothing needs switching; the first time it names
+# another (``require`` with another index than the device current when CUDA loaded), the hooks
+# given to ``on_several_devices`` run once: the ops layer then puts its device guards in place
+# (See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py). A process
+# that uses one device, even on a machine with several, pays nothing for them.
+_first = 0
+_several = False
+_several_hooks: list[Callable[[], None]] = []
 
 
 def _find() -> tuple[Any, str | None]:
@@ -72,7 +84,7 @@ def _find() -> tuple[Any, str | None]:
 
 def load() -> Any:
     """The runtime module, or None when CUDA is unavailable (``why()`` says why)."""
-    global rt, _why, loaded, _single
+    global rt, _why, loaded, _single, _first
     if rt is not None or _why is not None:
         return rt
     with _lock:
@@ -84,6 +96,7 @@ def load() -> Any:
                 _register_device_array(found.ndarray, found)
                 rt = found
                 _single = int(found.cuda.runtime.getDeviceCount()) == 1
+                _first = int(found.cuda.runtime.getDevice())
                 loaded = True
                 if _tf32:
                     _apply_tf32()
@@ -123,7 +136,36 @@ def require(index: int | None) -> Any:
                 f"CUDA error: invalid device ordinal: cuda:{index} does not exist "
                 f"({n} device{'s' if n != 1 else ''} available)"
             )
+        if index != _first and not _several:
+            _use_several()
     return r
+
+
+def on_several_devices(hook: Callable[[], None]) -> None:
+    """Call ``hook`` once the process uses a second CUDA device (now, if it does already; See
+    NOTE [Several devices in use])."""
+    with _lock:
+        if not _several:
+            _several_hooks.append(hook)
+            return
+    hook()
+
+
+def several_devices() -> bool:
+    """Whether the process has used more than one CUDA device."""
+    return _several
+
+
+def _use_several() -> None:
+    global _several
+    with _lock:
+        if _several:
+            return
+        _several = True
+        hooks = list(_several_hooks)
+        _several_hooks.clear()
+    for hook in hooks:
+        hook()
 
 
 # ----------------------------------------------------------------------------- arrays
@@ -131,14 +173,17 @@ def to_device(array: Any, index: int) -> Any:
     """``array`` (a NumPy array, or one on any CUDA device) copied to ``cuda:index``.
 
     The copy runs on the destination's current stream, ordered after the work queued so far on
-    the source device's current stream, so it reads finished data without a host wait.
+    the source device's current stream, so it reads finished data without a host wait. (CuPy's
+    copy between devices orders nothing itself; and each stream is used with its own device
+    current, since a current stream may be the null stream, whose meaning is the current
+    device's: See NOTE [The null stream] in sim.py.)
     """
     r = require(index)
     if type(array) is r.ndarray:
         src = int(array.device.id)
         if src == index:
             return array
-        r.cuda.get_current_stream(index).wait_event(r.cuda.get_current_stream(src).record())
+        wait_event(current_stream(index), record(current_stream(src), src), index)
         with r.cuda.Device(index):
             copy = r.asarray(array)
         # The source's stream waits for the copy: dropping the source then returns its block to
@@ -149,8 +194,18 @@ def to_device(array: Any, index: int) -> Any:
         return r.asarray(array)
 
 
+def copy(array: Any) -> Any:
+    """A copy of a device array on its own device (CuPy's ``copy`` makes it on the current
+    device)."""
+    if _single:
+        return array.copy()
+    with rt.cuda.Device(int(array.device.id)):
+        return array.copy()
+
+
 def to_host(array: Any) -> Any:
-    """A NumPy copy of a device array: waits for the current stream of its device."""
+    """A NumPy copy of a device array: waits for the current stream of its device (made the
+    current device: CuPy copies on the current device's current stream)."""
     with rt.cuda.Device(int(array.device.id)):
         return rt.asnumpy(array)
 
@@ -161,9 +216,9 @@ def current_stream(index: int) -> Any:
 
 
 def default_stream(index: int) -> Any:
-    get_default = getattr(rt.cuda, "get_default_stream", None)
-    if get_default is not None:  # the simulator: one default stream object per device
-        return get_default(index)
+    """The null stream: one object for every device, meaning the default stream of the device
+    current where it is used (See NOTE [The null stream] in sim.py); pass ``index`` along with
+    it."""
     return rt.cuda.Stream.null
 
 
@@ -178,6 +233,15 @@ def use_stream(stream: Any, index: int) -> Any:
             with rt.cuda.Device(index):
                 stream.use()
     return prev
+
+
+def use_device_of(array: Any) -> int:
+    """Make the device of ``array`` current, where kernels writing it must run, once several
+    devices are in use (See NOTE [Several devices in use]); returns the previous device for
+    ``use_device``, or -1 when nothing changed (a NumPy array, or one device in use)."""
+    if not _several or type(array) is not rt.ndarray:
+        return -1
+    return use_device(int(array.device.id))
 
 
 def use_device(index: int) -> int:

@@ -11,15 +11,23 @@ in tests, so the model is the strictest one CUDA allows:
   as soon as the queue is empty, so a synchronised program has no simulator threads left. Every
   stream, the default streams included, behaves like a non-blocking CUDA stream: nothing orders
   work on two streams but an event (``Stream.wait_event``), and such a wait blocks the waiting
-  stream's thread, never the host. With ``ASYNCGRAD_SIM_CUDA_DELAY`` (or ``configure(delay=...)``)
-  each item is preceded by a random sleep, which shakes out orderings that only hold by luck.
+  stream's thread, never the host. As in CuPy, ``Stream.null`` is one object for all devices
+  (device_id -1, ptr 0; streams compare and hash by ptr), the current stream of every device
+  until another is made current, and work on it goes to the default stream of the device
+  current at each call (See NOTE [The null stream]); a stream made current must belong to the
+  current device (``use``, ``with``), as CuPy checks. With ``ASYNCGRAD_SIM_CUDA_DELAY`` (or
+  ``configure(delay=...)``) each item is preceded by a random sleep, which shakes out orderings
+  that only hold by luck.
 * Arrays. ``ndarray`` wraps a host buffer (``_data``) and a device id. Views (basic indexing,
   ``reshape`` where NumPy could give a view, ``transpose``, ...) do no stream work and share the
-  buffer. Everything else is a kernel launch on the current stream of the array's device: the
-  result's shape and dtype are worked out on the host without reading any data, the output buffer
-  is allocated at once and filled with poison (NaN, a garbage integer pattern, True), the
-  computation is queued, and the call returns. Reading a buffer before its kernel ran gives
-  visibly wrong values.
+  buffer. Everything else is a kernel launch on the current stream of the CURRENT device, as in
+  CuPy: an operand on another device raises CuPy's ValueError (no peer access; See NOTE [Kernels
+  run on the current device]), and new arrays (results, creation functions, ``*_like``, copies
+  from another device, which nothing orders after the source device's work) go on the current
+  device. The result's shape and dtype are worked out on the host without reading any data, the
+  output buffer is allocated at once and filled with poison (NaN, a garbage integer pattern,
+  True), the computation is queued, and the call returns. Reading a buffer before its kernel ran
+  gives visibly wrong values.
 * Memory pool. As in CuPy, the block of a collected array (the array that owns it, not a view)
   goes to the pool of the stream that was current on its device when it was allocated, and the
   next allocation of that size on that stream reuses it at once, poisoned by work queued on that
@@ -27,8 +35,9 @@ in tests, so the model is the strictest one CUDA allows:
   nothing orders after the free reads poison or the new owner's values (NOTE [Memory pool]).
 * Synchronous operations. Results whose shape depends on the data (boolean masks, ``nonzero``,
   ``unique``, ...) wait for the current stream of the device and are computed on the host, as in
-  CuPy; so are host reads (``get``, ``item``, ``repr``, ...). Implicit conversion to NumPy
-  (``__array__``) raises, as in CuPy.
+  CuPy; so are host reads (``get``, ``item``, ``repr``, ...), which, as CuPy's, wait for the
+  current stream of the current device (the null stream: the array's device's default stream).
+  Implicit conversion to NumPy (``__array__``) raises, as in CuPy.
 * Indices. Integer index arrays are not checked: advanced indexing, ``take``,
   ``take_along_axis``, ``put`` and ``scatter_add`` take each index modulo its axis's length, as
   CuPy does (NOTE [Wrapped indices]); they are launches, and only boolean masks synchronise.
@@ -375,10 +384,11 @@ class _Queue:
 
 
 class _DeviceState:
-    """A simulated device: its default stream, the queues that have work or errors, and the status
-    of the error that broke its context (0 while it works, See NOTE [Sticky errors])."""
+    """A simulated device: the queue of its default (legacy) stream, which ``Stream.null`` means
+    while the device is current, the queues that have work or errors, and the status of the error
+    that broke its context (0 while it works, See NOTE [Sticky errors])."""
 
-    __slots__ = ("busy", "default_stream", "fault", "index", "lock", "numbers")
+    __slots__ = ("busy", "default_queue", "fault", "index", "lock", "numbers")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -386,7 +396,7 @@ class _DeviceState:
         self.busy: set[_Queue] = set()
         self.numbers = itertools.count(1)
         self.fault = SUCCESS
-        self.default_stream = Stream._create(self, 0, 0)
+        self.default_queue = _Queue(self, f"asyncgrad-sim-stream-{index}-0")
 
     def synchronize(self) -> None:
         errors = self.wait()
@@ -464,7 +474,8 @@ def _device_state(index: int) -> _DeviceState:
 
 
 class _ThreadState(threading.local):
-    """This thread's current device and current stream per device, with their ``with`` stacks."""
+    """This thread's current device and current stream per device (none: ``Stream.null``), with
+    their ``with`` stacks."""
 
     def __init__(self) -> None:
         self.device = 0
@@ -519,44 +530,75 @@ class Device:
         return f"<CUDA Device {self.id}>"
 
 
+# NOTE [The null stream]
+# As in CuPy, ``Stream.null`` (and any ``Stream(null=True)``, an equal object) is one stream
+# object for every device: device_id -1, ptr 0, compared and hashed by ptr like every stream.
+# What work on it means is decided at each call by the device current then: a kernel, a
+# ``record``, a ``wait_event``, a ``synchronize`` or a host function on it goes to the default
+# stream of the current device. So code that hands the null stream around must make the right
+# device current around each use; the simulator gives every device's default stream its own
+# queue and resolves ``Stream.null`` to one of them at each call, so code that does not shows
+# (work on the wrong device's queue, unordered with what it meant to follow).
 class Stream:
     """A simulated CUDA stream of the device current at construction, as ``cupy.cuda.Stream``.
 
     Every stream is non-blocking (no implicit ordering with the default stream); ``null=True``
-    gives the device's default stream.
+    gives an object equal to ``Stream.null`` (See NOTE [The null stream]).
     """
 
-    __slots__ = ("__weakref__", "_queue", "device_id", "ptr")
+    __slots__ = ("__weakref__", "_own", "device_id", "ptr")
 
     _ptrs: ClassVar[Iterator[int]] = itertools.count(1)
+    null: ClassVar[Stream]
 
     device_id: int
     ptr: int
-    _queue: _Queue
+    _own: _Queue | None  # None for the null stream
 
-    def __new__(cls, null: bool = False, non_blocking: bool = False, ptds: bool = False) -> Stream:
-        state = _device_state(_local.device)
-        if null:
-            return state.default_stream
-        return cls._create(state, next(state.numbers), next(cls._ptrs))
-
-    @classmethod
-    def _create(cls, state: _DeviceState, number: int, ptr: int) -> Stream:
+    def __new__(
+        cls,
+        null: bool = False,
+        non_blocking: bool = False,
+        ptds: bool = False,
+        priority: int | None = None,
+    ) -> Stream:
         self = object.__new__(cls)
+        if null:
+            self.device_id, self.ptr, self._own = -1, 0, None
+            return self
+        state = _device_state(_local.device)
         self.device_id = state.index
-        self.ptr = ptr
-        self._queue = _Queue(state, f"asyncgrad-sim-stream-{state.index}-{number}")
+        self.ptr = next(cls._ptrs)
+        self._own = _Queue(state, f"asyncgrad-sim-stream-{state.index}-{next(state.numbers)}")
         return self
 
+    @property
+    def _queue(self) -> _Queue:
+        """The queue work on this stream goes to now: its own, or for the null stream the
+        current device's default queue."""
+        own = self._own
+        return _device_state(_local.device).default_queue if own is None else own
+
+    def _device_for_use(self) -> int:
+        """The device whose current stream this becomes; CuPy's check that it is current."""
+        current = _local.device
+        if self.device_id != -1 and self.device_id != current:
+            raise RuntimeError(
+                f"The device that the stream is created on ({self.device_id}) does not match "
+                f"with the current device ({current})"
+            )
+        return current
+
     def use(self) -> Stream:
-        """Make this the current stream of its device on this thread."""
-        _local.streams[self.device_id] = self
+        """Make this the current stream of the current device (its own) on this thread."""
+        _local.streams[self._device_for_use()] = self
         return self
 
     def __enter__(self) -> Stream:
+        device = self._device_for_use()
         streams = _local.streams
-        _local.stream_stack.append((self.device_id, streams.get(self.device_id)))
-        streams[self.device_id] = self
+        _local.stream_stack.append((device, streams.get(device)))
+        streams[device] = self
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -566,6 +608,12 @@ class Stream:
         else:
             _local.streams[device] = previous
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.ptr == self.ptr
+
+    def __hash__(self) -> int:
+        return self.ptr
+
     def record(self, event: Event | None = None) -> Event:
         event = Event() if event is None else event
         event.record(self)
@@ -574,10 +622,11 @@ class Stream:
     def wait_event(self, event: Event) -> None:
         """Work queued here later waits until the event's recorded point has run."""
         queue, point = event._queue, event._point
-        if queue is None or queue is self._queue or queue.completed >= point:
+        here = self._queue
+        if queue is None or queue is here or queue.completed >= point:
             return
-        self._queue.submit(functools.partial(queue.wait_for, point))
-        self._queue.pool.waited = self._queue.submitted  # See NOTE [Memory pool]
+        here.submit(functools.partial(queue.wait_for, point))
+        here.pool.waited = here.submitted  # See NOTE [Memory pool]
 
     def synchronize(self) -> None:
         """Wait until all work queued so far has run; raise an error it stored."""
@@ -595,7 +644,10 @@ class Stream:
         self._queue.submit(functools.partial(_call_host_func, callback, arg))
 
     def __repr__(self) -> str:
-        return f"<sim Stream {self.ptr} (cuda:{self.device_id})>"
+        return f"<sim Stream {self.ptr} (device {self.device_id})>"
+
+
+Stream.null = Stream(null=True)
 
 
 # NOTE [Host functions]
@@ -681,19 +733,21 @@ class Event:
 _events: Final[weakref.WeakValueDictionary[int, Event]] = weakref.WeakValueDictionary()
 
 
-def get_current_stream(device_id: int | None = None) -> Stream:
-    """This thread's current stream of the device (default: the current device)."""
-    device = _local.device if device_id is None else device_id
-    stream = _local.streams.get(device)
-    return _device_state(device).default_stream if stream is None else stream
-
-
-def get_default_stream(device_id: int | None = None) -> Stream:
-    return _device_state(_local.device if device_id is None else device_id).default_stream
+def get_current_stream(device_id: int = -1) -> Stream:
+    """This thread's current stream of the device (default: the current device); ``Stream.null``
+    unless another was made current there."""
+    stream = _local.streams.get(_local.device if device_id == -1 else device_id)
+    return Stream.null if stream is None else stream
 
 
 def _submit(device: int, work: _Work) -> None:
-    get_current_stream(device)._queue.submit(work)
+    """Queue a kernel of operands on ``device``: on the current stream of the current device,
+    which must be ``device`` (See NOTE [Kernels run on the current device])."""
+    current = _local.device
+    if device != current:
+        raise _peer_access(device, current)
+    stream = _local.streams.get(current)
+    (_device_state(current).default_queue if stream is None else stream._queue).submit(work)
 
 
 class _Runtime:
@@ -734,7 +788,6 @@ class _Cuda:
     Event: Final = Event
     runtime: Final = _Runtime()
     get_current_stream: Final = staticmethod(get_current_stream)
-    get_default_stream: Final = staticmethod(get_default_stream)
 
     @staticmethod
     def is_available() -> bool:
@@ -856,7 +909,8 @@ def _allocate(
         buf = np.empty(dims, dt, order=order)  # NumPy's error for a negative dimension
         return buf, None
     size = -(-nbytes // _BLOCK_UNIT) * _BLOCK_UNIT
-    queue = get_current_stream(device)._queue
+    stream = _local.streams.get(device)  # the null stream means the device's default stream
+    queue = _device_state(device).default_queue if stream is None else stream._queue
     reused = queue.pool.take(size)
     if reused is None:
         memory = np.empty(size, np.uint8)
@@ -973,18 +1027,29 @@ def _scan_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[ndarray]:
     return found
 
 
-def _mixed_devices(a: int, b: int) -> ValueError:
+# NOTE [Kernels run on the current device]
+# CuPy launches every kernel on the current device (on its current stream) and puts new arrays
+# there, whatever device the operands are on; an operand on another device is refused with a
+# ValueError unless peer access between the two devices can be enabled (then it only warns, and
+# the kernel reads the other device's memory). The simulated devices have no peer access, so an
+# operand on another device than the current one is always that ValueError: code must make its
+# operands' device current around every launch. Views, metadata and host reads launch nothing
+# and work from any device; a copy of an array on another device (``asarray``, ``copy``) is
+# made on the current device, on its current stream, ordered after nothing on the source device.
+def _peer_access(resides: int, current: int) -> ValueError:
     return ValueError(
-        f"arrays on different devices in one operation: cuda:{a} and cuda:{b} "
-        "(copy one with asarray() under the other device)"
+        f"The device where the array resides ({resides}) is different from the current device "
+        f"({current}). Peer access is unavailable between these devices."
     )
 
 
 def _device_of(found: list[ndarray]) -> int:
-    device = found[0]._dev
+    """The current device, where a kernel of the operands ``found`` runs; refuses an operand on
+    another device (See NOTE [Kernels run on the current device])."""
+    device = _local.device
     for a in found:
         if a._dev != device:
-            raise _mixed_devices(device, a._dev)
+            raise _peer_access(a._dev, device)
     return device
 
 
@@ -1171,7 +1236,7 @@ def _adopt(r: Any, found: list[ndarray], device: int) -> Any:
                 return a
         for a in found:
             if np.may_share_memory(r, a._data):
-                return _new(r, device, a if a.base is None else a.base)
+                return _new(r, a._dev, a if a.base is None else a.base)
         return _new(r, device, None)
     if isinstance(r, (int, float, complex, np.generic)):
         return _new(np.array(r), device, None)
@@ -1200,12 +1265,13 @@ def _upload_results(r: Any) -> Any:
     return r
 
 
-def _upload(host: _Array, device: int | None = None) -> ndarray:
-    """A device copy of ``host``, which nobody else holds, queued on the current stream."""
-    device = _local.device if device is None else device
-    stream = get_current_stream(device)
+def _upload(host: _Array) -> ndarray:
+    """A copy of ``host``, which nobody else holds, on the current device: queued on its current
+    stream."""
+    device = _local.device
+    _device_state(device)
     result, buf = _output(host.shape, host.dtype, device)
-    stream._queue.submit(functools.partial(np.copyto, buf, host))
+    _submit(device, functools.partial(np.copyto, buf, host))
     return result
 
 
@@ -1220,6 +1286,8 @@ def _dispatch(
     found = _scan_call(args, kwargs)
     if not found:
         return _host_call(func, args, kwargs)
+    if handler in _NO_LAUNCH:  # views and metadata: any device (the views keep their arrays')
+        return handler(func, args, kwargs, found, _local.device)
     return handler(func, args, kwargs, found, _device_of(found))
 
 
@@ -1249,16 +1317,16 @@ def _ufunc_call(ufunc: np.ufunc, inputs: tuple[Any, ...], kwargs: dict[str, Any]
     outs: tuple[Any, ...] = () if out is None else out if type(out) is tuple else (out,)
     if any(o is not None and type(o) is not ndarray for o in outs):
         return _call_function(ufunc, inputs, kwargs)
-    device = -1
+    device = _local.device
+    operands = False  # whether any operand is a device array
     shapes: list[_Shape] = []
     units: list[Any] = []
     datas: list[Any] = []
     for x in inputs:
         if type(x) is ndarray:
             if x._dev != device:
-                if device >= 0:
-                    raise _mixed_devices(device, x._dev)
-                device = x._dev
+                raise _peer_access(x._dev, device)
+            operands = True
             data = x._data
             shapes.append(data.shape)
             units.append(_unit(data.dtype))
@@ -1270,11 +1338,10 @@ def _ufunc_call(ufunc: np.ufunc, inputs: tuple[Any, ...], kwargs: dict[str, Any]
     for o in outs:
         if o is not None:
             if o._dev != device:
-                if device >= 0:
-                    raise _mixed_devices(device, o._dev)
-                device = o._dev
+                raise _peer_access(o._dev, device)
+            operands = True
             shapes.append(o._data.shape)
-    if device < 0:
+    if not operands:
         return _host_call(ufunc, inputs, kwargs)
     kw = kwargs if out is None else {k: v for k, v in kwargs.items() if k != "out"}
     try:
@@ -1501,20 +1568,20 @@ def _like(
     return _like_of(prototype, dt, shape, None if func is np.empty_like else fill)
 
 
-def _filled(shape: Any, dt: Any, fill: Any, device: int | None = None) -> ndarray:
-    """A new array on the device (default: current) filled with ``fill`` (None: poison)."""
-    device = _local.device if device is None else device
-    stream = get_current_stream(device)
+def _filled(shape: Any, dt: Any, fill: Any) -> ndarray:
+    """A new array on the current device filled with ``fill`` (None: poison)."""
+    device = _local.device
+    _device_state(device)
     result, buf = _output(shape, dt, device)
     if fill is not None:
         if type(fill) is ndarray:
             if fill._dev != device:
-                raise _mixed_devices(device, fill._dev)
+                raise _peer_access(fill._dev, device)
             value: Any = fill._data
         else:
             value = _operand(fill)
             np.copyto(np.zeros((), buf.dtype), value, casting="unsafe")
-        stream._queue.submit(functools.partial(np.copyto, buf, value, casting="unsafe"))
+        _submit(device, functools.partial(np.copyto, buf, value, casting="unsafe"))
     return result
 
 
@@ -1652,6 +1719,10 @@ def _handlers() -> dict[Any, _Handler]:
 
 
 _HANDLERS: Final = _handlers()
+# Handlers that launch nothing themselves (a copy they make checks its device at its launch).
+_NO_LAUNCH: Final = frozenset(
+    (_view_function, _metadata, _reshape_function, _ravel_function, _like)
+)
 
 
 # ----------------------------------------------------------------------------- indexing
@@ -2181,6 +2252,9 @@ class ndarray:
 
     # ------------------------------------------------------------------ launches
     def copy(self, order: str = "C") -> ndarray:
+        """A copy on the current device (as CuPy: from another device too)."""
+        if self._dev != _local.device:
+            return _transfer(self, None)
         result, buf = _output(self._data.shape, self._data.dtype, self._dev, order)
         _submit(self._dev, functools.partial(np.copyto, buf, self._data))
         return result
@@ -2389,24 +2463,32 @@ class ndarray:
         return self.copy()
 
     # ------------------------------------------------------------------ host reads
+    def _host_queue(self, stream: Stream | None) -> _Queue:
+        """Where CuPy's host copies of this array go: ``stream`` (default: the current stream of
+        the CURRENT device), used with this array's device current (so the null stream means
+        this device's default stream)."""
+        own = (get_current_stream() if stream is None else stream)._own
+        return _device_state(self._dev).default_queue if own is None else own
+
     def get(
         self, stream: Stream | None = None, order: str = "C", out: Any = None, blocking: bool = True
     ) -> _Array:
-        """A NumPy copy, after the stream (default: the device's current stream) has run (also
-        with ``blocking=False``: the copy is taken at once, so the call waits)."""
-        (get_current_stream(self._dev) if stream is None else stream).synchronize()
+        """A NumPy copy, after the stream (default: the current device's current stream) has run
+        (also with ``blocking=False``: the copy is taken at once, so the call waits)."""
+        self._host_queue(stream).synchronize()
         if out is not None:
             np.copyto(out, self._data)
             return out  # type: ignore[no-any-return]
         return np.array(self._data, order=order, copy=True)  # type: ignore[call-overload, no-any-return]
 
     def set(self, arr: Any, stream: Stream | None = None) -> None:
-        """Copy a host array in, queued on the stream (default: the device's current stream)."""
+        """Copy a host array in, queued on the stream (default: the current device's current
+        stream)."""
         host = np.array(arr, copy=True)
         if host.shape != self._data.shape:
             raise ValueError(f"Shape mismatch: {host.shape} != {self._data.shape}")
         work = functools.partial(np.copyto, self._data, host, casting="unsafe")
-        (get_current_stream(self._dev) if stream is None else stream)._queue.submit(work)
+        self._host_queue(stream).submit(work)
 
     def item(self) -> Any:
         return self.get().item()
@@ -2598,15 +2680,13 @@ def _reshape_into(out: _Array, data: _Array, order: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- module functions
-def _transfer(a: ndarray, device: int, dt: Any) -> ndarray:
-    """A copy of ``a`` on another device: queued on that device's current stream, after the work
-    queued so far on the current stream of ``a``'s device."""
-    event = Event()
-    event.record(get_current_stream(a._dev))
-    stream = get_current_stream(device)
-    stream.wait_event(event)
+def _transfer(a: ndarray, dt: Any) -> ndarray:
+    """A copy of ``a`` (on another device) on the current device, queued on its current stream
+    and, as in CuPy, ordered after nothing on ``a``'s device: the caller orders it (See NOTE
+    [Kernels run on the current device])."""
+    device = _local.device
     result, buf = _output(a._data.shape, a._data.dtype if dt is None else dt, device)
-    stream._queue.submit(functools.partial(np.copyto, buf, a._data, casting="unsafe"))
+    _submit(device, functools.partial(np.copyto, buf, a._data, casting="unsafe"))
     return result
 
 
@@ -2626,8 +2706,8 @@ def asarray(
     if copy is False:
         raise ValueError("Unable to avoid copy while creating an array as requested.")
     if type(a) is ndarray:
-        return _transfer(a, device, dtype)
-    return _upload(np.array(a, dtype=dtype, order="C" if order is None else order), device)
+        return _transfer(a, dtype)
+    return _upload(np.array(a, dtype=dtype, order="C" if order is None else order))
 
 
 def array(
@@ -2685,12 +2765,10 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, order: Any = "C") -> nd
 
 
 def _like_of(a: Any, dt: Any, shape: Any, fill: Any) -> ndarray:
-    """A new array shaped like ``a`` (on its device; a host prototype: the current device)."""
-    if type(a) is ndarray:
-        device: int | None = a._dev
-    else:
-        a, device = np.asarray(a), None
-    return _filled(a.shape if shape is None else shape, a.dtype if dt is None else dt, fill, device)
+    """A new array shaped like ``a``, on the current device (as CuPy, whatever ``a``'s device)."""
+    if type(a) is not ndarray:
+        a = np.asarray(a)
+    return _filled(a.shape if shape is None else shape, a.dtype if dt is None else dt, fill)
 
 
 def empty_like(

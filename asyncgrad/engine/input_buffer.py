@@ -33,7 +33,8 @@ def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | Non
     Tensor instead, so that the sum is recorded for double backward.
 
     ``on``: the consumer's ``(stream, device index)`` when ``g`` was made on another stream (See
-    NOTE [Streams in the graph]); the sum then runs there.
+    NOTE [Streams in the graph]); the sum then runs there, with that device current (the
+    producer's may be another: CuPy launches on the current device).
     """
     if g is None:
         return
@@ -42,14 +43,18 @@ def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | Non
             buf.cross = True
         old = buf[nr]
         if old is not None:
-            prev = cuda.use_stream(on[0], on[1])
+            stream, idx = on
+            dev = -1 if cuda.single_device() else cuda.use_device(idx)
+            prev = cuda.use_stream(stream, idx)
             try:
                 add(buf, nr, g, create)
                 # The sum reads both on the consumer's stream; either may come from another
                 # stream (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
-                cuda.defer_free(cuda.record(on[0], on[1]), (old, g))
+                cuda.defer_free(cuda.record(stream, idx), (old, g))
             finally:
-                cuda.use_stream(prev, on[1])
+                cuda.use_stream(prev, idx)
+                if dev >= 0:
+                    cuda.use_device(dev)
             return
     old = buf[nr]
     if old is None:

@@ -14,9 +14,12 @@ work, and summed with the gradients already waiting for the consumer on the cons
     queued on that device's current stream): the consumer's stream waits for that stream;
   - a CPU consumer: the copy to the host already waited for the GPU.
 Events order streams; the host never waits for the GPU inside a backward pass.
-A graph task remembers every stream its nodes ran on. When it ends, each of the caller's current
-streams (taken when the graph task was built) waits for those streams, so the caller's later
-work sees the gradients, as in PyTorch; an awaiting caller also resumes only once the GPU has
+A graph task remembers every stream its nodes ran on, with its device: the null stream is one
+object for every device, meaning the default stream of whichever device is current (See NOTE
+[The null stream] in asyncgrad/backend/sim.py), so a stream is always used with its device
+current and never stands for a device alone. When the graph task ends, each of the caller's
+current streams (taken when the graph task was built) waits for those streams, so the caller's
+later work sees the gradients, as in PyTorch; an awaiting caller also resumes only once the GPU has
 finished them (See NOTE [Waiting for the GPU] in asyncgrad/backend/cuda.py), so reading a
 returned gradient does not block.
 All of this is on only in a process that has used a CUDA device (``backend.cuda.loaded``).
@@ -45,8 +48,9 @@ class Streams:
         self.caller: dict[int, Any] = {
             i: cuda.current_stream(i) for i in range(cuda.device_count())
         }
-        # Every stream a node of the graph task ran on -> its device index.
-        self.used: dict[Any, int] = {}
+        # Every (stream, device index) a node of the graph task ran on (See NOTE [Streams in the
+        # graph]: the null stream is every device's, so the pair is the key).
+        self.used: dict[tuple[Any, int], None] = {}
 
 
 def begin(roots: Sequence[Edge]) -> Streams | None:
@@ -67,11 +71,12 @@ def begin(roots: Sequence[Edge]) -> Streams | None:
 class Launch:
     """The streams (and device) a draining worker made current, put back when it stops."""
 
-    __slots__ = ("device", "held", "last", "saved")
+    __slots__ = ("device", "held", "last", "last_idx", "saved")
 
     def __init__(self) -> None:
         self.saved: dict[int, Any] = {}
-        self.last: Any = None
+        self.last: Any = None  # the stream made current last, on device last_idx
+        self.last_idx = -1
         self.device: int | None = None  # the current device before the first switch
         # Arrays to keep until the kernels launched meanwhile have run, by (stream, index): one
         # event per stream when the worker stops.
@@ -105,8 +110,9 @@ class Launch:
         assert dev is not None
         assert dev.index is not None
         idx = dev.index
-        st.used[s] = idx
-        if s is not self.last:
+        st.used[s, idx] = None
+        # The same stream object on another device is another stream (the null stream).
+        if s is not self.last or idx != self.last_idx:
             if not cuda.side_streams and s is not cuda.default_stream(idx):
                 cuda.note_side_stream()  # See NOTE [Deferred frees]
             if not cuda.single_device():
@@ -116,6 +122,7 @@ class Launch:
             prev = cuda.use_stream(s, idx)
             self.saved.setdefault(idx, prev)
             self.last = s
+            self.last_idx = idx
 
     def leave(self) -> None:
         if self.held:
@@ -126,6 +133,7 @@ class Launch:
             cuda.use_stream(s, idx)
         self.saved.clear()
         self.last = None
+        self.last_idx = -1
         if self.device is not None:
             cuda.use_device(self.device)
             self.device = None
@@ -141,12 +149,16 @@ def arrive(producer: Node, consumer: Node) -> tuple[Any, int] | None:
     idx = cdev.index
     assert idx is not None
     cs = consumer._stream
+    # Every stream here is used on the consumer's device (the null stream: its default stream),
+    # so the same object twice is the same stream, and needs no ordering.
     if producer._device is cdev:
         ps = producer._stream
         if ps is cs:
             return None
         cuda.stream_wait(cs, ps, idx)
     else:
+        # The copy node's backward queued the copy on this device's current stream, ordered
+        # after the producer's stream on its own device (backend.cuda.to_device).
         cuda.stream_wait(cs, cuda.current_stream(idx), idx)
     return cs, idx
 
@@ -155,7 +167,7 @@ def finish(st: Streams) -> list[tuple[Any, int]]:
     """The end of a graph task: the caller's streams wait for every stream its nodes ran on.
     Returns ``(event, device index)`` pairs marking the end of its GPU work."""
     events: list[tuple[Any, int]] = []
-    for s, idx in st.used.items():
+    for s, idx in st.used:
         ev = cuda.record(s, idx)
         events.append((ev, idx))
         caller = st.caller.get(idx)
@@ -168,5 +180,5 @@ def finish(st: Streams) -> list[tuple[Any, int]]:
 def release_later(st: Streams, refs: Any) -> None:
     """Keep ``refs`` (arrays the graph task's kernels may still use) until its streams have run
     everything queued so far (See NOTE [Deferred frees])."""
-    for s, idx in st.used.items():
+    for s, idx in st.used:
         cuda.defer_free(cuda.record(s, idx), refs)

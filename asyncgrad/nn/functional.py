@@ -421,3 +421,6 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 from ..ops.conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
 
 __all__ += ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]
+
+# See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
+ops.device_guard.guard_module(__name__)

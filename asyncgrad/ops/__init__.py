@@ -326,3 +326,7 @@ __all__ += [
     "topk",
     "var",
 ]
+
+# Imported last: it guards the functions above once several CUDA devices are in use (See NOTE
+# [Ops run on their operands' device] in asyncgrad/ops/device_guard.py).
+from . import device_guard  # noqa: E402, F401

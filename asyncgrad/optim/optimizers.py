@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
+from ..backend import cuda
 from ..graph.grad_mode import enable_grad
 
 
@@ -145,7 +146,10 @@ class Optimizer:
                     g = p.grad
                     if g.grad_fn is not None:
                         p.grad = g = g.detach()
+                    prev = cuda.use_device_of(g._array)
                     g._array[...] = 0
+                    if prev >= 0:
+                        cuda.use_device(prev)
                     g._vc[0] += 1
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -159,11 +163,18 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                g = p.grad._array
-                if group.get("maximize", False):
-                    g = -g
-                _detach_if_shared(p)
-                self._update(p, g, self.state.setdefault(p, {}), group)
+                # Its update's kernels run on its device (See NOTE [Ops run on their operands'
+                # device] in asyncgrad/ops/device_guard.py).
+                prev = cuda.use_device_of(p._array)
+                try:
+                    g = p.grad._array
+                    if group.get("maximize", False):
+                        g = -g
+                    _detach_if_shared(p)
+                    self._update(p, g, self.state.setdefault(p, {}), group)
+                finally:
+                    if prev >= 0:
+                        cuda.use_device(prev)
                 p._vc[0] += 1
         return loss
 

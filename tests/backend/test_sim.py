@@ -493,7 +493,9 @@ def test_operands_must_share_a_device_and_not_be_numpy_arrays() -> None:
         lambda: a @ b,
         lambda: a.__setitem__(0, b[0]),
     ):
-        with pytest.raises(ValueError, match=r"cuda:0 and cuda:1"):
+        with pytest.raises(
+            ValueError, match=r"resides \(1\) is different from the current device \(0\)"
+        ):
             op()
     for op in (
         lambda: a + np.ones(2),
@@ -506,13 +508,22 @@ def test_operands_must_share_a_device_and_not_be_numpy_arrays() -> None:
     np.testing.assert_array_equal((a + np.float64(1) + 1).get(), [3.0, 4.0])
 
 
-def test_copy_between_devices_waits_for_the_source_stream() -> None:
+def test_copy_between_devices_is_ordered_only_by_the_caller() -> None:
+    """As CuPy's, a copy from another device is queued on the current device's stream and waits
+    for nothing on the source device: the caller orders it with an event."""
     with held(sim.cuda.get_current_stream(0)):
         a = sim.asarray([1.0, 2.0]) + 1
         with sim.cuda.Device(1):
-            b = sim.asarray(a)
-            assert b.device.id == 1
-            c = b * 2
+            racing = sim.asarray(a)
+            assert racing.device.id == 1
+            racing.get()  # runs at once, before a's kernel
+    assert np.isnan(racing.get()).all()
+    with held(sim.cuda.get_current_stream(0)):
+        a = sim.asarray([1.0, 2.0]) + 1
+        ready = sim.cuda.Stream.null.record()  # on cuda:0's default stream
+        with sim.cuda.Device(1):
+            sim.cuda.Stream.null.wait_event(ready)  # cuda:1's default stream waits
+            c = sim.asarray(a) * 2
             assert not sim.cuda.get_current_stream().done
     np.testing.assert_array_equal(c.get(), [4.0, 6.0])
     assert sim.asarray(a) is a
@@ -598,7 +609,7 @@ def test_random_is_reproducible_by_seed() -> None:
 def test_current_device_and_stream_are_per_thread() -> None:
     stream = sim.cuda.Stream()
     default = sim.cuda.get_current_stream()
-    assert default is sim.cuda.get_default_stream(0)
+    assert default is sim.cuda.Stream.null
     assert default.ptr == 0
     assert stream.ptr != 0
     seen: dict[str, Any] = {}
@@ -611,7 +622,7 @@ def test_current_device_and_stream_are_per_thread() -> None:
 
     with sim.cuda.Device(1):
         stream1 = sim.cuda.Stream()
-    with stream, stream1:
+    with stream, sim.cuda.Device(1), stream1, sim.cuda.Device(0):  # a stream of the current device
         assert sim.cuda.get_current_stream() is stream
         assert sim.cuda.get_current_stream(1) is stream1
         with sim.cuda.Device(1):
@@ -638,7 +649,7 @@ def test_devices() -> None:
     assert sim.cuda.Stream().device_id == 0
     with sim.cuda.Device(1):
         assert sim.cuda.Stream().device_id == 1
-        assert sim.cuda.Stream(null=True) is sim.cuda.get_default_stream(1)
+        assert sim.cuda.Stream(null=True) == sim.cuda.Stream.null
 
 
 def test_numpy_names_and_dtypes() -> None:
