@@ -235,7 +235,8 @@ def default_stream(device: Any = None) -> Stream:
 
 @contextmanager
 def stream(s: Stream | None) -> Iterator[None]:
-    """Make ``s`` the current stream of its device inside the block (None: no change).
+    """Make ``s`` the current stream of its device, and its device the current device, inside
+    the block (None: no change), as torch's ``torch.cuda.stream``.
 
     The current stream is per thread, as in torch; inside a coroutine, keep ``await`` out of
     the block, or other tasks of the loop will queue their work on ``s`` meanwhile.
@@ -243,11 +244,14 @@ def stream(s: Stream | None) -> Iterator[None]:
     if s is None:
         yield
         return
-    prev = _cuda.use_stream(s.native, s._idx)
+    idx = s._idx
+    prev_dev = _cuda.use_device(idx)
+    prev = _cuda.use_stream(s.native, idx)
     try:
         yield
     finally:
-        _cuda.use_stream(prev, s._idx)
+        _cuda.use_stream(prev, idx)
+        _cuda.use_device(prev_dev)
 
 
 class _Matmul:

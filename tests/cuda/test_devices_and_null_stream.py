@@ -280,3 +280,22 @@ def test_host_reads_wait_for_the_tensors_device() -> None:
             y = x * 2.0  # queued on cuda:1's default stream, behind the gate
             with ag.cuda.stream(s0):  # cuda:0's current stream is another stream
                 assert read(y) == expect
+
+
+def test_a_stream_block_makes_its_device_current() -> None:
+    """As torch's ``torch.cuda.stream``: inside ``ag.cuda.stream(s)`` for a stream of ``cuda:1``,
+    ``cuda:1`` is the current device and ``s`` its current stream; both are put back after the
+    block."""
+    assert ag.cuda.current_device() == 0
+    with on_device(1):
+        s = ag.cuda.Stream()
+    x = ag.ones(3, device="cuda:1")
+    with ag.cuda.stream(s):
+        assert ag.cuda.current_device() == 1
+        assert ag.cuda.current_stream() == s
+        s.wait_stream(ag.cuda.default_stream(1))
+        t = x * 2.0
+    assert ag.cuda.current_device() == 0
+    assert ag.cuda.current_stream(1) == ag.cuda.default_stream(1)
+    s.synchronize()
+    np.testing.assert_array_equal(host(t), [2.0, 2.0, 2.0])
