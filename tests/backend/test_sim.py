@@ -7,12 +7,11 @@ No test sleeps to synchronise: a stream is held by a host function that waits fo
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import pickle
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -20,42 +19,13 @@ import pytest
 
 from asyncgrad.backend import sim
 
-TIMEOUT_S: Final = 5.0
+from .simtools import TIMEOUT_S, held, wait_for_gate
+
+pytestmark = pytest.mark.usefixtures("two_devices")
+
 THREAD_PREFIX: Final = "asyncgrad-sim-stream-"
 # Random sleeps before each work item, for the tests that shake orderings.
 DELAY_S: Final = 0.0005
-
-
-@pytest.fixture(autouse=True)
-def two_devices() -> Iterator[None]:
-    """Two simulated devices without delays; afterwards every stream has run and the settings are
-    back (an error left on a stream fails the test here)."""
-    settings = sim._settings()
-    before = (settings.devices, settings.delay)
-    sim.configure(devices=2, delay=0.0, seed=0)
-    try:
-        yield
-        sim.cuda.Device(0).synchronize()
-        sim.cuda.Device(1).synchronize()
-    finally:
-        sim.configure(devices=before[0], delay=before[1])
-
-
-def _wait_for_gate(gate: threading.Event) -> None:
-    if not gate.wait(TIMEOUT_S):
-        raise TimeoutError("the gate of a held stream was never opened")
-
-
-@contextlib.contextmanager
-def held(stream: sim.Stream | None = None) -> Iterator[sim.Stream]:
-    """Hold ``stream`` (default: the current one): work queued on it waits until the block ends."""
-    stream = sim.cuda.get_current_stream() if stream is None else stream
-    gate = threading.Event()
-    stream.launch_host_func(_wait_for_gate, gate)
-    try:
-        yield stream
-    finally:
-        gate.set()
 
 
 def host(x: Any) -> Any:
@@ -571,7 +541,7 @@ def test_a_dropped_stream_keeps_no_thread() -> None:
     stream = sim.cuda.Stream()
     ref = weakref.ref(stream)
     gate = threading.Event()
-    stream.launch_host_func(_wait_for_gate, gate)
+    stream.launch_host_func(wait_for_gate, gate)
     with stream:
         y = sim.zeros(4) + 1
     del stream

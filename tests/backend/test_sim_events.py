@@ -8,7 +8,6 @@ No test sleeps to synchronise; every wait has a timeout.
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import sys
 import threading
@@ -20,14 +19,16 @@ import pytest
 
 from asyncgrad.backend import sim
 
-TIMEOUT_S: Final = 5.0
+from .simtools import TIMEOUT_S, held_by_kernel
+
 # How long a host function waits to see another one run (it cannot: they are serialised).
 OVERLAP_WAIT_S: Final = 0.2
 
 
 @pytest.fixture(autouse=True)
-def two_devices() -> Iterator[None]:
-    """Two simulated devices without delays; afterwards both are repaired and idle."""
+def repaired_devices() -> Iterator[None]:
+    """Two simulated devices without delays; afterwards both are repaired (a test may break one
+    on purpose) and idle."""
     settings = sim._settings()
     before = (settings.devices, settings.delay)
     sim.configure(devices=2, delay=0.0, seed=0)
@@ -40,17 +41,6 @@ def two_devices() -> Iterator[None]:
         sim.configure(devices=before[0], delay=before[1])
 
 
-@contextlib.contextmanager
-def held(stream: sim.Stream) -> Iterator[None]:
-    """Hold ``stream`` with a long kernel (not a host function) until the block ends."""
-    gate = threading.Event()
-    stream._queue.submit(lambda: gate.wait(TIMEOUT_S))
-    try:
-        yield
-    finally:
-        gate.set()
-
-
 def query(event: sim.Event) -> int:
     return sim.cuda.runtime.eventQuery(event.ptr)
 
@@ -61,7 +51,7 @@ def test_events_have_handles_queried_for_cuda_status_codes() -> None:
     unrecorded = sim.cuda.Event()
     assert isinstance(unrecorded.ptr, int)
     assert query(unrecorded) == sim.SUCCESS
-    with held(stream):
+    with held_by_kernel(stream):
         pending = stream.record()
         assert pending.ptr != unrecorded.ptr
         assert query(pending) == sim.NOT_READY == 600
@@ -107,7 +97,7 @@ def test_a_failed_kernel_breaks_its_device_for_good() -> None:
         earlier = stream.record()
         stream.synchronize()
     called: list[int] = []
-    with held(stream), stream:
+    with held_by_kernel(stream), stream:
         pending = stream.record()
         sim.inject_fault()
         after = before * 2  # never runs
@@ -152,7 +142,7 @@ def test_a_fault_drops_the_host_functions_and_waits_queued_behind_it() -> None:
     """Streams waiting for an event behind the fault are not held up by it."""
     stream, consumer = sim.cuda.Stream(), sim.cuda.Stream()
     called: list[int] = []
-    with held(stream):
+    with held_by_kernel(stream):
         sim.inject_fault(stream)
         stream.launch_host_func(called.append, 1)
         consumer.wait_event(stream.record())

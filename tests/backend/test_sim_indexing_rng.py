@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -16,20 +16,9 @@ import pytest
 
 from asyncgrad.backend import sim
 
-TIMEOUT_S: Final = 5.0
+from .simtools import TIMEOUT_S
 
-
-@pytest.fixture(autouse=True)
-def two_devices() -> Iterator[None]:
-    settings = sim._settings()
-    before = (settings.devices, settings.delay)
-    sim.configure(devices=2, delay=0.0, seed=0)
-    try:
-        yield
-        sim.cuda.Device(0).synchronize()
-        sim.cuda.Device(1).synchronize()
-    finally:
-        sim.configure(devices=before[0], delay=before[1])
+pytestmark = pytest.mark.usefixtures("two_devices")
 
 
 def _base() -> np.ndarray:

@@ -9,46 +9,16 @@ timeout. Each test allocates on streams of its own, whose pools start empty.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import pytest
 
 from asyncgrad.backend import sim
 
-TIMEOUT_S: Final = 5.0
+from .simtools import held
 
-
-@pytest.fixture(autouse=True)
-def two_devices() -> Iterator[None]:
-    settings = sim._settings()
-    before = (settings.devices, settings.delay)
-    sim.configure(devices=2, delay=0.0, seed=0)
-    try:
-        yield
-        sim.cuda.Device(0).synchronize()
-        sim.cuda.Device(1).synchronize()
-    finally:
-        sim.configure(devices=before[0], delay=before[1])
-
-
-def _wait_for_gate(gate: threading.Event) -> None:
-    if not gate.wait(TIMEOUT_S):
-        raise TimeoutError("the gate of a held stream was never opened")
-
-
-@contextlib.contextmanager
-def held(stream: sim.Stream) -> Iterator[sim.Stream]:
-    """Work queued on ``stream`` waits until the block ends."""
-    gate = threading.Event()
-    stream.launch_host_func(_wait_for_gate, gate)
-    try:
-        yield stream
-    finally:
-        gate.set()
+pytestmark = pytest.mark.usefixtures("two_devices")
 
 
 def ptr(a: Any) -> int:

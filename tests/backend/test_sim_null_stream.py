@@ -9,7 +9,6 @@ No test sleeps to synchronise: a stream is held by a host function waiting for a
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -18,37 +17,20 @@ import pytest
 
 from asyncgrad.backend import sim
 
-TIMEOUT_S: Final = 5.0
+from .simtools import held
+
+pytestmark = pytest.mark.usefixtures("two_devices")
+
 PEER: Final = r"The device where the array resides \(1\) is different from the current device \(0\)"
-
-
-@pytest.fixture(autouse=True)
-def two_devices() -> Iterator[None]:
-    settings = sim._settings()
-    before = (settings.devices, settings.delay)
-    sim.configure(devices=2, delay=0.0, seed=0)
-    try:
-        yield
-        sim.cuda.Device(0).synchronize()
-        sim.cuda.Device(1).synchronize()
-    finally:
-        sim.configure(devices=before[0], delay=before[1])
-
-
-def _wait_for_gate(gate: threading.Event) -> None:
-    gate.wait(TIMEOUT_S)
 
 
 @contextlib.contextmanager
 def held_default(device: int) -> Iterator[None]:
     """Hold the default stream of ``device`` (work queued on it waits until the block ends)."""
-    gate = threading.Event()
-    with sim.cuda.Device(device):
-        sim.cuda.Stream.null.launch_host_func(_wait_for_gate, gate)
-    try:
+    with contextlib.ExitStack() as stack:
+        with sim.cuda.Device(device):
+            stack.enter_context(held(sim.cuda.Stream.null))
         yield
-    finally:
-        gate.set()
 
 
 def on_device_1(make: Callable[[], Any]) -> Any:

@@ -2,12 +2,14 @@
 ASYNCGRAD_SIM_CUDA=0. Every test here carries the ``cuda`` marker.
 
 Helpers for CUDA tests, on either kind of device (CUDA tests in other folders import them from
-``tests.cuda.conftest``): the ``delays`` fixture (slow producers), ``needs_devices`` and
-``assert_close`` (NOTE [Tolerances on a GPU]).
+``tests.cuda.conftest``): the ``delays`` fixture (slow producers), ``needs_devices``,
+``assert_close`` (NOTE [Tolerances on a GPU]), and ``host``, ``leaf``, ``side_stream`` and
+``Gate``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Final
@@ -21,6 +23,8 @@ from asyncgrad.backend import cuda as runtime
 # How long ``Delays.hold`` holds a stream unless told otherwise: far longer than any kernel of
 # the tests it slows (microseconds), so a consumer that is not ordered after it reads too early.
 HOLD_S: Final = 0.002
+# A gate left closed (a blocked loop cannot open it) opens by itself after this long.
+GATE_TIMEOUT_S: Final = 3.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -182,3 +186,36 @@ def assert_close(
     that hold on a real GPU (NOTE [Tolerances on a GPU])."""
     r, a = tolerance(actual, desired, rtol, atol)
     np.testing.assert_allclose(actual, desired, rtol=r, atol=a, err_msg=err_msg)
+
+
+# ----------------------------------------------------------------------------- tensors and streams
+def host(t: ag.Tensor) -> np.ndarray:
+    """``t``'s values as a NumPy array (a copy to the host, after its stream)."""
+    return np.asarray(t.cpu().numpy(force=True))
+
+
+def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
+    return ag.tensor(values, device=device, requires_grad=True)
+
+
+def side_stream() -> ag.cuda.Stream:
+    """A new stream whose work follows what is queued on the current stream so far."""
+    s = ag.cuda.Stream()
+    s.wait_stream(ag.cuda.current_stream())
+    return s
+
+
+class Gate:
+    """Holds a stream at a point until opened (a host function that waits on the stream; host
+    functions run one at a time, so while it holds, no other host function runs)."""
+
+    def __init__(self, stream: ag.cuda.Stream) -> None:
+        self.opened = threading.Event()
+        self.timed_out = False
+        stream.native.launch_host_func(self._hold, None)
+
+    def _hold(self, _: Any) -> None:
+        self.timed_out = not self.opened.wait(GATE_TIMEOUT_S)
+
+    def open(self) -> None:
+        self.opened.set()

@@ -19,6 +19,8 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
+from .conftest import host
+
 # A gate left closed opens by itself after this long.
 GATE_TIMEOUT_S: Final = 3.0
 # How long a caller waiting on a held device must stay waiting.
@@ -31,10 +33,6 @@ READ_HOLD_S: Final = 0.2
 def _two_devices() -> None:
     if ag.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")
-
-
-def host(t: ag.Tensor) -> np.ndarray:
-    return np.asarray(t.cpu().numpy(force=True))
 
 
 @contextmanager

@@ -22,33 +22,10 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
+from .conftest import Gate, host, side_stream
+
 REPEAT: Final = 8
-GATE_TIMEOUT_S: Final = 3.0
 RELEASE_TIMEOUT_S: Final = 5.0
-
-
-def host(t: ag.Tensor) -> np.ndarray:
-    return np.asarray(t.cpu().numpy(force=True))
-
-
-def side_stream() -> ag.cuda.Stream:
-    s = ag.cuda.Stream()
-    s.wait_stream(ag.cuda.current_stream())
-    return s
-
-
-class Gate:
-    """Holds a stream at a point until opened (a host function that waits on the stream)."""
-
-    def __init__(self, stream: ag.cuda.Stream) -> None:
-        self.opened = threading.Event()
-        stream.native.launch_host_func(self._hold, None)
-
-    def _hold(self, _: Any) -> None:
-        self.opened.wait(GATE_TIMEOUT_S)
-
-    def open(self) -> None:
-        self.opened.set()
 
 
 def _saved_from_the_default_stream(

@@ -13,6 +13,8 @@ import numpy as np
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
+from .conftest import host
+
 # A gate left closed opens by itself after this long.
 GATE_TIMEOUT_S = 3.0
 
@@ -26,10 +28,6 @@ def held_current_stream() -> Iterator[None]:
         yield
     finally:
         opened.set()
-
-
-def host(t: ag.Tensor) -> np.ndarray:
-    return np.asarray(t.cpu().numpy(force=True))
 
 
 async def test_readme_cuda_example() -> None:

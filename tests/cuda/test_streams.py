@@ -12,7 +12,6 @@ conftest.py). Each case runs many times.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,19 +22,9 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
-from .conftest import Delays, assert_close, needs_devices
+from .conftest import Delays, Gate, assert_close, host, leaf, needs_devices, side_stream
 
 REPEAT = 12
-# A gate left closed (a blocked loop cannot open it) opens by itself after this long.
-GATE_TIMEOUT_S = 3.0
-
-
-def host(t: ag.Tensor) -> np.ndarray:
-    return np.asarray(t.cpu().numpy(force=True))
-
-
-def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
-    return ag.tensor(values, device=device, requires_grad=True)
 
 
 def unordered_read(t: ag.Tensor) -> np.ndarray:
@@ -55,28 +44,6 @@ def assert_ready(t: ag.Tensor, expected: Any, rtol: float = 1e-12) -> None:
     values."""
     assert_close(unordered_read(t), expected, rtol=rtol)
     assert_close(host(t), expected, rtol=rtol)
-
-
-def side_stream() -> ag.cuda.Stream:
-    """A new stream whose work follows what is queued on the current stream so far."""
-    s = ag.cuda.Stream()
-    s.wait_stream(ag.cuda.current_stream())
-    return s
-
-
-class Gate:
-    """Holds a stream at a point until opened (a host function that waits on the stream)."""
-
-    def __init__(self, stream: ag.cuda.Stream) -> None:
-        self.opened = threading.Event()
-        self.timed_out = False
-        stream.native.launch_host_func(self._hold, None)
-
-    def _hold(self, _: Any) -> None:
-        self.timed_out = not self.opened.wait(GATE_TIMEOUT_S)
-
-    def open(self) -> None:
-        self.opened.set()
 
 
 # ----------------------------------------------------------------------------- the cases

@@ -20,14 +20,12 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
+from .conftest import leaf
+
 # An await that has not finished by then hangs.
 WAIT_S: Final = 5.0
 # A long kernel left running (a failed test) ends by itself after this long.
 KERNEL_TIMEOUT_S: Final = 10.0
-
-
-def leaf(values: np.ndarray, device: str = "cuda:0") -> ag.Tensor:
-    return ag.tensor(values, device=device, requires_grad=True)
 
 
 @pytest.fixture
