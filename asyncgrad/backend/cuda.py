@@ -429,7 +429,6 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 RELEASE_POLL_FIRST_S: Final = 50e-6
 RELEASE_POLL_MAX_S: Final = 2e-3
 RELEASE_LINGER_S: Final = 5e-3
-_NOT_READY_STATUS: Final = 600  # cudaErrorNotReady
 _deferred: deque[tuple[Any, Any]] = deque()
 _deferred_lock = threading.Lock()
 _deferred_wake = threading.Condition(_deferred_lock)
@@ -464,11 +463,7 @@ def defer_free(event: Any, refs: Any) -> None:
 
 def _finished(event: Any) -> bool:
     """Whether ``event`` is done, or never will be (its device failed)."""
-    query = getattr(rt.cuda.runtime, "eventQuery", None)
-    ptr = getattr(event, "ptr", None)
-    if query is None or ptr is None:
-        return bool(event.done)
-    return bool(query(ptr) != _NOT_READY_STATUS)
+    return bool(rt.cuda.runtime.eventQuery(event.ptr) != _NOT_READY)
 
 
 def prune_deferred() -> None:
