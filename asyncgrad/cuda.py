@@ -129,9 +129,9 @@ class Stream:
         return event
 
     def query(self) -> bool:
-        """Whether all work queued on this stream has completed."""
-        with _cuda.rt.cuda.Device(self._idx):
-            return bool(self.native.done)
+        """Whether all work queued on this stream has completed; raises the CUDA error of a
+        device that a failed kernel broke, as torch does."""
+        return _cuda.query(_cuda.record(self.native, self._idx), self._idx)
 
     def synchronize(self) -> None:
         """Block until all work queued on this stream has completed."""
@@ -193,8 +193,11 @@ class Event:
         stream.wait_event(self)
 
     def query(self) -> bool:
-        """Whether the work before the event has completed (True if never recorded)."""
-        return self.native is None or bool(self.native.done)
+        """Whether the work before the event has completed (True if never recorded); raises the
+        CUDA error of a device that a failed kernel broke, as torch does."""
+        if self.native is None or self._stream is None:
+            return True
+        return _cuda.query(self.native, self._stream._idx)
 
     def synchronize(self) -> None:
         """Block until the work before the event has completed."""
@@ -216,7 +219,13 @@ class Event:
         yield from _cuda.wait_until_done([(self.native, self._stream._idx)]).__await__()
 
     def __repr__(self) -> str:
-        state = "unrecorded" if self.native is None else ("done" if self.query() else "pending")
+        if self.native is None:
+            state = "unrecorded"
+        else:
+            try:
+                state = "done" if self.query() else "pending"
+            except Exception:  # a broken device: repr must not raise
+                state = "failed"
         return f"<asyncgrad.cuda.Event {state}>"
 
 

@@ -343,19 +343,22 @@ async def wait_until_done(events: list[tuple[Any, int]]) -> None:
                 break
 
 
+def query(event: Any, index: int) -> bool:
+    """Whether the work before ``event`` (of ``cuda:index``) has run; raises CuPy's
+    ``CUDARuntimeError`` when a failed kernel broke the device (it never will)."""
+    status = rt.cuda.runtime.eventQuery(event.ptr)
+    if status == _SUCCESS:
+        return True
+    if status == _NOT_READY:
+        return False
+    error = rt.cuda.runtime.CUDARuntimeError(status)
+    error.add_note(f"while waiting for the work queued on cuda:{index}")
+    raise error
+
+
 def _pending(events: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
     """The events not done yet; raises the error of a failed device."""
-    query = rt.cuda.runtime.eventQuery
-    left = []
-    for ev, idx in events:
-        status = query(ev.ptr)
-        if status == _NOT_READY:
-            left.append((ev, idx))
-        elif status != _SUCCESS:
-            error = rt.cuda.runtime.CUDARuntimeError(status)
-            error.add_note(f"while waiting for the work queued on cuda:{idx}")
-            raise error
-    return left
+    return [(ev, idx) for ev, idx in events if not query(ev, idx)]
 
 
 def _wake_after(
@@ -459,6 +462,17 @@ def defer_free(event: Any, refs: Any) -> None:
             target=_release, name="asyncgrad-deferred-frees", daemon=True
         )
     thread.start()
+
+
+def free_after(stream: Any, index: int, refs: Any) -> None:
+    """Keep ``refs`` until the work queued on ``stream`` (of ``cuda:index``) so far has run (See
+    NOTE [Deferred frees]). On a broken device, where recording the event fails, nothing queued
+    will ever run: ``refs`` go at once, and cleaning up after a failed pass does not fail too."""
+    try:
+        event = record(stream, index)
+    except rt.cuda.runtime.CUDARuntimeError:
+        return
+    defer_free(event, refs)
 
 
 def _finished(event: Any) -> bool:

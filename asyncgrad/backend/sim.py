@@ -50,9 +50,10 @@ in tests, so the model is the strictest one CUDA allows:
   on that stream (``synchronize``, an event's ``synchronize``, a host read, the device's
   ``synchronize``), like an asynchronous CUDA error; none is dropped. A GPU's own asynchronous
   errors are sticky: ``inject_fault`` queues a kernel that breaks its device's context, after which
-  the device runs nothing, every event query returns the error's status and every host wait raises
-  it as ``CUDARuntimeError`` (See NOTE [Sticky errors]). Events have handles (``ptr``) for
-  ``cuda.runtime.eventQuery``, which returns CUDA status codes as CuPy's does.
+  the device runs nothing, every event query returns the error's status, and every host wait,
+  launch and event record raises it as ``CUDARuntimeError`` (See NOTE [Sticky errors]). Events
+  have handles (``ptr``) for ``cuda.runtime.eventQuery``, which returns CUDA status codes as
+  CuPy's does.
 * Host functions. ``launch_host_func`` callbacks run one at a time, whatever their streams, and an
   exception one raises goes to ``sys.unraisablehook`` and is dropped, as in CuPy (See NOTE [Host
   functions]).
@@ -303,6 +304,9 @@ class _Queue:
         self.pool = _Pool()  # See NOTE [Memory pool]
 
     def submit(self, work: _Work) -> None:
+        """Queue ``work``; on a broken device, raise its error instead, as a launch, a record or
+        a wait queued on a GPU then fails (See NOTE [Sticky errors])."""
+        self.device.raise_fault()
         with self.lock:
             self.items.append(work)
             self.submitted += 1
@@ -436,9 +440,10 @@ class _DeviceState:
 # called), ``cudaEventQuery`` of every event of the device returns the error's status, so
 # ``Event.done`` is False for good, and every host wait (a stream's, an event's or the device's
 # synchronize, a host read) raises ``CUDARuntimeError`` with it. ``inject_fault`` queues such a
-# kernel; ``reset_device`` repairs the device, for tests (a GPU needs a new process). Recording
-# events, launching kernels and allocating still succeed on a broken simulated device, where a GPU
-# fails them with the same error.
+# kernel; ``reset_device`` repairs the device, for tests (a GPU needs a new process). From then
+# on, recording an event, launching a kernel or a host function and queuing a wait on the device
+# raise the same error at once, as on a GPU (allocations from the pool's cached blocks still
+# succeed, as CuPy's do; the launch that would use them fails).
 # An exception raised by the Python code of a simulated kernel is not sticky: it is kept on its
 # stream and raised once, at the next host wait (``Errors`` in the module's docstring), so that a
 # failing kernel is reported with its own traceback and the device goes on working.
@@ -623,6 +628,7 @@ class Stream:
         """Work queued here later waits until the event's recorded point has run."""
         queue, point = event._queue, event._point
         here = self._queue
+        here.device.raise_fault()  # cudaStreamWaitEvent fails on a broken device
         if queue is None or queue is here or queue.completed >= point:
             return
         here.submit(functools.partial(queue.wait_for, point))
@@ -708,6 +714,7 @@ class Event:
     def record(self, stream: Stream | None = None) -> None:
         """Mark the work queued so far on ``stream`` (default: the current stream)."""
         queue = (get_current_stream() if stream is None else stream)._queue
+        queue.device.raise_fault()  # cudaEventRecord fails on a broken device
         with queue.lock:
             self._queue, self._point = queue, queue.submitted
         self._device = queue.device

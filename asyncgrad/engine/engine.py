@@ -459,7 +459,11 @@ def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[
         raise gt.error
     if gt.streams is not None and gt.streams.used:
         # The caller's streams wait for the graph task's; this thread does not (as in torch).
-        streams.finish(gt.streams)
+        try:
+            streams.finish(gt.streams)
+        except BaseException as e:  # a device failed (See NOTE [Sticky errors] in sim.py)
+            gt.fail(e)
+            raise
     gt.finish()
     return gt.captured
 

@@ -50,7 +50,7 @@ def add(buf: list[Any], nr: int, g: Any, create: bool, on: tuple[Any, int] | Non
                 add(buf, nr, g, create)
                 # The sum reads both on the consumer's stream; either may come from another
                 # stream (See NOTE [Deferred frees] in asyncgrad/backend/cuda.py).
-                cuda.defer_free(cuda.record(stream, idx), (old, g))
+                cuda.free_after(stream, idx, (old, g))
             finally:
                 cuda.use_stream(prev, idx)
                 if dev >= 0:

@@ -127,7 +127,7 @@ class Launch:
     def leave(self) -> None:
         if self.held:
             for (s, idx), refs in self.held.items():
-                cuda.defer_free(cuda.record(s, idx), refs)
+                cuda.free_after(s, idx, refs)
             self.held.clear()
         for idx, s in self.saved.items():
             cuda.use_stream(s, idx)
@@ -181,4 +181,4 @@ def release_later(st: Streams, refs: Any) -> None:
     """Keep ``refs`` (arrays the graph task's kernels may still use) until its streams have run
     everything queued so far (See NOTE [Deferred frees])."""
     for s, idx in st.used:
-        cuda.defer_free(cuda.record(s, idx), refs)
+        cuda.free_after(s, idx, refs)

@@ -199,17 +199,18 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
                 # See NOTE [Running ahead of the GPU].
                 idx = queue.device.index
                 assert idx is not None
-                for s in queue.launched:
-                    ahead.append((cuda.record(s, idx), idx))
-                queue.launched.clear()
-                while len(ahead) > MAX_SLICES_AHEAD:
-                    try:
+                try:
+                    for s in queue.launched:
+                        ahead.append((cuda.record(s, idx), idx))
+                    queue.launched.clear()
+                    while len(ahead) > MAX_SLICES_AHEAD:
                         await cuda.wait_until_done([ahead.popleft()])
-                    except Exception as e:  # the device failed: so do the passes queued on it
-                        ahead.clear()
-                        for gt in {entry[4] for entry in heap}:
-                            gt.fail(e)
-                        heap.clear()
+                except Exception as e:  # the device failed: so do the passes queued on it
+                    queue.launched.clear()
+                    ahead.clear()
+                    for gt in {entry[4] for entry in heap}:
+                        gt.fail(e)
+                    heap.clear()
             if heap:
                 # NOTE [Yield behind timers]
                 # sleep(0) would requeue the worker ahead of timers that fell due meanwhile (the

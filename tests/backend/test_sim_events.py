@@ -110,9 +110,19 @@ def test_a_failed_kernel_breaks_its_device_for_good() -> None:
         assert any("cuda:0" in note for note in info.value.__notes__)
     assert np.isnan(after._data).all()
     assert called == []
-    for event in (earlier, pending, later, other.record(), sim.cuda.Event()):
+    for event in (earlier, pending, later, sim.cuda.Event()):
         assert query(event) == sim.ILLEGAL_ADDRESS
         assert not event.done
+    launches = (  # nothing more can be queued on the device, on any of its streams
+        other.record,
+        lambda: other.wait_event(earlier),
+        lambda: other.launch_host_func(called.append, 2),
+        lambda: before * 2,
+        lambda: sim.inject_fault(other),
+    )
+    for launch in launches:
+        with pytest.raises(sim.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+            launch()
     waits = (
         later.synchronize,
         sim.cuda.Event().synchronize,

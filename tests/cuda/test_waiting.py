@@ -9,6 +9,7 @@ The tests that break a device or hold a stream with a long kernel look inside th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
-from .conftest import leaf
+from .conftest import host, leaf
 
 # An await that has not finished by then hangs.
 WAIT_S: Final = 5.0
@@ -88,10 +89,58 @@ async def test_a_device_error_fails_a_copy_to_the_host_in_an_awaited_backward(
 
 async def test_awaiting_an_event_of_a_broken_device_raises(broken: Any) -> None:
     s = ag.cuda.current_stream()
+    held = long_kernel(s.native)  # the fault runs only after the event is recorded
     broken.inject_fault(s.native)
     ev = s.record_event()
+    held.set()
     with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
         await asyncio.wait_for(_wait(ev), WAIT_S)
+
+
+def _break_device_now(sim: Any) -> Callable[[ag.Tensor], None]:
+    """A tensor hook that breaks the current device and returns once it is broken: every launch
+    and event record on it raises from then on, as on a GPU."""
+
+    def hook(_: ag.Tensor) -> None:
+        sim.inject_fault()
+        with contextlib.suppress(sim.CUDARuntimeError):
+            sim.cuda.get_current_stream().synchronize()
+
+    return hook
+
+
+async def test_a_device_broken_mid_pass_fails_the_pass_and_the_engine_goes_on(
+    broken: Any,
+) -> None:
+    """The kernels after the failed one cannot even be launched: the awaited pass fails with the
+    CUDA error (never hangs); the other device keeps serving on the same loop, and so does the
+    broken one once repaired."""
+    x = leaf(np.linspace(-1.0, 1.0, 8))
+    h = x * 2.0
+    h.register_hook(_break_device_now(broken))
+    loss = h.sin().sum()
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        await asyncio.wait_for(ag.grad(loss, [x]), WAIT_S)
+    y = leaf(np.arange(4.0), "cuda:1")
+    (gy,) = await asyncio.wait_for(ag.grad((y * y).sum(), [y]), WAIT_S)
+    np.testing.assert_array_equal(host(gy), 2.0 * np.arange(4.0))
+    broken.reset_device(0)
+    z = leaf(np.arange(4.0))
+    (gz,) = await asyncio.wait_for(ag.grad((z * 3.0).sum(), [z]), WAIT_S)
+    np.testing.assert_array_equal(host(gz), np.full(4, 3.0))
+
+
+def test_a_device_broken_mid_pass_fails_a_blocking_backward(broken: Any) -> None:
+    x = leaf(np.linspace(-1.0, 1.0, 8))
+    h = x * 2.0
+    h.register_hook(_break_device_now(broken))
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        h.sin().sum().backward()
+    broken.reset_device(0)
+    x.grad = None
+    (x * 3.0).sum().backward()
+    assert x.grad is not None
+    np.testing.assert_array_equal(host(x.grad), np.full(8, 3.0))
 
 
 async def _wait(ev: ag.cuda.Event) -> None:
@@ -257,3 +306,21 @@ async def test_a_wait_done_within_the_budget_queues_no_host_function(
     finally:
         gate.set()
     assert launches == []
+
+
+def test_query_raises_the_error_of_a_broken_device(broken: Any) -> None:
+    """As torch's ``Event.query``/``Stream.query``: a device that a failed kernel broke raises
+    its CUDA error instead of answering "not yet" for ever."""
+    s = ag.cuda.current_stream()
+    ev = s.record_event()
+    s.synchronize()
+    assert ev.query()
+    assert s.query()
+    broken.inject_fault(s.native)
+    with contextlib.suppress(broken.CUDARuntimeError):
+        s.synchronize()  # the fault has run
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        ev.query()
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        s.query()
+    assert "failed" in repr(ev)
