@@ -324,3 +324,20 @@ def test_query_raises_the_error_of_a_broken_device(broken: Any) -> None:
     with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
         s.query()
     assert "failed" in repr(ev)
+
+
+def test_a_device_broken_after_the_last_node_fails_a_blocking_backward(broken: Any) -> None:
+    """A final callback breaks the device after every node ran: the caller's streams cannot be
+    ordered after the pass's, so the backward raises, and the engine counts the pass as failed
+    (before, it ended uncounted: neither completed nor failed)."""
+    ag.autograd.engine.reset_stats()
+    x = leaf(np.linspace(-1.0, 1.0, 8))
+
+    def break_device_at_the_end(g: ag.Tensor) -> None:
+        ag.autograd.engine.queue_callback(lambda: _break_device_now(broken)(g))
+
+    x.register_hook(break_device_at_the_end)
+    with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+        (x * 2.0).sum().backward()
+    tasks = ag.autograd.engine.stats()["graph_tasks"]
+    assert (tasks["running"], tasks["failed"], tasks["completed"]) == (0, 1, 0)
