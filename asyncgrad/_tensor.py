@@ -515,10 +515,10 @@ class Tensor:
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
                 "protocol at the moment."
             )
-        t = Tensor._wrap(_copy_array(self._array))
+        t = Tensor._wrap(backend.copy(self._array))
         t._requires_grad = self._requires_grad
         if self._grad is not None:
-            t._grad = Tensor._wrap(_copy_array(self._grad._array))
+            t._grad = Tensor._wrap(backend.copy(self._grad._array))
         memo[id(self)] = t
         return t
 
@@ -1221,12 +1221,6 @@ def _on_host(a: Any) -> Any:
     """A tensor's array to read on the host: a device array is copied after the current stream
     of ITS device (CuPy's reads wait for the current device's current stream)."""
     return a if type(a) is backend.ndarray else backend.to_device(a, CPU)
-
-
-def _copy_array(a: Any) -> Any:
-    """A copy of a tensor's array on its device (See NOTE [Ops run on their operands' device]
-    in asyncgrad/ops/device_guard.py)."""
-    return backend.cuda.copy(a) if backend.is_device_array(a) else a.copy()
 
 
 # NOTE [Tensor delegates upward]

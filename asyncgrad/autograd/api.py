@@ -123,14 +123,6 @@ def _check_args(priority: Any, **flags: Any) -> int:
     raise TypeError(f"priority must be an int, got {_kind(priority)}")
 
 
-def _filled_like(a: Any, value: int) -> Any:
-    """An array of ``value`` shaped like ``a``, on its device (CuPy's ``*_like`` make it on the
-    current device)."""
-    if backend.is_device_array(a):
-        return backend.full(a.shape, value, a.dtype, backend.device_of(a))
-    return backend.namespace(a).full_like(a, value)
-
-
 def _make_grads(
     outputs: list[Tensor], grads: Any, create_graph: bool, what: str
 ) -> tuple[list[Edge], list[Any]]:
@@ -158,7 +150,7 @@ def _make_grads(
                     f"grad can be implicitly created only for real scalar outputs but got "
                     f"{out._array.dtype}"
                 )
-            arr = _filled_like(out._array, 1)
+            arr = backend.full_like(out._array, 1)
             values.append(Tensor._wrap(arr) if create_graph else arr)
         else:
             if g.shape != out.shape:
@@ -281,7 +273,7 @@ def _finish_grad(
                     "appears to not have been used in the graph. Set allow_unused=True if this is "
                     "the desired behavior."
                 )
-            zeros = _filled_like(t._array, 0)
+            zeros = backend.full_like(t._array, 0)
             res.append(Tensor._wrap(zeros) if materialize else None)
         elif create:
             res.append(g)

@@ -331,6 +331,35 @@ def copy_into(dst: Any, src: Any) -> None:
     namespace(dst).copyto(dst, src, casting="unsafe")
 
 
+# NOTE [Arrays stay on their device]
+# CuPy makes arrays and runs kernels on the current device, not on their operands' (See NOTE
+# [Kernels run on the current device] in sim.py), so a copy, a ``*_like`` or an in-place write of
+# an array of another device would land on, or fail on, the wrong one. The three below make and
+# write arrays on the given array's own device, whatever device is current; on NumPy arrays, and
+# with one device in use, they are the plain calls.
+def copy(a: Any) -> Any:
+    """A copy of ``a`` on its device."""
+    return cuda.copy(a) if type(a) in _device_types else a.copy()
+
+
+def full_like(a: Any, value: Any) -> Any:
+    """An array of ``value`` with ``a``'s shape and dtype, on its device."""
+    if type(a) in _device_types:
+        return full(a.shape, value, a.dtype, device_of(a))
+    return np.full_like(a, value)
+
+
+def assign(dst: Any, src: Any) -> None:
+    """``dst[...] = src`` on ``dst``'s device; ``src`` is a scalar, host values, or an array on
+    any device (copied to ``dst``'s first)."""
+    if type(src) in _device_types and device_of(src) is not device_of(dst):
+        src = to_device(src, device_of(dst))
+    prev = cuda.use_device_of(dst)
+    dst[...] = src
+    if prev >= 0:
+        cuda.use_device(prev)
+
+
 def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
     return bool(namespace(a).allclose(a, b, rtol=rtol, atol=atol))
 

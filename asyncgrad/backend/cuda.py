@@ -261,13 +261,15 @@ def record(stream: Any, index: int) -> Any:
     """An event marking the work queued on ``stream`` so far (without timing data, which the
     engine never reads and which costs the GPU a timestamp)."""
     if _single:
-        event = rt.cuda.Event(disable_timing=True)
-        event.record(stream)
-        return event
-    with rt.cuda.Device(index):
-        event = rt.cuda.Event(disable_timing=True)
-        event.record(stream)
-        return event
+        return _new_event(stream)
+    with rt.cuda.Device(index):  # an event is made on, and recorded with, its stream's device
+        return _new_event(stream)
+
+
+def _new_event(stream: Any) -> Any:
+    event = rt.cuda.Event(disable_timing=True)
+    event.record(stream)
+    return event
 
 
 def wait_event(stream: Any, event: Any, index: int) -> None:

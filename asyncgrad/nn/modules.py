@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .. import backend, dtypes, ops
-from .._tensor import Tensor, _copy_array
-from ..backend import cuda
+from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 from . import functional as F
 from . import init
@@ -32,9 +31,9 @@ class Parameter(Tensor):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Parameter:
         # Tensor's deepcopy would give a plain Tensor; a copied module needs Parameters.
-        p = Parameter(_copy_array(self._array), requires_grad=self.requires_grad)
+        p = Parameter(backend.copy(self._array), requires_grad=self.requires_grad)
         if self._grad is not None:
-            p._grad = Tensor._wrap(_copy_array(self._grad._array))
+            p._grad = Tensor._wrap(backend.copy(self._grad._array))
         memo[id(self)] = p
         return p
 
@@ -357,13 +356,7 @@ class Module:
         for n, arr in values.items():
             p = own[n]
             if arr is not p._array:
-                dev = backend.device_of(p._array)
-                if backend.is_device_array(arr) and backend.device_of(arr) is not dev:
-                    arr = backend.to_device(arr, dev)  # from another device: copied first
-                prev = cuda.use_device_of(p._array)  # the copy runs on p's device
-                p._array[...] = arr
-                if prev >= 0:
-                    cuda.use_device(prev)
+                backend.assign(p._array, arr)
                 p._vc[0] += 1
         return IncompatibleKeys(missing, unexpected)
 
@@ -437,10 +430,7 @@ def _zero_grad(p: Tensor, set_to_none: bool) -> None:
         g = p.grad
         if g.grad_fn is not None:
             p.grad = g = g.detach()
-        prev = cuda.use_device_of(g._array)
-        g._array[...] = 0
-        if prev >= 0:
-            cuda.use_device(prev)
+        backend.assign(g._array, 0)
         g._vc[0] += 1
 
 

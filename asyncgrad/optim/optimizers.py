@@ -146,10 +146,7 @@ class Optimizer:
                     g = p.grad
                     if g.grad_fn is not None:
                         p.grad = g = g.detach()
-                    prev = cuda.use_device_of(g._array)
-                    g._array[...] = 0
-                    if prev >= 0:
-                        cuda.use_device(prev)
+                    backend.assign(g._array, 0)
                     g._vc[0] += 1
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
