@@ -219,3 +219,21 @@ class Gate:
 
     def open(self) -> None:
         self.opened.set()
+
+
+def branches_on_two_streams(x: ag.Tensor, delays: Delays | None = None) -> ag.Tensor:
+    """Two branches, each recorded on its own side stream, summed on the default stream: their
+    gradients meet in x's input buffer from two streams (same device, other streams). With
+    ``delays``, the first branch's stream is held after the forward: its gradient comes late."""
+    s1, s2 = side_stream(), side_stream()
+    with ag.cuda.stream(s1):
+        a = (x * 3.0).sin()
+    with ag.cuda.stream(s2):
+        if delays is not None:
+            delays.hold(s2, 0.5e-3)  # a slow forward on one branch too
+        b = x.exp() * x
+    ag.cuda.current_stream().wait_stream(s1)
+    ag.cuda.current_stream().wait_stream(s2)
+    if delays is not None:
+        delays.hold(s1)  # the backward's work on s1 starts late
+    return (a + b).sum()

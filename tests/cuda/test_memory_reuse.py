@@ -22,7 +22,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
-from .conftest import Gate, host, side_stream
+from .conftest import Gate, branches_on_two_streams, host, side_stream
 
 REPEAT: Final = 8
 RELEASE_TIMEOUT_S: Final = 5.0
@@ -167,14 +167,7 @@ async def test_a_cancelled_pass_frees_its_buffers_once_the_gpu_is_done() -> None
     runtime.prune_deferred()
     assert runtime.deferred_count() == 0
     x = ag.tensor(np.linspace(-1, 1, 64), device="cuda", requires_grad=True)
-    s1, s2 = side_stream(), side_stream()
-    with ag.cuda.stream(s1):
-        a = (x * 3.0).sin()
-    with ag.cuda.stream(s2):
-        b = x.exp() * x
-    ag.cuda.current_stream().wait_stream(s1)
-    ag.cuda.current_stream().wait_stream(s2)
-    loss = (a + b).sum()
+    loss = branches_on_two_streams(x)
     gate = Gate(ag.cuda.current_stream())
     task = asyncio.ensure_future(ag.grad(loss, [x]))
     for _ in range(100):

@@ -22,7 +22,16 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
-from .conftest import Delays, Gate, assert_close, host, leaf, needs_devices, side_stream
+from .conftest import (
+    Delays,
+    Gate,
+    assert_close,
+    branches_on_two_streams,
+    host,
+    leaf,
+    needs_devices,
+    side_stream,
+)
 
 REPEAT = 12
 
@@ -47,24 +56,6 @@ def assert_ready(t: ag.Tensor, expected: Any, rtol: float = 1e-12) -> None:
 
 
 # ----------------------------------------------------------------------------- the cases
-def _branches_on_two_streams(x: ag.Tensor, delays: Delays | None = None) -> ag.Tensor:
-    """Two branches, each recorded on its own side stream, summed on the default stream: their
-    gradients meet in x's input buffer from two streams (same device, other streams). With
-    ``delays``, the first branch's stream is held after the forward: its gradient comes late."""
-    s1, s2 = side_stream(), side_stream()
-    with ag.cuda.stream(s1):
-        a = (x * 3.0).sin()
-    with ag.cuda.stream(s2):
-        if delays is not None:
-            delays.hold(s2, 0.5e-3)  # a slow forward on one branch too
-        b = x.exp() * x
-    ag.cuda.current_stream().wait_stream(s1)
-    ag.cuda.current_stream().wait_stream(s2)
-    if delays is not None:
-        delays.hold(s1)  # the backward's work on s1 starts late
-    return (a + b).sum()
-
-
 def _grad_branches(x: np.ndarray) -> np.ndarray:
     return 3.0 * np.cos(3.0 * x) + np.exp(x) * (1.0 + x)
 
@@ -74,7 +65,7 @@ def test_gradients_from_two_streams_are_summed_in_order(delays: Delays) -> None:
     for _ in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
-        _branches_on_two_streams(x, delays).backward()
+        branches_on_two_streams(x, delays).backward()
         assert x.grad is not None
         assert_close(host(x.grad), _grad_branches(xv), rtol=1e-10)
 
@@ -199,7 +190,7 @@ async def test_await_resumes_when_the_gradient_is_computed(delays: Delays) -> No
     for _ in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
-        (g,) = await asyncio.wait_for(ag.grad(_branches_on_two_streams(x, delays), [x]), 10)
+        (g,) = await asyncio.wait_for(ag.grad(branches_on_two_streams(x, delays), [x]), 10)
         assert_ready(g, _grad_branches(xv), rtol=1e-10)
 
 
@@ -241,7 +232,7 @@ async def test_cancel_while_gpu_work_is_in_flight_frees_buffers_after_it() -> No
     """Cancelling the awaiting caller while kernels it queued have not run: the caller gets
     CancelledError at once; the graph task's arrays stay allocated until the GPU is done."""
     x = leaf(np.linspace(-1, 1, 16))
-    loss = _branches_on_two_streams(x)
+    loss = branches_on_two_streams(x)
     gate = Gate(ag.cuda.current_stream())
     before = runtime.deferred_count()
     task = asyncio.ensure_future(ag.grad(loss, [x]))
@@ -391,7 +382,7 @@ async def test_abackward_resumes_when_grad_fields_are_computed(delays: Delays) -
     for _ in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
-        await asyncio.wait_for(_branches_on_two_streams(x, delays).abackward(), 10)
+        await asyncio.wait_for(branches_on_two_streams(x, delays).abackward(), 10)
         assert x.grad is not None
         assert_ready(x.grad, _grad_branches(xv), rtol=1e-10)
 
