@@ -224,7 +224,7 @@ class Event:
         else:
             try:
                 state = "done" if self.query() else "pending"
-            except Exception:  # a broken device: repr must not raise
+            except _cuda.rt.cuda.runtime.CUDARuntimeError:  # a broken device: repr must not raise
                 state = "failed"
         return f"<asyncgrad.cuda.Event {state}>"
 
