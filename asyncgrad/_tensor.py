@@ -461,10 +461,11 @@ class Tensor:
         create_graph: _bool = False,
         inputs: Any = None,
     ) -> None:
-        """``await t.abackward()``: the coroutine form of ``t.backward()``."""
-        from .autograd.api import backward
+        """``await t.abackward()``: the coroutine form of ``t.backward()``, wherever it is called
+        (a coroutine even where no loop runs yet: ``asyncio.run(t.abackward())``)."""
+        from .autograd.api import _backward
 
-        await backward(self, gradient, retain_graph, create_graph, inputs)
+        await _backward(self, gradient, retain_graph, create_graph, inputs, 0)
 
     # ------------------------------------------------------------------ conversion
     def to(self, *args: Any, **kwargs: Any) -> Tensor:

@@ -112,7 +112,11 @@ def region_chain(lib: str, n: int, part: str) -> None:
         x = ag.tensor(C.x0(), dtype=ag.float64, requires_grad=True)
         loop = asyncio.new_event_loop()
         got["build"] = lambda k: C.chain(x, k).sum()
-        got["backward"] = lambda loss: loop.run_until_complete(ag.backward(loss))
+
+        async def awaited(loss: Any) -> None:
+            await ag.backward(loss)
+
+        got["backward"] = lambda loss: loop.run_until_complete(awaited(loss))
     build, backward = got["build"], got["backward"]
     for _ in range(3):  # warm up (and let the interpreter specialise)
         backward(build(300))

@@ -61,7 +61,11 @@ def test_gradients_equal_the_plain_ones(mode: bool, awaited: bool) -> None:
     x.grad = None
     loss = _loss(net, x, mode)
     if awaited:
-        asyncio.run(ag.backward(loss))
+
+        async def main() -> None:
+            await ag.backward(loss)
+
+        asyncio.run(main())
     else:
         loss.backward()
     got = _grads(net, x)

@@ -1,22 +1,26 @@
 """backward() and grad() and their _sync twins: check and normalise arguments, then call the
 engine.
 
-Coroutines are the primary API (``await ag.grad(...)``); ``*_sync`` twins and ``Tensor.backward``
-run the same graph task on the calling thread.
+As torch's in a script; awaitable inside a running event loop (See NOTE [One rule for gradient
+calls] in entry.py). The ``*_sync`` twins and ``Tensor.backward`` run the same graph task on the
+calling thread wherever they are called.
 """
 
 from __future__ import annotations
 
-import inspect
 import numbers
 import operator
-from asyncio import _get_running_loop
-from collections.abc import Coroutine, Generator, Iterable, Iterator, Mapping
-from typing import Any
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from .. import backend, engine
 from .._tensor import Tensor
 from ..graph.node import Edge
+from .entry import awaitable, loop_running
+
+if TYPE_CHECKING:
+    from .entry import NoneCall, TupleCall
 
 __all__ = ["backward", "backward_sync", "grad", "grad_sync"]
 
@@ -282,81 +286,32 @@ def _finish_grad(
     return tuple(res)
 
 
-def _done(value: Any) -> Generator[Any, None, Any]:
-    """An iterator for ``__await__`` that finishes at once with ``value``."""
-    return value
-    yield  # unreachable: makes this a generator
+@overload
+def grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: Literal[False] | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+    priority: int = 0,
+) -> TupleCall[Tensor]: ...
 
 
-class _PendingGrad(Coroutine[Any, Any, tuple[Tensor | None, ...]]):
-    """What ``ag.grad(...)`` returns when no event loop runs in the calling thread.
-
-    It is a coroutine like the one returned inside a loop (``await`` it, ``asyncio.run`` it, pass
-    it to ``asyncio.run_coroutine_threadsafe``), and it is also the tuple of gradients, as in
-    torch: unpacking, indexing or ``len`` runs the backward pass right there (once) with
-    :func:`grad_sync`. Used that way inside a running loop, it raises a TypeError asking for
-    ``await``.
-    """
-
-    __slots__ = ("_args", "_coro", "_result")
-
-    def __init__(self, coro: Coroutine[Any, Any, tuple[Tensor | None, ...]], args: tuple[Any, ...]):
-        self._coro = coro
-        self._args: tuple[Any, ...] | None = args
-        self._result: tuple[Tensor | None, ...] | None = None
-
-    def __await__(self) -> Generator[Any, None, tuple[Tensor | None, ...]]:
-        if self._result is not None:
-            return _done(self._result)
-        return self._coro.__await__()
-
-    def send(self, value: Any) -> Any:
-        if self._result is not None:
-            raise StopIteration(self._result)
-        return self._coro.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def _value(self) -> tuple[Tensor | None, ...]:
-        res = self._result
-        if res is not None:
-            return res
-        if _get_running_loop() is not None:
-            raise TypeError(
-                "ag.grad(...) is a coroutine: inside a running event loop write "
-                "`await ag.grad(...)`, or call ag.grad_sync(...) to block until it is done"
-            )
-        if self._args is None or inspect.getcoroutinestate(self._coro) != inspect.CORO_CREATED:
-            raise RuntimeError(
-                "this ag.grad(...) call was already awaited: use the value the await returned"
-            )
-        args, self._args = self._args, None
-        self._coro.close()  # never started: closing it also keeps it from warning
-        res = self._result = grad_sync(*args)
-        return res
-
-    def __iter__(self) -> Iterator[Tensor | None]:
-        return iter(self._value())
-
-    def __len__(self) -> int:
-        return len(self._value())
-
-    def __getitem__(self, index: int) -> Tensor | None:
-        return self._value()[index]
-
-    def __repr__(self) -> str:
-        if self._result is not None:
-            return f"<ag.grad result {self._result!r}>"
-        return (
-            "<ag.grad(...) call, not run yet: await it, or unpack or index it where no event "
-            "loop is running>"
-        )
+@overload
+def grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+    priority: int = 0,
+) -> TupleCall[Tensor | None]: ...
 
 
 def grad(
@@ -369,12 +324,13 @@ def grad(
     is_grads_batched: bool = False,
     materialize_grads: bool = False,
     priority: int = 0,
-) -> Coroutine[Any, Any, tuple[Tensor | None, ...]]:
+) -> Any:
     """Gradients of ``outputs`` with respect to ``inputs``, without touching ``.grad``.
 
-    A coroutine: ``grads = await ag.grad(...)``. Where no event loop is running in the calling
-    thread (a plain script), the result may also be unpacked or indexed directly, as in torch:
-    ``(gx,) = ag.grad(y, [x])`` runs the backward pass then and there.
+    As torch's where no event loop runs in the calling thread (a script, a worker thread): the
+    backward pass runs at the call, ``(gx,) = ag.grad(y, [x])``. Inside a running event loop it
+    is awaitable, ``(gx,) = await ag.grad(y, [x])``, and any other use of it raises at once
+    (See NOTE [One rule for gradient calls] in asyncgrad/autograd/entry.py).
 
     It may be awaited on asyncio's loop, uvloop's, or trio's (through anyio): under trio the
     pass runs on a worker thread, and cancelling the awaiting task stops it at its next node;
@@ -393,7 +349,8 @@ def grad(
         priority: when several backward passes compete for a device, larger runs first.
 
     Returns:
-        A tuple with one gradient (or ``None``) per input.
+        A tuple with one gradient per input (``None`` for an input not reached, with
+        ``allow_unused``); inside a running loop, an awaitable of it.
 
     Raises:
         TypeError: an argument of the wrong type (an array instead of a Tensor, say).
@@ -404,9 +361,25 @@ def grad(
     Example:
         >>> import asyncio, asyncgrad as ag
         >>> x = ag.tensor([1.0, 2.0], requires_grad=True)
-        >>> asyncio.run(ag.grad((x * x).sum(), x))
+        >>> ag.grad((x * x).sum(), x)
         (tensor([2., 4.]),)
+        >>> async def main():
+        ...     return await ag.grad((x * x * x).sum(), x)
+        >>> asyncio.run(main())
+        (tensor([ 3., 12.]),)
     """
+    if not loop_running():
+        return grad_sync(
+            outputs,
+            inputs,
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            allow_unused,
+            is_grads_batched,
+            materialize_grads,
+            priority,
+        )
     coro = _grad(
         outputs,
         inputs,
@@ -418,22 +391,7 @@ def grad(
         materialize_grads,
         priority,
     )
-    if _get_running_loop() is not None:
-        return coro
-    return _PendingGrad(
-        coro,
-        (
-            outputs,
-            inputs,
-            grad_outputs,
-            retain_graph,
-            create_graph,
-            allow_unused,
-            is_grads_batched,
-            materialize_grads,
-            priority,
-        ),
-    )
+    return awaitable(coro, sys._getframe(1), "ag.grad", "ag.grad_sync")
 
 
 async def _grad(
@@ -524,18 +482,21 @@ def _prepare_backward(
     return _task(roots, values, edges, True, keep, create_graph, priority)
 
 
-async def backward(
+def backward(
     tensors: Any,
     grad_tensors: Any = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
     inputs: Any = None,
     priority: int = 0,
-) -> None:
+) -> NoneCall:
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of graph leaves.
 
-    A coroutine, for asyncio's loop, uvloop's or trio's, as :func:`grad` (under trio: a
-    cancelled caller leaves each leaf's ``.grad`` untouched or complete, never half-written).
+    As torch's where no event loop runs in the calling thread: the pass runs at the call and
+    returns None. Inside a running loop (asyncio's, uvloop's or trio's) it is awaitable,
+    ``await ag.backward(loss)``, as :func:`grad` (under trio: a cancelled caller leaves each
+    leaf's ``.grad`` untouched or complete, never half-written); a call whose value is thrown
+    away raises at once instead of computing nothing.
 
     Args:
         tensors: tensor(s) to differentiate.
@@ -548,14 +509,37 @@ async def backward(
     Example:
         >>> import asyncio, asyncgrad as ag
         >>> w = ag.tensor([3.0], requires_grad=True)
-        >>> asyncio.run(ag.backward((w * w).sum()))
+        >>> ag.backward((w * w).sum())
         >>> w.grad
         tensor([6.])
+        >>> async def main():
+        ...     await ag.backward((w * w).sum())
+        >>> asyncio.run(main())
+        >>> w.grad
+        tensor([12.])
     """
+    if not loop_running():
+        backward_sync(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
+        return cast("NoneCall", None)  # torch's value; NoneCall is what type checkers see
+    coro = _backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
+    return cast("NoneCall", awaitable(coro, sys._getframe(1), "ag.backward", "ag.backward_sync"))
+
+
+async def _backward(
+    tensors: Any,
+    grad_tensors: Any,
+    retain_graph: bool | None,
+    create_graph: bool,
+    inputs: Any,
+    priority: int,
+) -> None:
     task = _prepare_backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
     run = engine.execute(**task)
     del task  # See NOTE [Fewer objects for the collector] in asyncgrad/ops/_record.py
     await run
+
+
+_backward.__name__ = _backward.__qualname__ = "backward"
 
 
 def backward_sync(

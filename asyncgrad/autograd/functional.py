@@ -2,7 +2,10 @@
 
 ``vjp``, ``jvp``, ``jacobian``, ``hessian``, ``vhp`` and ``hvp`` take torch's arguments and
 return torch's shapes (a tuple where the inputs or outputs were a tuple, a Tensor where they were
-one). They are coroutines (``await F.jacobian(f, x)``), with blocking ``*_sync`` twins.
+one). As torch's where no event loop runs in the calling thread (they compute at the call);
+awaitable inside a running loop (``await F.jacobian(f, x)``), where ``func`` may also be
+``async def`` (See NOTE [One rule for gradient calls] in entry.py). The ``*_sync`` twins block
+wherever they are called.
 
 # NOTE [Functional steps]
 # Each function is written once, as a generator of steps: it yields a list of ``ag.grad`` calls
@@ -19,13 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 from collections.abc import Callable, Generator
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from .. import ops
 from .._tensor import Tensor
 from ..graph.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 from .api import grad, grad_sync
+from .entry import awaitable, loop_running
+
+if TYPE_CHECKING:
+    from .entry import TupleCall
 
 __all__ = [
     "hessian",
@@ -68,8 +77,9 @@ def _run_sync(gen: Steps) -> Any:
                     req.aw.close()
                 req = gen.throw(
                     TypeError(
-                        "the function returned an awaitable: use the awaited version "
-                        "(await ag.autograd.functional.<name>(...)) for an async function"
+                        "the function returned an awaitable: an async function needs the "
+                        "awaited form, `await ag.autograd.functional.<name>(...)` inside a "
+                        "running event loop"
                     )
                 )
                 continue
@@ -100,6 +110,15 @@ async def _run_async(gen: Steps) -> Any:
             req = gen.send(res)
     except StopIteration as stop:
         return stop.value
+
+
+def _call(gen: Steps, caller: FrameType | None, name: str) -> Any:
+    """Run ``gen`` at once where no loop runs; inside one, its awaitable (See NOTE [One rule for
+    gradient calls] in entry.py)."""
+    if not loop_running():
+        return _run_sync(gen)
+    full = f"ag.autograd.functional.{name}"
+    return awaitable(_run_async(gen), caller, full, f"{full}_sync")
 
 
 def _user(func: Callable[..., Any]) -> Callable[..., Steps]:
@@ -504,13 +523,13 @@ def _hv_steps(name: str, func: Any, inputs: Any, v: Any, create_graph: bool, str
 
 
 # ----------------------------------------------------------------------------- public API
-async def vjp(
+def vjp(
     func: Callable[..., Any],
     inputs: Any,
     v: Any = None,
     create_graph: bool = False,
     strict: bool = False,
-) -> tuple[Any, Any]:
+) -> TupleCall[Any]:
     """``(func(*inputs), v^T J)``: the vector-Jacobian product of ``func`` at ``inputs``.
 
     ``v`` has the outputs' shapes (None for a single one-element output); the product has the
@@ -520,11 +539,15 @@ async def vjp(
     Example:
         >>> import asyncio, asyncgrad as ag
         >>> from asyncgrad.autograd import functional as F
-        >>> out, g = asyncio.run(F.vjp(lambda x: (x * x).sum(), ag.tensor([1.0, 2.0])))
+        >>> out, g = F.vjp(lambda x: (x * x).sum(), ag.tensor([1.0, 2.0]))
         >>> g
         tensor([2., 4.])
+        >>> async def main():
+        ...     return await F.vjp(lambda x: (x * x).sum(), ag.tensor([3.0]))
+        >>> asyncio.run(main())[1]
+        tensor([6.])
     """
-    return await _run_async(_vjp_steps(_user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
+    return _call(_vjp_steps(_user(func), inputs, v, create_graph, strict), sys._getframe(1), "vjp")  # type: ignore[no-any-return]
 
 
 def vjp_sync(
@@ -538,17 +561,17 @@ def vjp_sync(
     return _run_sync(_vjp_steps(_user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
 
 
-async def jvp(
+def jvp(
     func: Callable[..., Any],
     inputs: Any,
     v: Any = None,
     create_graph: bool = False,
     strict: bool = False,
-) -> tuple[Any, Any]:
+) -> TupleCall[Any]:
     """``(func(*inputs), J v)``: the Jacobian-vector product, by the double-backward trick (two
     reverse passes) as torch computes it. ``v`` has the inputs' shapes (None for a single
     one-element input); the product has the outputs' shapes."""
-    return await _run_async(_jvp_steps(_user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
+    return _call(_jvp_steps(_user(func), inputs, v, create_graph, strict), sys._getframe(1), "jvp")  # type: ignore[no-any-return]
 
 
 def jvp_sync(
@@ -562,7 +585,7 @@ def jvp_sync(
     return _run_sync(_jvp_steps(_user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
 
 
-async def jacobian(
+def jacobian(
     func: Callable[..., Any],
     inputs: Any,
     create_graph: bool = False,
@@ -578,8 +601,10 @@ async def jacobian(
     passes over one retained graph. ``vectorize`` and ``strategy`` are accepted for torch's
     signature and give the same values (always computed by rows in reverse mode).
     """
-    return await _run_async(
-        _jacobian_steps(_user(func), inputs, create_graph, strict, vectorize, strategy)
+    return _call(
+        _jacobian_steps(_user(func), inputs, create_graph, strict, vectorize, strategy),
+        sys._getframe(1),
+        "jacobian",
     )
 
 
@@ -597,7 +622,7 @@ def jacobian_sync(
     )
 
 
-async def hessian(
+def hessian(
     func: Callable[..., Any],
     inputs: Any,
     create_graph: bool = False,
@@ -608,10 +633,12 @@ async def hessian(
     """The Hessian of the scalar function ``func`` at ``inputs``: a Tensor of shape
     ``input.shape + input.shape`` for one input, ``hess[i][j]`` for a tuple of inputs.
     ``vectorize`` and ``outer_jacobian_strategy`` are accepted and give the same values."""
-    return await _run_async(
+    return _call(
         _hessian_steps(
             _user(func), inputs, create_graph, strict, vectorize, outer_jacobian_strategy
-        )
+        ),
+        sys._getframe(1),
+        "hessian",
     )
 
 
@@ -631,15 +658,17 @@ def hessian_sync(
     )
 
 
-async def vhp(
+def vhp(
     func: Callable[..., Any],
     inputs: Any,
     v: Any = None,
     create_graph: bool = False,
     strict: bool = False,
-) -> tuple[Any, Any]:
+) -> TupleCall[Any]:
     """``(func(*inputs), v^T H)`` for a scalar function ``func``; ``v`` has the inputs' shapes."""
-    return await _run_async(_hv_steps("vhp", _user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
+    return _call(  # type: ignore[no-any-return]
+        _hv_steps("vhp", _user(func), inputs, v, create_graph, strict), sys._getframe(1), "vhp"
+    )
 
 
 def vhp_sync(
@@ -653,16 +682,18 @@ def vhp_sync(
     return _run_sync(_hv_steps("vhp", _user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
 
 
-async def hvp(
+def hvp(
     func: Callable[..., Any],
     inputs: Any,
     v: Any = None,
     create_graph: bool = False,
     strict: bool = False,
-) -> tuple[Any, Any]:
+) -> TupleCall[Any]:
     """``(func(*inputs), H v)`` for a scalar function ``func``, by the double-backward trick
     (equal to ``vhp`` for a twice continuously differentiable function, and slower)."""
-    return await _run_async(_hv_steps("hvp", _user(func), inputs, v, create_graph, strict))  # type: ignore[no-any-return]
+    return _call(  # type: ignore[no-any-return]
+        _hv_steps("hvp", _user(func), inputs, v, create_graph, strict), sys._getframe(1), "hvp"
+    )
 
 
 def hvp_sync(

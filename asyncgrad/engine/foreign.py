@@ -38,8 +38,9 @@ Limitations:
     asyncio's RuntimeError ("Task got bad yield"), the node named as for any node's error.
   - At most as many passes run at once as anyio's default thread limiter allows (40); more
     wait for a thread, cancellably.
-  - ``ag.grad(...)`` not awaited (unpacked, as in a script) runs the pass on trio's own thread,
-    blocking it, as ``grad_sync`` does.
+  - Inside ``trio.run`` a gradient call is awaitable as inside an asyncio loop (See NOTE [One
+    rule for gradient calls] in asyncgrad/autograd/entry.py); ``ag.grad_sync`` runs the pass on
+    trio's own thread, blocking it.
   - ``ag.autograd.engine.wait_idle()`` and the per-loop metrics are asyncio's: passes awaited
     from trio count among the blocking callers' (``metrics.BLOCKING``).
 Only this path imports anyio and sniffio, so ``import asyncgrad`` never does.

@@ -332,7 +332,11 @@ async def test_a_pending_pass_keeps_no_spent_preparation() -> None:
     mid.register_hook(park)
     out = (mid * 3.0).sum()
     async with asyncio.timeout(TIMEOUT_S):
-        task = asyncio.create_task(ag.grad(out, [x]))
+
+        async def call() -> Any:
+            return await ag.grad(out, [x])
+
+        task = asyncio.create_task(call())
         try:
             await parked.wait()
             frames: dict[str, set[str]] = {}
