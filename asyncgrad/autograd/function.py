@@ -12,6 +12,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.grad_mode import _grad_enabled, no_grad
+from ..graph.local_state import call_user
 from ..graph.node import Edge, Node
 from ..graph.saved_tensor import FREED as _FREED
 from ..graph.saved_tensor import SavedTensor, raise_freed
@@ -105,7 +106,8 @@ class BackwardCFunction(Node):
                 )
             else:
                 user.append(g if create else Tensor._wrap(g))
-        res = self._fn_cls.backward(ctx, *user)
+        # See NOTE [User code in a backward leaves no state].
+        res = call_user(self._fn_cls.backward, ctx, *user)
         if inspect.isawaitable(res):
             if not self._async_apply:
                 if inspect.iscoroutine(res):

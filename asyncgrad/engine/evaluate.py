@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..backend import cuda
 from ..graph.accumulate_grad import AccumulateGrad
 from ..graph.hooks import from_user, hook_name, post_from_user, retain, to_user
+from ..graph.local_state import call_user
 from . import streams
 from .reentrant import current_graph_task, run_blocking
 
@@ -55,7 +56,7 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
             for fn in list(fns.values()):
                 if nr >= len(buf) or buf[nr] is None:
                     break
-                r = fn(to_user(buf[nr], create))
+                r = call_user(fn, to_user(buf[nr], create))
                 if isawaitable(r):
                     r = yield r
                 if r is not None:
@@ -76,7 +77,7 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
     if hooks is not None and hooks.pre:
         grads = tuple(to_user(g, create) for g in buf)
         for fn in list(hooks.pre.values()):
-            r = fn(grads)
+            r = call_user(fn, grads)
             if isawaitable(r):
                 r = yield r
             if r is not None:
@@ -99,7 +100,7 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
             gi = tuple(to_user(g, create) for g in out)
             go = tuple(to_user(g, create) for g in grad_outputs)
             for fn in list(hooks.post.values()):
-                r = fn(gi, go)
+                r = call_user(fn, gi, go)
                 if isawaitable(r):
                     r = yield r
                 if r is not None:
@@ -113,7 +114,7 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
             out = [post_from_user(g, node, i, create) for i, g in enumerate(gi)]
         if isinstance(node, AccumulateGrad) and hooks.post_acc:
             for fn in list(hooks.post_acc.values()):
-                r = fn(node.variable)
+                r = call_user(fn, node.variable)
                 if isawaitable(r):
                     yield r
     return out
@@ -149,7 +150,7 @@ async def complete(gt: GraphTask) -> None:
     try:
         while gt.callbacks and not gt.done:
             cb = gt.callbacks.pop(0)
-            r = cb()
+            r = call_user(cb)
             if isawaitable(r):
                 await r
         st = gt.streams
@@ -168,7 +169,7 @@ def run_callbacks_blocking(gt: GraphTask) -> None:
     try:
         while gt.callbacks:
             cb = gt.callbacks.pop(0)
-            r = cb()
+            r = call_user(cb)
             if isawaitable(r):
                 run_blocking(functools.partial(_await, r))
     finally:
