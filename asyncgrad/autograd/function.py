@@ -12,6 +12,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.grad_mode import _grad_enabled, no_grad
+from ..graph.hooks import move_retain
 from ..graph.local_state import call_user
 from ..graph.node import Edge, Node
 from ..graph.saved_tensor import FREED as _FREED
@@ -284,8 +285,11 @@ class Function(metaclass=_FunctionMeta):
                     raise RuntimeError(
                         "a leaf Variable that requires grad has been used in an in-place operation."
                     )
+            old, old_nr = o._grad_fn, o._output_nr
             o._grad_fn = node
             o._output_nr = nr
+            if id(o) in dirty_ids:
+                move_retain(o, old, old_nr)
         out_ids = {id(o): o for o in tensor_outs}
         ctx._saved = [None if t is None else SavedTensor(t, id(t) in out_ids) for t in ctx._to_save]
         ctx._to_save = ()

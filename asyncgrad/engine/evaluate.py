@@ -21,6 +21,7 @@ from . import streams
 from .reentrant import current_graph_task, run_blocking
 
 if TYPE_CHECKING:
+    from ..graph.hooks import Hooks
     from ..graph.node import Node
     from .graph_task import GraphTask
 
@@ -51,15 +52,18 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
     create = gt.create_graph
     hooks = node._hooks
     if hooks is not None:
-        # Tensor hooks, then retains_grad, then the node's pre-hooks (PyTorch's order).
-        for nr, fns in list(hooks.tensor_pre.items()):
-            for fn in list(fns.values()):
-                if nr >= len(buf) or buf[nr] is None:
-                    break
-                r = call_user(fn, to_user(buf[nr], create))
+        # Tensor hooks, then retains_grad, then the node's pre-hooks (PyTorch's order). The
+        # tensor hooks of all outputs run in the order they were registered (their handles'
+        # ids), those of an output that got no gradient with None, as in torch.
+        if hooks.tensor_pre:
+            for _, nr, fn in _tensor_hooks(hooks):
+                g = buf[nr]
+                r = call_user(fn, to_user(g, create))
                 if isawaitable(r):
                     r = yield r
                 if r is not None:
+                    if g is None:
+                        raise RuntimeError("can't replace a None gradient with a non-None value")
                     buf[nr] = from_user(r, node, nr, hook_name(fn), create)
         for nr, ref in list(hooks.retains.items()):
             t = ref()
@@ -118,6 +122,20 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
                 if isawaitable(r):
                     yield r
     return out
+
+
+def _tensor_hooks(hooks: Hooks) -> list[tuple[int, int, Any]]:
+    """``(id, output, hook)`` of every tensor hook of a node, in the order they were
+    registered."""
+    out = [
+        (hid, nr, fn) for nr, fns in list(hooks.tensor_pre.items()) for hid, fn in list(fns.items())
+    ]
+    out.sort(key=_first)
+    return out
+
+
+def _first(entry: tuple[int, int, Any]) -> int:
+    return entry[0]
 
 
 def finish_blocking(gen: Generator[Any, Any, Any], aw: Any) -> Any:

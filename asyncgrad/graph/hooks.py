@@ -90,6 +90,24 @@ def add_retain(hooks: Hooks, nr: int, tensor: Tensor) -> None:
         hooks.retains[nr] = weakref.ref(tensor)
 
 
+def move_retain(t: Tensor, old: Node | None, old_nr: int) -> None:
+    """``t``'s history has moved from output ``old_nr`` of ``old`` to its new grad_fn (an in-place
+    op): if ``t`` retains its gradient, the new node now retains it and the old one no longer
+    does, so ``t.grad`` is the gradient of its value after the op, once (as torch)."""
+    m = t._meta
+    if m is None or not m.retains_grad:
+        return
+    if old is not None and old._hooks is not None:
+        retains = old._hooks.retains
+        with _lock:
+            ref = retains.get(old_nr)
+            if ref is not None and ref() is t:
+                del retains[old_nr]
+    new = t._grad_fn
+    if new is not None:
+        add_retain(new._get_hooks(), t._output_nr, t)
+
+
 # ----------------------------------------------------------------------------- engine side
 def hook_name(fn: Any) -> str:
     return f"hook '{getattr(fn, '__qualname__', type(fn).__name__)}'"

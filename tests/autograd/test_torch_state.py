@@ -3,8 +3,7 @@ retain_grad across in-place ops, hooks on unused outputs, once_differentiable un
 clear_saved_tensors_on_access, saved tensors' version counters, custom Function inputs and
 outputs, and the errors torch raises on misuse of nodes and hooks.
 
-Expected values are torch 2.13's (each was run there); where torch is installed the same program
-also runs against it."""
+Expected values and messages are torch 2.13's (each program was run there)."""
 
 from __future__ import annotations
 
@@ -131,3 +130,92 @@ def test_grad_mode_switched_off_in_a_backward_does_not_reach_later_nodes() -> No
     (ggx,) = ag.grad_sync(gx.sum(), x)
     np.testing.assert_allclose(ggx.numpy(), [4.0])
     assert saved_hooks.get() is None
+
+
+# ----------------------------------------------------------------------------- retain_grad
+class _ScaleInPlace(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.mark_dirty(x)
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        return g * 2
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda a: a.mul_(2), [1.0, 1.0, 1.0]),
+        (lambda a: a[:2].mul_(2), [1.0, 1.0, 1.0]),
+        (lambda a: a.add_(1), [1.0, 1.0, 1.0]),
+        (lambda a: _ScaleInPlace.apply(a), [1.0, 1.0, 1.0]),
+    ],
+    ids=["mul_", "view-mul_", "add_", "mark_dirty"],
+)
+def test_retain_grad_follows_an_in_place_op(change: Any, expected: list[float]) -> None:
+    # torch: the gradient retained is that of the tensor's value after the in-place op, once.
+    a = ag.ones(3, requires_grad=True).clone()
+    a.retain_grad()
+    change(a)
+    a.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), expected)
+
+
+# ----------------------------------------------------------------------------- unused outputs
+class _TwoOutputs(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx: Any, g1: Any, g2: Any) -> Any:
+        return g1 * 2 + g2 * 3
+
+
+def _record(calls: list[Any], name: str) -> Any:
+    def hook(g: Any) -> None:
+        calls.append((name, None if g is None else g.numpy().tolist()))
+
+    return hook
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        lambda x: x.unbind(0),
+        lambda x: x.split(1),
+        lambda x: _TwoOutputs.apply(x),
+    ],
+    ids=["unbind", "split", "function"],
+)
+def test_hooks_on_unused_outputs_get_none(outputs: Any) -> None:
+    x = ag.ones(2, 2, requires_grad=True)
+    first, second = outputs(x)[:2]
+    calls: list[Any] = []
+    second.register_hook(_record(calls, "second"))
+    first.register_hook(_record(calls, "first"))
+    second.retain_grad()
+    first.sum().backward()
+    # torch: every tensor hook of the node, in the order they were registered; the unused
+    # output's with None (and its retain_grad keeps None).
+    assert calls == [("second", None), ("first", np.ones(first.shape).tolist())]
+    assert second.grad is None
+
+
+def test_hook_on_an_unused_output_cannot_make_a_gradient() -> None:
+    x = ag.ones(4, requires_grad=True)
+    p, q = x.split(2)
+    q.register_hook(lambda g: ag.ones(2))
+    with pytest.raises(RuntimeError, match="can't replace a None gradient with a non-None value"):
+        p.sum().backward()
+
+
+def test_hook_on_an_unused_output_under_grad() -> None:
+    x = ag.ones(4, requires_grad=True)
+    p, q = x.split(2)
+    calls: list[Any] = []
+    q.register_hook(_record(calls, "q"))
+    ag.grad_sync(p.sum(), x)
+    assert calls == [("q", None)]
