@@ -19,7 +19,7 @@ from ..graph.saved_tensor import FREED as _FREED
 from ..graph.saved_tensor import SavedTensor, raise_freed
 from ..rules import sum_to
 
-__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+__all__ = ["DelayedError", "Function", "FunctionCtx", "once_differentiable"]
 
 
 class FunctionCtx:
@@ -301,20 +301,70 @@ _NO_SETUP = object()
 
 
 def once_differentiable(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a ``backward`` that is not itself differentiable: it runs under ``no_grad``."""
+    """Decorate a ``backward`` that is not itself differentiable: it runs under ``no_grad``.
+
+    Under ``create_graph`` its results (when a gradient it got requires grad) get a grad_fn that
+    raises if a later backward reaches it, as in torch, instead of silently counting as
+    constants.
+    """
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def awrapper(ctx: Any, *args: Any) -> Any:
             with no_grad():
-                return await fn(ctx, *args)
+                out = await fn(ctx, *args)
+            return _delay_error(out, args)
 
         return awrapper
 
     @functools.wraps(fn)
     def wrapper(ctx: Any, *args: Any) -> Any:
         with no_grad():
-            return fn(ctx, *args)
+            out = fn(ctx, *args)
+        return _delay_error(out, args)
 
     return wrapper
+
+
+_ONCE_MESSAGE = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+
+class DelayedError(Node):
+    """The grad_fn of what a ``once_differentiable`` backward returned under create_graph: it
+    raises when a backward reaches it."""
+
+    __slots__ = ("_message",)
+
+    _message: str
+
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
+        raise RuntimeError(self._message)
+
+
+def _delay_error(out: Any, args: tuple[Any, ...]) -> Any:
+    # torch's rule: only when recording, and when one of the gradients the backward got requires
+    # grad (whether it used them is not known).
+    if not _grad_enabled.get() or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        return out
+    outs = out if isinstance(out, tuple) else (out,)
+    tensors = [o for o in outs if isinstance(o, Tensor)]
+    if not tensors:
+        return out
+    node: DelayedError = object.__new__(DelayedError)
+    node._init_node([None] * len(tensors))
+    node._message = _ONCE_MESSAGE
+    node._input_meta = tuple((t.shape, t.dtype) for t in tensors)
+    node._set_device(tensors[0].device)
+    res: list[Any] = []
+    nr = 0
+    for o in outs:
+        if isinstance(o, Tensor):
+            alias = Tensor._wrap(o._array)
+            alias._vc = o._vc
+            alias._grad_fn = node
+            alias._output_nr = nr
+            nr += 1
+            o = alias
+        res.append(o)
+    return tuple(res) if isinstance(out, tuple) else res[0]

@@ -219,3 +219,54 @@ def test_hook_on_an_unused_output_under_grad() -> None:
     q.register_hook(_record(calls, "q"))
     ag.grad_sync(p.sum(), x)
     assert calls == [("q", None)]
+
+
+# ----------------------------------------------------------------------------- once_differentiable
+class _Once(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    @ag.autograd.function.once_differentiable
+    def backward(ctx: Any, g: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class _OnceAsync(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    @ag.autograd.function.once_differentiable
+    async def backward(ctx: Any, g: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+@pytest.mark.parametrize("fn", [_Once, _OnceAsync], ids=["sync", "async"])
+def test_once_differentiable_under_create_graph_gives_a_grad_fn_that_raises(fn: Any) -> None:
+    x = ag.tensor([3.0], requires_grad=True)
+    y = fn.apply(x)
+    (gx,) = ag.grad_sync((y * y).sum(), x, create_graph=True)
+    np.testing.assert_allclose(gx.detach().numpy(), [108.0])
+    assert gx.requires_grad
+    assert gx.grad_fn is not None
+    with pytest.raises(
+        RuntimeError,
+        match="trying to differentiate twice a function that was marked with @once_differentiable",
+    ):
+        gx.sum().backward()
+
+
+def test_once_differentiable_with_constant_grad_outputs_records_nothing() -> None:
+    # torch: the gradients the backward gets need no grad, so its result needs none either.
+    x = ag.tensor([3.0], requires_grad=True)
+    (gx,) = ag.grad_sync(_Once.apply(x).sum(), x, create_graph=True)
+    np.testing.assert_allclose(gx.numpy(), [6.0])
+    assert not gx.requires_grad
+    assert gx.grad_fn is None
