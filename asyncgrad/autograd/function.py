@@ -63,6 +63,12 @@ class FunctionCtx:
             raise_freed(node)
         if self._saved is None:
             return tuple(self._to_save)
+        if self._saved is _CLEARED:
+            raise RuntimeError(
+                "saved_tensors can only be accessed once when clear_saved_tensors_on_access=True "
+                "is set on the autograd.Function. Either access saved_tensors only once, or set "
+                "clear_saved_tensors_on_access=False."
+            )
         out: list[Tensor | None] = []
         for s in self._saved:
             if s is None:
@@ -72,6 +78,9 @@ class FunctionCtx:
                 out.append(s.unpack(node))
             else:
                 out.append(s)
+        if node is not None and node._fn_cls.clear_saved_tensors_on_access:
+            # The caller's tensors are the last references: dropping them frees the memory.
+            self._saved = _CLEARED
         return tuple(out)
 
     def mark_dirty(self, *tensors: Tensor) -> None:
@@ -208,6 +217,10 @@ class Function(metaclass=_FunctionMeta):
     """
 
     _backward_cls: type[BackwardCFunction]
+    # torch's: after the first read of ``ctx.saved_tensors`` the node keeps none of them (so they
+    # are freed as soon as the backward drops them); a second read, in this backward or a later
+    # one (retain_graph), raises.
+    clear_saved_tensors_on_access: bool = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(
@@ -298,6 +311,8 @@ class Function(metaclass=_FunctionMeta):
 
 
 _NO_SETUP = object()
+# What ctx._saved becomes once read, under clear_saved_tensors_on_access.
+_CLEARED: Any = ("cleared",)
 
 
 def once_differentiable(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,6 +8,7 @@ Expected values and messages are torch 2.13's (each program was run there)."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 import numpy as np
@@ -270,3 +271,39 @@ def test_once_differentiable_with_constant_grad_outputs_records_nothing() -> Non
     np.testing.assert_allclose(gx.numpy(), [6.0])
     assert not gx.requires_grad
     assert gx.grad_fn is None
+
+
+# ----------------------------------------------------------------------------- clear on access
+_ONCE_ONLY = "saved_tensors can only be accessed once when clear_saved_tensors_on_access=True"
+
+
+class _ClearOnAccess(ag.autograd.Function):
+    clear_saved_tensors_on_access = True
+    refs: list[Any] = []
+    freed: list[bool] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        t = x.detach() * 3
+        ctx.save_for_backward(x, t)
+        _ClearOnAccess.refs.append(weakref.ref(t))
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        x, t = ctx.saved_tensors
+        del t
+        _ClearOnAccess.freed.append(_ClearOnAccess.refs[-1]() is None)
+        with pytest.raises(RuntimeError, match=_ONCE_ONLY):
+            ctx.saved_tensors
+        return g * 2
+
+
+def test_clear_saved_tensors_on_access() -> None:
+    x = ag.ones(2, requires_grad=True)
+    y = _ClearOnAccess.apply(x)
+    y.sum().backward(retain_graph=True)
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+    assert _ClearOnAccess.freed == [True]  # freed by reference counting once dropped
+    with pytest.raises(RuntimeError, match=_ONCE_ONLY):  # as torch, a second pass too
+        y.sum().backward()
