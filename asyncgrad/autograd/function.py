@@ -96,11 +96,15 @@ class FunctionCtx:
 class BackwardCFunction(Node):
     """Backward node of a custom Function; ``Function.apply`` subclasses it per Function."""
 
-    __slots__ = ("_ctx", "_fn_cls", "_in_meta")
+    __slots__ = ("_ctx", "_fn_cls", "_in_meta", "_outputs")
 
     _ctx: FunctionCtx
     _fn_cls: type[Function]
     _in_meta: tuple[tuple[tuple[int, ...], Any] | None, ...]
+    # When the forward returned non-tensor values too: how many values it returned, and the
+    # position of each tensor among them (the node's inputs are the tensors' gradients, and the
+    # backward gets None for the others, as in torch). None when all are tensors.
+    _outputs: tuple[int, tuple[int, ...]] | None
 
     def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
         ctx = self._ctx
@@ -116,6 +120,12 @@ class BackwardCFunction(Node):
                 )
             else:
                 user.append(g if create else Tensor._wrap(g))
+        layout = self._outputs
+        if layout is not None:
+            spread: list[Any] = [None] * layout[0]
+            for pos, g in zip(layout[1], user, strict=True):
+                spread[pos] = g
+            user = spread
         # See NOTE [User code in a backward leaves no state].
         res = call_user(self._fn_cls.backward, ctx, *user)
         if inspect.isawaitable(res):
@@ -217,6 +227,7 @@ class Function(metaclass=_FunctionMeta):
     """
 
     _backward_cls: type[BackwardCFunction]
+    _forward_signature: inspect.Signature
     # torch's: after the first read of ``ctx.saved_tensors`` the node keeps none of them (so they
     # are freed as soon as the backward drops them); a second read, in this backward or a later
     # one (retain_graph), raises.
@@ -246,8 +257,18 @@ class Function(metaclass=_FunctionMeta):
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         ctx = FunctionCtx()
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         uses_setup = cls.setup_context is not Function.setup_context
+        if uses_setup:
+            # As torch: forward, setup_context and needs_input_grad see the arguments bound to
+            # forward's signature, defaults included.
+            sig = cls.__dict__.get("_forward_signature")
+            if sig is None:
+                sig = inspect.signature(cls.forward)
+                cls._forward_signature = sig
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         with no_grad():
             if uses_setup:
                 output = cls.forward(*args, **kwargs)
@@ -288,6 +309,11 @@ class Function(metaclass=_FunctionMeta):
         node._in_meta = tuple(in_meta)
         non_diff = {id(t) for t in ctx._non_differentiable}
         tensor_outs = [o for o in outs if isinstance(o, Tensor)]
+        node._outputs = (
+            None
+            if len(tensor_outs) == len(outs)
+            else (len(outs), tuple(i for i, o in enumerate(outs) if isinstance(o, Tensor)))
+        )
         node._input_meta = tuple((o.shape, o.dtype) for o in tensor_outs)
         node._set_device(tensor_outs[0].device if tensor_outs else None)
         for nr, o in enumerate(tensor_outs):

@@ -307,3 +307,54 @@ def test_clear_saved_tensors_on_access() -> None:
     assert _ClearOnAccess.freed == [True]  # freed by reference counting once dropped
     with pytest.raises(RuntimeError, match=_ONCE_ONLY):  # as torch, a second pass too
         y.sum().backward()
+
+
+# ----------------------------------------------------------------------------- custom Function
+class _WithConstant(ag.autograd.Function):
+    got: list[Any] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        return x * 2, 5, x * 3
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        _WithConstant.got.append([None if g is None else g.numpy().tolist() for g in grads])
+        return grads[0] * 2 + grads[2] * 3
+
+
+def test_non_tensor_outputs_get_a_none_gradient() -> None:
+    x = ag.ones(2, requires_grad=True)
+    a, n, b = _WithConstant.apply(x)
+    assert n == 5
+    (a + b).sum().backward()
+    assert _WithConstant.got == [[[1.0, 1.0], None, [1.0, 1.0]]]
+    np.testing.assert_allclose(x.grad.numpy(), [5.0, 5.0])
+
+
+class _Defaults(ag.autograd.Function):
+    seen: list[Any] = []
+
+    @staticmethod
+    def forward(x: Any, k: Any = 3, scale: Any = 2.0) -> Any:
+        return x * k * scale
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        _Defaults.seen.append(inputs[1:])
+        ctx.factor = inputs[1] * inputs[2]
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        _Defaults.seen.append(ctx.needs_input_grad)
+        return g * ctx.factor, None, None
+
+
+def test_setup_context_gets_the_default_arguments() -> None:
+    x = ag.ones(2, requires_grad=True)
+    _Defaults.apply(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+    x2 = ag.ones(2, requires_grad=True)
+    _Defaults.apply(x2, k=4).sum().backward()
+    np.testing.assert_allclose(x2.grad.numpy(), [8.0, 8.0])
+    assert _Defaults.seen == [(3, 2.0), (True, False, False), (4, 2.0), (True, False, False)]
