@@ -120,7 +120,9 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
             for fn in list(hooks.post_acc.values()):
                 r = call_user(fn, node.variable)
                 if isawaitable(r):
-                    yield r
+                    r = yield r
+                if r is not None:
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
     return out
 
 

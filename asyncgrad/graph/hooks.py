@@ -56,8 +56,8 @@ class RemovableHandle:
 
     @classmethod
     def add(cls, hooks: Hooks, d: dict[int, Any], fn: Callable[..., Any]) -> RemovableHandle:
-        if not callable(fn):
-            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+        # Any object registers, as in torch: one that is not callable fails with Python's
+        # "object is not callable" when a backward calls it.
         with _lock:
             hid = next(cls._ids)
             d[hid] = fn

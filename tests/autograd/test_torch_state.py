@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -279,8 +279,8 @@ _ONCE_ONLY = "saved_tensors can only be accessed once when clear_saved_tensors_o
 
 class _ClearOnAccess(ag.autograd.Function):
     clear_saved_tensors_on_access = True
-    refs: list[Any] = []
-    freed: list[bool] = []
+    refs: ClassVar[list[Any]] = []
+    freed: ClassVar[list[bool]] = []
 
     @staticmethod
     def forward(ctx: Any, x: Any) -> Any:
@@ -291,11 +291,11 @@ class _ClearOnAccess(ag.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: Any) -> Any:
-        x, t = ctx.saved_tensors
+        _, t = ctx.saved_tensors
         del t
         _ClearOnAccess.freed.append(_ClearOnAccess.refs[-1]() is None)
         with pytest.raises(RuntimeError, match=_ONCE_ONLY):
-            ctx.saved_tensors
+            _ = ctx.saved_tensors
         return g * 2
 
 
@@ -311,7 +311,7 @@ def test_clear_saved_tensors_on_access() -> None:
 
 # ----------------------------------------------------------------------------- custom Function
 class _WithConstant(ag.autograd.Function):
-    got: list[Any] = []
+    got: ClassVar[list[Any]] = []
 
     @staticmethod
     def forward(ctx: Any, x: Any) -> Any:
@@ -333,7 +333,7 @@ def test_non_tensor_outputs_get_a_none_gradient() -> None:
 
 
 class _Defaults(ag.autograd.Function):
-    seen: list[Any] = []
+    seen: ClassVar[list[Any]] = []
 
     @staticmethod
     def forward(x: Any, k: Any = 3, scale: Any = 2.0) -> Any:
@@ -358,3 +358,70 @@ def test_setup_context_gets_the_default_arguments() -> None:
     _Defaults.apply(x2, k=4).sum().backward()
     np.testing.assert_allclose(x2.grad.numpy(), [8.0, 8.0])
     assert _Defaults.seen == [(3, 2.0), (True, False, False), (4, 2.0), (True, False, False)]
+
+
+# ----------------------------------------------------------------------------- errors
+def test_calling_a_grad_fn_with_the_wrong_number_of_gradients() -> None:
+    x = ag.ones(2, requires_grad=True)
+    y = x * x
+    with pytest.raises(TypeError, match=r"^expected 1 arguments, got 0 instead"):
+        y.grad_fn()
+    with pytest.raises(TypeError, match=r"^expected 1 arguments, got 2 instead"):
+        y.grad_fn(ag.ones(2), ag.ones(2))
+    a, _ = x.split(1)
+    with pytest.raises(TypeError, match=r"^expected 2 arguments, got 1 instead"):
+        a.grad_fn(ag.ones(1))
+    gx, _ = y.grad_fn(ag.ones(2))  # the right number still works
+    np.testing.assert_allclose(gx.detach().numpy(), [1.0, 1.0])
+
+
+def test_post_accumulate_grad_hook_must_return_none() -> None:
+    w = ag.ones(2, requires_grad=True)
+    w.register_post_accumulate_grad_hook(lambda t: t * 2)
+    with pytest.raises(RuntimeError, match="post accumulate grad hooks should return None"):
+        (w * 2).sum().backward()
+
+
+async def test_async_post_accumulate_grad_hook_must_return_none() -> None:
+    w = ag.ones(2, requires_grad=True)
+
+    async def hook(t: Any) -> Any:
+        return t
+
+    w.register_post_accumulate_grad_hook(hook)
+    with pytest.raises(RuntimeError, match="post accumulate grad hooks should return None"):
+        await ag.backward((w * 2).sum())
+
+
+class _NotCallable:
+    pass
+
+
+class _CallableObject:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, g: Any) -> None:
+        self.calls += 1
+
+
+def test_hooks_accept_what_torch_accepts() -> None:
+    # torch registers any object and fails when the backward calls it; callable objects work.
+    z = ag.ones(2, requires_grad=True)
+    c = _CallableObject()
+    z.register_hook(c)
+    (z * 2).sum().backward()
+    assert c.calls == 1
+    for register in (
+        lambda t: t.register_hook(_NotCallable()),
+        lambda t: (t * 1).grad_fn.register_hook(3),
+        lambda t: (t * 1).grad_fn.register_prehook(None),
+        lambda t: t.register_post_accumulate_grad_hook(_NotCallable()),
+    ):
+        t = ag.ones(2, requires_grad=True)
+        handle = register(t)
+        handle.remove()
+    t = ag.ones(2, requires_grad=True)
+    t.register_hook(_NotCallable())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'_NotCallable' object is not callable"):
+        (t * 2).sum().backward()
