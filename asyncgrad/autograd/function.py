@@ -329,7 +329,9 @@ class Function(metaclass=_FunctionMeta):
             o._output_nr = nr
             if id(o) in dirty_ids:
                 move_retain(o, old, old_nr)
-        out_ids = {id(o): o for o in tensor_outs}
+        # An output this node made differentiable is saved without its grad_fn (it would keep
+        # the node alive); any other tensor (a non-differentiable output too) as it is.
+        out_ids = {id(o) for o in tensor_outs if o._grad_fn is node}
         ctx._saved = [None if t is None else SavedTensor(t, id(t) in out_ids) for t in ctx._to_save]
         ctx._to_save = ()
         ctx._node = node

@@ -195,8 +195,11 @@ class HookedSavedTensor(SavedTensor):
     def unpack(self, node: Node, output_nr: int = 0) -> Tensor:
         self.check(node)
         p: _Packed = _array_slot.__get__(self)
-        t = Tensor._wrap(self._unpacked()._array)
-        t._vc = self.vc
+        u = self._unpacked()
+        t = Tensor._wrap(u._array)
+        # The version counter of what unpack returned (as torch): changing the unpacked value in
+        # place changes that tensor, not the one that was saved (unless unpack returned it).
+        t._vc = u._vc
         if self.is_output:
             t._grad_fn = node
             t._output_nr = output_nr

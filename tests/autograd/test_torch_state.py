@@ -425,3 +425,58 @@ def test_hooks_accept_what_torch_accepts() -> None:
     t.register_hook(_NotCallable())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="'_NotCallable' object is not callable"):
         (t * 2).sum().backward()
+
+
+# ----------------------------------------------------------------------------- saved tensors
+class _ChangesSaved(ag.autograd.Function):
+    versions: ClassVar[list[tuple[int, int]]] = []
+    original: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        x.add_(0)
+        _ChangesSaved.versions.append((x._version, _ChangesSaved.original[-1]._version))
+        return g * 2
+
+
+def test_unpacked_value_has_the_version_counter_of_what_unpack_returned() -> None:
+    # torch: the tensor backward gets is the unpack hook's, with its own version counter; a
+    # change to it is not a change to the tensor that was saved.
+    x = ag.ones(2, requires_grad=True)
+    a = x * 1
+    _ChangesSaved.original.append(a)
+    with saved_tensors_hooks(lambda t: t.detach().clone(), lambda p: p):
+        y = _ChangesSaved.apply(a)
+    y.sum().backward(retain_graph=True)
+    y.sum().backward()  # the saved value was not changed in place: no error
+    assert _ChangesSaved.versions == [(1, 0), (2, 0)]
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 4.0])
+
+
+class _NonDifferentiableOutput(ag.autograd.Function):
+    got: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        idx = (x > 0).to(ag.float32)
+        ctx.mark_non_differentiable(idx)
+        ctx.save_for_backward(idx)
+        return x * 2, idx
+
+    @staticmethod
+    def backward(ctx: Any, g: Any, g_idx: Any) -> Any:
+        _NonDifferentiableOutput.got.extend(ctx.saved_tensors)
+        return g * 2
+
+
+def test_saved_non_differentiable_output_keeps_its_identity() -> None:
+    x = ag.ones(2, requires_grad=True)
+    y, idx = _NonDifferentiableOutput.apply(x)
+    y.sum().backward()
+    assert _NonDifferentiableOutput.got[0] is idx
