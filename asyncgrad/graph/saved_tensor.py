@@ -196,6 +196,10 @@ class HookedSavedTensor(SavedTensor):
         self.check(node)
         p: _Packed = _array_slot.__get__(self)
         u = self._unpacked()
+        if p.edge is None and not self.is_output:
+            # A tensor saved without a place in the graph: what unpack returned, as it is (as
+            # torch), so a backward sees the very object when unpack gives it back.
+            return u
         t = Tensor._wrap(u._array)
         # The version counter of what unpack returned (as torch): changing the unpacked value in
         # place changes that tensor, not the one that was saved (unless unpack returned it).
