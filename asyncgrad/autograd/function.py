@@ -16,7 +16,7 @@ from ..graph.hooks import move_retain
 from ..graph.local_state import call_user
 from ..graph.node import Edge, Node
 from ..graph.saved_tensor import FREED as _FREED
-from ..graph.saved_tensor import SavedTensor, raise_freed
+from ..graph.saved_tensor import SavedTensor, raise_detached, raise_freed
 from ..rules import sum_to
 
 __all__ = ["DelayedError", "Function", "FunctionCtx", "once_differentiable"]
@@ -28,6 +28,9 @@ class FunctionCtx:
     def __init__(self) -> None:
         self._to_save: tuple[Any, ...] = ()
         self._saved: Any = None
+        # Per saved tensor: whether it had a grad_fn when saved (See NOTE [Saved tensors detached
+        # in place]).
+        self._saved_had_fn: tuple[bool, ...] = ()
         self._node_ref: weakref.ref[BackwardCFunction] | None = None
         self._dirty: tuple[Tensor, ...] = ()
         self._non_differentiable: tuple[Tensor, ...] = ()
@@ -70,11 +73,14 @@ class FunctionCtx:
                 "clear_saved_tensors_on_access=False."
             )
         out: list[Tensor | None] = []
-        for s in self._saved:
+        for s, had_fn in zip(self._saved, self._saved_had_fn, strict=True):
             if s is None:
                 out.append(None)
             elif isinstance(s, SavedTensor):
                 assert node is not None
+                t = s.tensor
+                if had_fn and t is not None and t._grad_fn is None and not t._requires_grad:
+                    raise_detached()  # See NOTE [Saved tensors detached in place]
                 out.append(s.unpack(node))
             else:
                 out.append(s)
@@ -333,6 +339,9 @@ class Function(metaclass=_FunctionMeta):
         # the node alive); any other tensor (a non-differentiable output too) as it is.
         out_ids = {id(o) for o in tensor_outs if o._grad_fn is node}
         ctx._saved = [None if t is None else SavedTensor(t, id(t) in out_ids) for t in ctx._to_save]
+        ctx._saved_had_fn = tuple(
+            t is not None and id(t) not in out_ids and t._grad_fn is not None for t in ctx._to_save
+        )
         ctx._to_save = ()
         ctx._node = node
         return tuple(outs) if is_tuple else outs[0]

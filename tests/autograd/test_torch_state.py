@@ -8,6 +8,7 @@ Expected values and messages are torch 2.13's (each program was run there)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
 from typing import Any, ClassVar
 
@@ -480,3 +481,52 @@ def test_saved_non_differentiable_output_keeps_its_identity() -> None:
     y, idx = _NonDifferentiableOutput.apply(x)
     y.sum().backward()
     assert _NonDifferentiableOutput.got[0] is idx
+
+
+_DETACHED = "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_()"
+
+
+class _SavesInput(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_backward_after_detach_of_a_saved_input_raises_in_a_function(create_graph: bool) -> None:
+    p = ag.tensor([3.0], requires_grad=True)
+    q = p * 1
+    r = _SavesInput.apply(q)
+    q.detach_()
+    with pytest.raises(RuntimeError, match=re.escape(_DETACHED)):
+        ag.grad_sync(r.sum(), p, create_graph=create_graph)
+
+
+def test_double_backward_after_detach_of_a_saved_input_raises() -> None:
+    # Without the error the first derivative had no graph back to p: a wrong second derivative.
+    p = ag.tensor([3.0], requires_grad=True)
+    q = p * 1
+    r = q * q
+    q.detach_()
+    with pytest.raises(RuntimeError, match=re.escape(_DETACHED)):
+        ag.grad_sync(r.sum(), p, create_graph=True)
+
+
+def test_detach_of_a_saved_leaf_or_output_is_allowed() -> None:
+    # torch: only a saved non-leaf that required grad is checked.
+    p = ag.tensor([3.0], requires_grad=True)
+    y = p.exp()
+    z = (y * 2).sum()
+    y.detach_()
+    z.backward()
+    np.testing.assert_allclose(p.grad.numpy(), 2 * np.exp([3.0]), rtol=1e-6)
+    c = ag.tensor([2.0])
+    w = ag.tensor([3.0], requires_grad=True)
+    (gw,) = ag.grad_sync((w * c).sum(), w, create_graph=True)
+    np.testing.assert_allclose(gw.detach().numpy(), [2.0])
