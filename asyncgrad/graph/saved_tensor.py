@@ -103,7 +103,9 @@ class SavedTensor:
 # property that unpacks: the rules and the engine read ``saved.array`` as before and never learn
 # about hooks. It keeps no reference to the tensor or its array (that is the point of
 # offloading), only its version counter, shape and dtype for the in-place check, and the
-# gradient edge to give the unpacked tensor under create_graph.
+# gradient edge to give the unpacked tensor under create_graph. As in torch, the tensor a
+# backward unpacks has the version counter of what ``unpack`` returned, and a tensor saved with
+# no place in the graph unpacks to that very object.
 saved_hooks: ContextVar[tuple[Callable[[Tensor], Any], Callable[[Any], Any]] | None] = ContextVar(
     "asyncgrad_saved_tensors_hooks", default=None
 )

@@ -8,6 +8,7 @@ Expected values and messages are torch 2.13's (each program was run there)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import weakref
 from typing import Any, ClassVar
@@ -530,3 +531,76 @@ def test_detach_of_a_saved_leaf_or_output_is_allowed() -> None:
     w = ag.tensor([3.0], requires_grad=True)
     (gw,) = ag.grad_sync((w * c).sum(), w, create_graph=True)
     np.testing.assert_allclose(gw.detach().numpy(), [2.0])
+
+
+# ----------------------------------------------------------------------------- anomaly mode
+@pytest.fixture
+def no_gc() -> Any:
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+class _Foo:
+    pass
+
+
+def test_graph_made_in_anomaly_mode_is_freed_by_reference_counting(no_gc: None) -> None:
+    # torch's test_anomaly_assign_parent_cleanup: nothing anomaly mode records keeps the graph.
+    def get_ref() -> tuple[Any, Any]:
+        x = ag.randn(2, 2, requires_grad=True)
+        t = x.exp()
+        with ag.autograd.detect_anomaly():
+            ag.grad_sync(t, x, ag.ones_like(t), create_graph=True)
+        obj = _Foo()
+        t.grad_fn.metadata[0] = obj
+        return t, weakref.ref(obj)
+
+    t, ref = get_ref()
+    assert ref() is not None
+    del t
+    assert ref() is None
+
+
+class _Identity(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        return _MakesNan.apply(x)
+
+
+class _MakesNan(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        return g + float("nan")
+
+
+def test_graph_of_a_failed_anomaly_pass_is_freed_by_reference_counting(no_gc: None) -> None:
+    # torch's test_nested_anomaly_printstack_cleanup.
+    def get_ref() -> tuple[Any, Any]:
+        inp = ag.rand(1, requires_grad=True)
+        out = _Identity.apply(inp)
+        (ginp,) = ag.grad_sync(out, (inp,), create_graph=True)
+        with (
+            pytest.raises(RuntimeError, match="Function '_MakesNanBackward' returned nan values"),
+            ag.autograd.detect_anomaly(),
+        ):
+            ginp.backward()
+        obj = _Foo()
+        out.grad_fn.metadata[0] = obj
+        return out, weakref.ref(obj)
+
+    t, ref = get_ref()
+    assert ref() is not None
+    del t
+    assert ref() is None
