@@ -3,11 +3,11 @@
 Model: DEPTH Linear+ReLU layers of WIDTH features, batch BATCH, float32 (default 32 layers of
 256, batch 2048: 64 MB of activations against 8 MB of parameters). One step = forward,
 ``loss.backward()``. Each configuration runs in a fresh process: without checkpointing, and with
-``ag.utils.checkpoint`` around every group of k layers (non-reentrant for several k, reentrant
-for one). Peak memory is measured with tracemalloc (NumPy reports its array allocations to it)
-over one step, above what is allocated before it (the parameters and the input), and so counts
-activations, saved tensors and gradients; "held for backward" is what the forward leaves
-allocated when it ends. Time is the median of a few steps without tracemalloc. Every
+``ag.utils.checkpoint.checkpoint`` around every group of k layers (non-reentrant for several k,
+reentrant for one). Peak memory is measured with tracemalloc (NumPy reports its array
+allocations to it) over one step, above what is allocated before it (the parameters and the
+input), and so counts activations, saved tensors and gradients; "held for backward" is what the
+forward leaves allocated when it ends. Time is the median of a few steps without tracemalloc. Every
 configuration's gradients are checked against the plain run's (a checksum of every parameter's
 gradient).
 
@@ -87,7 +87,7 @@ def worker(label: str, quick: bool) -> dict[str, Any]:
                 h = lin(h).relu()
         else:
             for i in range(0, depth, k):
-                h = ag.utils.checkpoint(group, h, i, use_reentrant=reentrant)
+                h = ag.utils.checkpoint.checkpoint(group, h, i, use_reentrant=reentrant)
         loss = (h * h).mean()
         if mark is not None:
             mark()

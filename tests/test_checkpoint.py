@@ -4,7 +4,7 @@ awaited backward, dropout recomputed identically, and torch's errors."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad import nn
 from asyncgrad.graph.saved_tensor import HookedSavedTensor
-from asyncgrad.utils import checkpoint
+from asyncgrad.utils.checkpoint import checkpoint
 
 
 class _Net:
@@ -222,3 +222,81 @@ def test_dropout_on_a_cuda_device() -> None:
         y = checkpoint(f, x, use_reentrant=mode)
         y.sum().backward()
         np.testing.assert_array_equal(x.grad.cpu().numpy() == 0, y.detach().cpu().numpy() == 0)
+
+
+def test_checkpoint_is_a_module_as_torch() -> None:
+    # torch.utils.checkpoint is a module holding checkpoint; ag.utils.checkpoint(...), the call
+    # this package documented before, still works.
+    import types
+
+    import asyncgrad.utils.checkpoint as module
+
+    assert isinstance(ag.utils.checkpoint, types.ModuleType)
+    assert ag.utils.checkpoint is module
+    assert ag.utils.checkpoint.checkpoint is checkpoint
+    assert issubclass(ag.utils.checkpoint.CheckpointError, RuntimeError)
+    x = ag.tensor([1.0, 2.0], requires_grad=True)
+    ag.utils.checkpoint(lambda t: t.exp(), x, use_reentrant=False).sum().backward()  # type: ignore[operator]
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 2.0]))
+
+
+class _ReadsTwice(ag.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        first = ctx.saved_tensors
+        second = ctx.saved_tensors  # a second read of the same save
+        return g * 2 + 0 * (first[0] + second[0])
+
+
+def test_non_reentrant_unpacking_twice_raises() -> None:
+    x = ag.ones(2, requires_grad=True)
+    y = checkpoint(lambda t: _ReadsTwice.apply(t.sin()), x, use_reentrant=False)
+    with pytest.raises(
+        ag.utils.checkpoint.CheckpointError,
+        match="Unpack is being triggered for a tensor that was already unpacked once",
+    ):
+        y.sum().backward()
+
+
+def test_non_reentrant_each_backward_recomputes_once() -> None:
+    calls = []
+
+    def f(t: Any) -> Any:
+        calls.append(1)
+        return t.sin().exp()
+
+    x = ag.ones(2, requires_grad=True)
+    y = checkpoint(f, x, use_reentrant=False).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    assert len(calls) == 3  # the forward, and one recomputation per backward
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos(1.0) * np.exp(np.sin(1.0)) * np.ones(2))
+
+
+class _SavesSecond(ag.autograd.Function):
+    got: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, y: Any) -> Any:
+        ctx.save_for_backward(y)
+        return x * 1
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        _SavesSecond.got.extend(ctx.saved_tensors)
+        return g, None
+
+
+def test_non_reentrant_keeps_the_identity_of_saved_tensors_that_need_no_grad() -> None:
+    # torch's test_checkpointing_without_reentrant_saved_object_identity
+    a = ag.tensor(1.0, requires_grad=True)
+    b = ag.tensor(1.0)
+    _SavesSecond.apply(a, b).backward()
+    assert _SavesSecond.got[-1] is b
+    checkpoint(_SavesSecond.apply, a, b, use_reentrant=False).backward()
+    assert _SavesSecond.got[-1] is b

@@ -12,12 +12,14 @@ from .. import backend
 from .._tensor import Tensor
 from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.grad_mode import _grad_enabled, no_grad
+from ..graph.hooks import move_retain
+from ..graph.local_state import call_user
 from ..graph.node import Edge, Node
 from ..graph.saved_tensor import FREED as _FREED
-from ..graph.saved_tensor import SavedTensor, raise_freed
+from ..graph.saved_tensor import SavedTensor, raise_detached, raise_freed
 from ..rules import sum_to
 
-__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+__all__ = ["DelayedError", "Function", "FunctionCtx", "once_differentiable"]
 
 
 class FunctionCtx:
@@ -26,6 +28,9 @@ class FunctionCtx:
     def __init__(self) -> None:
         self._to_save: tuple[Any, ...] = ()
         self._saved: Any = None
+        # Per saved tensor: whether it had a grad_fn when saved (See NOTE [Saved tensors detached
+        # in place]).
+        self._saved_had_fn: tuple[bool, ...] = ()
         self._node_ref: weakref.ref[BackwardCFunction] | None = None
         self._dirty: tuple[Tensor, ...] = ()
         self._non_differentiable: tuple[Tensor, ...] = ()
@@ -61,15 +66,27 @@ class FunctionCtx:
             raise_freed(node)
         if self._saved is None:
             return tuple(self._to_save)
+        if self._saved is _CLEARED:
+            raise RuntimeError(
+                "saved_tensors can only be accessed once when clear_saved_tensors_on_access=True "
+                "is set on the autograd.Function. Either access saved_tensors only once, or set "
+                "clear_saved_tensors_on_access=False."
+            )
         out: list[Tensor | None] = []
-        for s in self._saved:
+        for s, had_fn in zip(self._saved, self._saved_had_fn, strict=True):
             if s is None:
                 out.append(None)
             elif isinstance(s, SavedTensor):
                 assert node is not None
+                t = s.tensor
+                if had_fn and t is not None and t._grad_fn is None and not t._requires_grad:
+                    raise_detached()  # See NOTE [Saved tensors detached in place]
                 out.append(s.unpack(node))
             else:
                 out.append(s)
+        if node is not None and node._fn_cls.clear_saved_tensors_on_access:
+            # The caller's tensors are the last references: dropping them frees the memory.
+            self._saved = _CLEARED
         return tuple(out)
 
     def mark_dirty(self, *tensors: Tensor) -> None:
@@ -85,11 +102,15 @@ class FunctionCtx:
 class BackwardCFunction(Node):
     """Backward node of a custom Function; ``Function.apply`` subclasses it per Function."""
 
-    __slots__ = ("_ctx", "_fn_cls", "_in_meta")
+    __slots__ = ("_ctx", "_fn_cls", "_in_meta", "_outputs")
 
     _ctx: FunctionCtx
     _fn_cls: type[Function]
     _in_meta: tuple[tuple[tuple[int, ...], Any] | None, ...]
+    # When the forward returned non-tensor values too: how many values it returned, and the
+    # position of each tensor among them (the node's inputs are the tensors' gradients, and the
+    # backward gets None for the others, as in torch). None when all are tensors.
+    _outputs: tuple[int, tuple[int, ...]] | None
 
     def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
         ctx = self._ctx
@@ -105,7 +126,14 @@ class BackwardCFunction(Node):
                 )
             else:
                 user.append(g if create else Tensor._wrap(g))
-        res = self._fn_cls.backward(ctx, *user)
+        layout = self._outputs
+        if layout is not None:
+            spread: list[Any] = [None] * layout[0]
+            for pos, g in zip(layout[1], user, strict=True):
+                spread[pos] = g
+            user = spread
+        # See NOTE [User code in a backward leaves no state].
+        res = call_user(self._fn_cls.backward, ctx, *user)
         if inspect.isawaitable(res):
             if not self._async_apply:
                 if inspect.iscoroutine(res):
@@ -205,6 +233,11 @@ class Function(metaclass=_FunctionMeta):
     """
 
     _backward_cls: type[BackwardCFunction]
+    _forward_signature: inspect.Signature
+    # torch's: after the first read of ``ctx.saved_tensors`` the node keeps none of them (so they
+    # are freed as soon as the backward drops them); a second read, in this backward or a later
+    # one (retain_graph), raises.
+    clear_saved_tensors_on_access: bool = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(
@@ -230,8 +263,18 @@ class Function(metaclass=_FunctionMeta):
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         ctx = FunctionCtx()
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         uses_setup = cls.setup_context is not Function.setup_context
+        if uses_setup:
+            # As torch: forward, setup_context and needs_input_grad see the arguments bound to
+            # forward's signature, defaults included.
+            sig = cls.__dict__.get("_forward_signature")
+            if sig is None:
+                sig = inspect.signature(cls.forward)
+                cls._forward_signature = sig
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         with no_grad():
             if uses_setup:
                 output = cls.forward(*args, **kwargs)
@@ -272,6 +315,11 @@ class Function(metaclass=_FunctionMeta):
         node._in_meta = tuple(in_meta)
         non_diff = {id(t) for t in ctx._non_differentiable}
         tensor_outs = [o for o in outs if isinstance(o, Tensor)]
+        node._outputs = (
+            None
+            if len(tensor_outs) == len(outs)
+            else (len(outs), tuple(i for i, o in enumerate(outs) if isinstance(o, Tensor)))
+        )
         node._input_meta = tuple((o.shape, o.dtype) for o in tensor_outs)
         node._set_device(tensor_outs[0].device if tensor_outs else None)
         for nr, o in enumerate(tensor_outs):
@@ -282,33 +330,93 @@ class Function(metaclass=_FunctionMeta):
                     raise RuntimeError(
                         "a leaf Variable that requires grad has been used in an in-place operation."
                     )
+            old, old_nr = o._grad_fn, o._output_nr
             o._grad_fn = node
             o._output_nr = nr
-        out_ids = {id(o): o for o in tensor_outs}
+            if id(o) in dirty_ids:
+                move_retain(o, old, old_nr)
+        # An output this node made differentiable is saved without its grad_fn (it would keep
+        # the node alive); any other tensor (a non-differentiable output too) as it is.
+        out_ids = {id(o) for o in tensor_outs if o._grad_fn is node}
         ctx._saved = [None if t is None else SavedTensor(t, id(t) in out_ids) for t in ctx._to_save]
+        ctx._saved_had_fn = tuple(
+            t is not None and id(t) not in out_ids and t._grad_fn is not None for t in ctx._to_save
+        )
         ctx._to_save = ()
         ctx._node = node
         return tuple(outs) if is_tuple else outs[0]
 
 
 _NO_SETUP = object()
+# What ctx._saved becomes once read, under clear_saved_tensors_on_access.
+_CLEARED: Any = ("cleared",)
 
 
 def once_differentiable(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a ``backward`` that is not itself differentiable: it runs under ``no_grad``."""
+    """Decorate a ``backward`` that is not itself differentiable: it runs under ``no_grad``.
+
+    Under ``create_graph`` its results (when a gradient it got requires grad) get a grad_fn that
+    raises if a later backward reaches it, as in torch, instead of silently counting as
+    constants.
+    """
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def awrapper(ctx: Any, *args: Any) -> Any:
             with no_grad():
-                return await fn(ctx, *args)
+                out = await fn(ctx, *args)
+            return _delay_error(out, args)
 
         return awrapper
 
     @functools.wraps(fn)
     def wrapper(ctx: Any, *args: Any) -> Any:
         with no_grad():
-            return fn(ctx, *args)
+            out = fn(ctx, *args)
+        return _delay_error(out, args)
 
     return wrapper
+
+
+_ONCE_MESSAGE = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+
+class DelayedError(Node):
+    """The grad_fn of what a ``once_differentiable`` backward returned under create_graph: it
+    raises when a backward reaches it."""
+
+    __slots__ = ("_message",)
+
+    _message: str
+
+    def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> Any:
+        raise RuntimeError(self._message)
+
+
+def _delay_error(out: Any, args: tuple[Any, ...]) -> Any:
+    # torch's rule: only when recording, and when one of the gradients the backward got requires
+    # grad (whether it used them is not known).
+    if not _grad_enabled.get() or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        return out
+    outs = out if isinstance(out, tuple) else (out,)
+    tensors = [o for o in outs if isinstance(o, Tensor)]
+    if not tensors:
+        return out
+    node: DelayedError = object.__new__(DelayedError)
+    node._init_node([None] * len(tensors))
+    node._message = _ONCE_MESSAGE
+    node._input_meta = tuple((t.shape, t.dtype) for t in tensors)
+    node._set_device(tensors[0].device)
+    res: list[Any] = []
+    nr = 0
+    for o in outs:
+        if isinstance(o, Tensor):
+            alias = Tensor._wrap(o._array)
+            alias._vc = o._vc
+            alias._grad_fn = node
+            alias._output_nr = nr
+            nr += 1
+            o = alias
+        res.append(o)
+    return tuple(res) if isinstance(out, tuple) else res[0]

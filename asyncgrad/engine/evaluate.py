@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from ..backend import cuda
 from ..graph.accumulate_grad import AccumulateGrad
 from ..graph.hooks import from_user, hook_name, post_from_user, retain, to_user
+from ..graph.local_state import call_user
 from . import streams
 from .reentrant import current_graph_task, run_blocking
 
 if TYPE_CHECKING:
+    from ..graph.hooks import Hooks
     from ..graph.node import Node
     from .graph_task import GraphTask
 
@@ -50,15 +52,18 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
     create = gt.create_graph
     hooks = node._hooks
     if hooks is not None:
-        # Tensor hooks, then retains_grad, then the node's pre-hooks (PyTorch's order).
-        for nr, fns in list(hooks.tensor_pre.items()):
-            for fn in list(fns.values()):
-                if nr >= len(buf) or buf[nr] is None:
-                    break
-                r = fn(to_user(buf[nr], create))
+        # Tensor hooks, then retains_grad, then the node's pre-hooks (PyTorch's order). The
+        # tensor hooks of all outputs run in the order they were registered (their handles'
+        # ids), those of an output that got no gradient with None, as in torch.
+        if hooks.tensor_pre:
+            for _, nr, fn in _tensor_hooks(hooks):
+                g = buf[nr]
+                r = call_user(fn, to_user(g, create))
                 if isawaitable(r):
                     r = yield r
                 if r is not None:
+                    if g is None:
+                        raise RuntimeError("can't replace a None gradient with a non-None value")
                     buf[nr] = from_user(r, node, nr, hook_name(fn), create)
         for nr, ref in list(hooks.retains.items()):
             t = ref()
@@ -76,7 +81,7 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
     if hooks is not None and hooks.pre:
         grads = tuple(to_user(g, create) for g in buf)
         for fn in list(hooks.pre.values()):
-            r = fn(grads)
+            r = call_user(fn, grads)
             if isawaitable(r):
                 r = yield r
             if r is not None:
@@ -99,7 +104,7 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
             gi = tuple(to_user(g, create) for g in out)
             go = tuple(to_user(g, create) for g in grad_outputs)
             for fn in list(hooks.post.values()):
-                r = fn(gi, go)
+                r = call_user(fn, gi, go)
                 if isawaitable(r):
                     r = yield r
                 if r is not None:
@@ -113,10 +118,26 @@ def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, A
             out = [post_from_user(g, node, i, create) for i, g in enumerate(gi)]
         if isinstance(node, AccumulateGrad) and hooks.post_acc:
             for fn in list(hooks.post_acc.values()):
-                r = fn(node.variable)
+                r = call_user(fn, node.variable)
                 if isawaitable(r):
-                    yield r
+                    r = yield r
+                if r is not None:
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
     return out
+
+
+def _tensor_hooks(hooks: Hooks) -> list[tuple[int, int, Any]]:
+    """``(id, output, hook)`` of every tensor hook of a node, in the order they were
+    registered."""
+    out = [
+        (hid, nr, fn) for nr, fns in list(hooks.tensor_pre.items()) for hid, fn in list(fns.items())
+    ]
+    out.sort(key=_first)
+    return out
+
+
+def _first(entry: tuple[int, int, Any]) -> int:
+    return entry[0]
 
 
 def finish_blocking(gen: Generator[Any, Any, Any], aw: Any) -> Any:
@@ -149,7 +170,7 @@ async def complete(gt: GraphTask) -> None:
     try:
         while gt.callbacks and not gt.done:
             cb = gt.callbacks.pop(0)
-            r = cb()
+            r = call_user(cb)
             if isawaitable(r):
                 await r
         st = gt.streams
@@ -168,7 +189,7 @@ def run_callbacks_blocking(gt: GraphTask) -> None:
     try:
         while gt.callbacks:
             cb = gt.callbacks.pop(0)
-            r = cb()
+            r = call_user(cb)
             if isawaitable(r):
                 run_blocking(functools.partial(_await, r))
     finally:

@@ -56,8 +56,8 @@ class RemovableHandle:
 
     @classmethod
     def add(cls, hooks: Hooks, d: dict[int, Any], fn: Callable[..., Any]) -> RemovableHandle:
-        if not callable(fn):
-            raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+        # Any object registers, as in torch: one that is not callable fails with Python's
+        # "object is not callable" when a backward calls it.
         with _lock:
             hid = next(cls._ids)
             d[hid] = fn
@@ -88,6 +88,24 @@ def tensor_hooks_of(hooks: Hooks, nr: int) -> dict[int, Callable[..., Any]]:
 def add_retain(hooks: Hooks, nr: int, tensor: Tensor) -> None:
     with _lock:
         hooks.retains[nr] = weakref.ref(tensor)
+
+
+def move_retain(t: Tensor, old: Node | None, old_nr: int) -> None:
+    """``t``'s history has moved from output ``old_nr`` of ``old`` to its new grad_fn (an in-place
+    op): if ``t`` retains its gradient, the new node now retains it and the old one no longer
+    does, so ``t.grad`` is the gradient of its value after the op, once (as torch)."""
+    m = t._meta
+    if m is None or not m.retains_grad:
+        return
+    if old is not None and old._hooks is not None:
+        retains = old._hooks.retains
+        with _lock:
+            ref = retains.get(old_nr)
+            if ref is not None and ref() is t:
+                del retains[old_nr]
+    new = t._grad_fn
+    if new is not None:
+        add_retain(new._get_hooks(), t._output_nr, t)
 
 
 # ----------------------------------------------------------------------------- engine side

@@ -187,6 +187,9 @@ class Node:
 
     def __call__(self, *grad_outputs: Any) -> Any:
         """Apply this backward function directly to gradients (Tensors), outside any engine."""
+        n = len(self._input_meta)
+        if len(grad_outputs) != n:
+            raise TypeError(f"expected {n} arguments, got {len(grad_outputs)} instead")
         create = _grad_enabled.get()
         grads = [
             None if g is None else (g if create else g._array) if isinstance(g, Tensor) else g

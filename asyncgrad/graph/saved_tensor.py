@@ -17,6 +17,7 @@ __all__ = [
     "HookedSavedTensor",
     "SavedTensor",
     "hooks_used",
+    "raise_detached",
     "raise_freed",
     "saved_hooks",
 ]
@@ -60,6 +61,8 @@ class SavedTensor:
         self.check(node)
         saved = self.tensor
         if saved is not None:
+            if saved._grad_fn is None and not saved._requires_grad and _had_grad_fn(self, node):
+                raise_detached()
             if saved._array is self.array:
                 return saved
             return self._rebound(saved)
@@ -100,7 +103,9 @@ class SavedTensor:
 # property that unpacks: the rules and the engine read ``saved.array`` as before and never learn
 # about hooks. It keeps no reference to the tensor or its array (that is the point of
 # offloading), only its version counter, shape and dtype for the in-place check, and the
-# gradient edge to give the unpacked tensor under create_graph.
+# gradient edge to give the unpacked tensor under create_graph. As in torch, the tensor a
+# backward unpacks has the version counter of what ``unpack`` returned, and a tensor saved with
+# no place in the graph unpacks to that very object.
 saved_hooks: ContextVar[tuple[Callable[[Tensor], Any], Callable[[Any], Any]] | None] = ContextVar(
     "asyncgrad_saved_tensors_hooks", default=None
 )
@@ -195,8 +200,15 @@ class HookedSavedTensor(SavedTensor):
     def unpack(self, node: Node, output_nr: int = 0) -> Tensor:
         self.check(node)
         p: _Packed = _array_slot.__get__(self)
-        t = Tensor._wrap(self._unpacked()._array)
-        t._vc = self.vc
+        u = self._unpacked()
+        if p.edge is None and not self.is_output:
+            # A tensor saved without a place in the graph: what unpack returned, as it is (as
+            # torch), so a backward sees the very object when unpack gives it back.
+            return u
+        t = Tensor._wrap(u._array)
+        # The version counter of what unpack returned (as torch): changing the unpacked value in
+        # place changes that tensor, not the one that was saved (unless unpack returned it).
+        t._vc = u._vc
         if self.is_output:
             t._grad_fn = node
             t._output_nr = output_nr
@@ -208,6 +220,34 @@ class HookedSavedTensor(SavedTensor):
                 t._requires_grad = True
                 t._get_meta().grad_edge = p.edge
         return t
+
+
+# NOTE [Saved tensors detached in place]
+# A non-leaf saved for backward and then detached in place (``detach_()``) has lost its place in
+# the graph, so a backward that needs it as a Tensor (create_graph, or a custom Function's
+# ``ctx.saved_tensors``) raises torch's error rather than differentiating it as a constant (a
+# wrong higher-order gradient). It is checked where the saved tensor is unpacked; a backward
+# without create_graph reads the saved array only and computes the gradient from the value it
+# had, unchecked (the check costs nothing on that path). Whether the tensor had a grad_fn when it
+# was saved: for an op's node, its edge for that input (saved value p is input p - 1, See _SAVES
+# in asyncgrad/ops/_record.py); a custom Function records it when saving.
+def _had_grad_fn(st: SavedTensor, node: Node) -> bool:
+    saved = getattr(node, "_saved", None)
+    if type(saved) is not list and type(saved) is not tuple:
+        return False
+    edges = node._next_edges
+    for p, s in enumerate(saved):
+        if s is st:
+            e = edges[p - 1] if 1 <= p <= len(edges) else None
+            return e is not None and type(e[0]) is not AccumulateGrad
+    return False
+
+
+def raise_detached() -> NoReturn:
+    raise RuntimeError(
+        "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_()."
+        "This is not supported, please use out-of-place `.detach()` instead"
+    )
 
 
 def raise_freed(node: Node) -> NoReturn:

@@ -11,6 +11,7 @@ from .._tensor import Tensor
 from ..backend import silent_fp
 from ..graph.copy_slices import CopySlices
 from ..graph.grad_mode import _grad_enabled
+from ..graph.hooks import move_retain
 from ._record import OPS, arr, make
 from .convert import to
 from .pointwise import _binary, clamp, masked_fill, mul, pow, relu
@@ -72,14 +73,18 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     if fn is None:
         return self
     if base is None:
+        old, old_nr = self._grad_fn, self._output_nr
         self._grad_fn = fn
         self._output_nr = res._output_nr
+        move_retain(self, old, old_nr)
     else:
         assert self._meta is not None
         assert self._meta.view_chain is not None
         cs = CopySlices(base_edge, self._meta.view_chain, fn, base)
+        old, old_nr = base._grad_fn, base._output_nr
         base._grad_fn = cs
         base._output_nr = 0
+        move_retain(base, old, old_nr)
         # self and every other view of base now regenerate their grad_fn on next use.
     return self
 

@@ -1,12 +1,12 @@
-"""ag.utils: activation checkpointing (``ag.utils.checkpoint``) and data loading
-(``ag.utils.data``, imported on first use)."""
+"""ag.utils: activation checkpointing (the module ``ag.utils.checkpoint``, holding
+``checkpoint`` as torch's) and data loading (``ag.utils.data``, imported on first use)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from .checkpoint import checkpoint
+from . import checkpoint
 
 __all__ = ["checkpoint", "data"]
 

@@ -1,5 +1,6 @@
-"""Activation checkpointing: ``ag.utils.checkpoint(fn, *args)`` keeps no activation of ``fn``
-for backward and recomputes them when backward needs them.
+"""Activation checkpointing, as ``torch.utils.checkpoint``: ``checkpoint(fn, *args)`` keeps no
+activation of ``fn`` for backward and recomputes them when backward needs them. (The module is
+also callable as that function: ``ag.utils.checkpoint(fn, *args)``.)
 
 # NOTE [Two checkpoints]
 # Reentrant (``use_reentrant=True``, the default as in torch): ``fn`` runs under no_grad inside
@@ -8,10 +9,12 @@ for backward and recomputes them when backward needs them.
 # reentrant machinery). Gradients of parameters used inside ``fn`` are accumulated by that nested
 # pass into their ``.grad``, so this form serves ``backward()`` but not ``grad()``, as in torch.
 # Non-reentrant: ``fn`` runs with grad on, under saved-tensor hooks whose pack returns a handle
-# (its position among the region's saves) and keeps nothing; the first unpack runs ``fn`` once
-# again under hooks that collect the tensors it saves, in the same order, and every unpack then
-# takes its own. It works with ``grad()``, ``inputs=``, and higher order, and the graph is the
-# usual one between the region's inputs and outputs.
+# (its position among the region's saves) and keeps nothing; the first unpack in a backward pass
+# runs ``fn`` once again under hooks that collect the tensors it saves, in the same order, and
+# every unpack in that pass then takes its own, once (a second unpack of one save in a pass is a
+# CheckpointError, as in torch; another pass, with retain_graph, recomputes again). It works
+# with ``grad()``, ``inputs=``, and higher order, and the graph is the usual one between the
+# region's inputs and outputs.
 # Both restore the default generator's state for the recomputation (``preserve_rng_state``), so
 # dropout draws the same mask: the states of its generators (CPU and each CUDA device's, through
 # RandomState.get_state: a CUDA generator cannot be deep-copied) are saved when the forward starts
@@ -20,7 +23,10 @@ for backward and recomputes them when backward needs them.
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +40,7 @@ from ..engine.reentrant import current_graph_task
 from ..graph.grad_mode import enable_grad, inference_mode, no_grad
 from ..ops.creation import default_generator
 
-__all__ = ["checkpoint"]
+__all__ = ["CheckpointError", "checkpoint"]
 
 
 # The default generator's states: its CPU generator's and each CUDA device's it has drawn on.
@@ -120,8 +126,22 @@ class _CheckpointFunction(Function):
         return (None, None, *(d.grad if isinstance(d, Tensor) else None for d in args))
 
 
+class CheckpointError(RuntimeError):
+    """A non-reentrant checkpoint's recomputation does not match its forward, or a saved
+    tensor was unpacked twice in one backward (torch's class)."""
+
+
+_USED: Any = object()  # a save already unpacked in that backward
+
+
 class _Frame:
-    """One non-reentrant region: its function and inputs, and the recomputed saves."""
+    """One non-reentrant region: its function and inputs, and the recomputed saves.
+
+    Each backward pass that reaches the region recomputes it once, and each save may be
+    unpacked once per pass, as in torch: ``recomputed`` maps a running graph task's id to it
+    (held, so the id stays its own) and what its recomputation saved, position by position
+    (``_USED`` once unpacked); the entry goes when the pass ends.
+    """
 
     def __init__(self, fn: Callable[..., Any], args: Any, kwargs: Any, rng: Any) -> None:
         self.fn = fn
@@ -129,7 +149,7 @@ class _Frame:
         self.kwargs = kwargs
         self.rng = rng
         self.count = 0  # tensors saved by the forward
-        self.recomputed: dict[int, Tensor] = {}
+        self.recomputed: dict[int, tuple[Any, dict[int, Any]]] = {}
         self.lock = threading.Lock()
 
     def pack(self, t: Tensor) -> tuple[_Frame, int]:
@@ -137,11 +157,13 @@ class _Frame:
         self.count += 1
         return self, i
 
-    def recompute(self) -> None:
-        got: dict[int, Tensor] = {}
+    def recompute(self) -> dict[int, Any]:
+        got: dict[int, Any] = {}
 
         def pack(t: Tensor) -> None:
-            got[len(got)] = t.detach()
+            # A tensor that needs no grad is kept as it is: its backward gets the very object
+            # the forward saved (an input, a constant), as torch does.
+            got[len(got)] = t.detach() if t.requires_grad else t
 
         def unpack(_: None) -> Tensor:
             raise RuntimeError("checkpoint: the recomputation's graph is not for backward")
@@ -154,22 +176,41 @@ class _Frame:
         ):
             self.fn(*self.args, **self.kwargs)
         if len(got) != self.count:
-            raise RuntimeError(
+            raise CheckpointError(
                 "torch.utils.checkpoint: A different number of tensors was saved during the "
                 "original forward and recomputation.\n"
                 f"Number of tensors saved during forward: {self.count}\n"
                 f"Number of tensors saved during recomputation: {len(got)}"
             )
-        self.recomputed = got
+        return got
+
+    def forget(self, key: int) -> None:
+        with self.lock:
+            self.recomputed.pop(key, None)
 
     @staticmethod
     def unpack(handle: tuple[_Frame, int]) -> Tensor:
         frame, i = handle
+        gt = current_graph_task.get()
+        if gt is None:  # read outside a backward: recomputed for this read alone
+            t: Tensor = frame.recompute()[i]
+            return t
+        key = id(gt)
         with frame.lock:
-            t = frame.recomputed.pop(i, None)
-            if t is None:  # first read, or a second backward (retain_graph)
-                frame.recompute()
-                t = frame.recomputed.pop(i)
+            entry = frame.recomputed.get(key)
+            if entry is None:
+                entry = frame.recomputed[key] = (gt, frame.recompute())
+                gt.add_callback(functools.partial(frame.forget, key))
+            saves = entry[1]
+            t = saves[i]
+            if t is _USED:
+                raise CheckpointError(
+                    "torch.utils.checkpoint: Unpack is being triggered for a tensor that was "
+                    "already unpacked once. If you are calling ctx.saved_tensors in backward, "
+                    "make sure to do so only once. Otherwise please open an issue with details "
+                    "on your use case."
+                )
+            saves[i] = _USED
         return t
 
 
@@ -193,7 +234,7 @@ def checkpoint(
         >>> import asyncgrad as ag
         >>> lin = ag.nn.Linear(4, 4)
         >>> x = ag.randn(2, 4, requires_grad=True)
-        >>> y = ag.utils.checkpoint(lambda t: lin(t).relu(), x, use_reentrant=False)
+        >>> y = ag.utils.checkpoint.checkpoint(lambda t: lin(t).relu(), x, use_reentrant=False)
         >>> y.sum().backward()
     """
     if use_reentrant is None:
@@ -214,3 +255,15 @@ def checkpoint(
     frame = _Frame(function, args, kwargs, _rng_snapshot() if preserve_rng_state else None)
     with saved_tensors_hooks(frame.pack, _Frame.unpack):
         return function(*args, **kwargs)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, as ``ag.utils.checkpoint``: a module holding ``checkpoint`` as torch's, that
+    may also be called as the function (``ag.utils.checkpoint(fn, *args)``), as this package
+    documented it before it was a module."""
+
+    def __call__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return checkpoint(function, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -13,7 +13,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad import nn
 from asyncgrad.ops.creation import default_generator
-from asyncgrad.utils import checkpoint
+from asyncgrad.utils.checkpoint import checkpoint
 
 DEVICE = "cuda:0"
 
