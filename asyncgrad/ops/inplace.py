@@ -11,9 +11,32 @@ from .._tensor import Tensor
 from ..backend import silent_fp
 from ..graph.copy_slices import CopySlices
 from ..graph.grad_mode import _grad_enabled
-from ._record import OPS, arr, make
+from ..rules import keeps_for_backward
+from ._record import OPS, NoGradView, ViewOfNoGradView, arr, make
 from .convert import to
 from .pointwise import _binary, clamp, masked_fill, mul, pow, relu
+
+_CLARIFY_NO_GRAD_VIEW = (
+    "created in no_grad mode and is being modified inplace with grad mode enabled. Given that "
+    "this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+    "moving both the view and the inplace either both inside the no_grad block (if you don't "
+    "want the inplace to be tracked) or both outside (if you want the inplace to be tracked)."
+)
+
+
+def check_no_grad_view(self: Tensor) -> None:
+    """Raise for an in-place op, recorded, on a view made under no_grad (See NOTE [Views made
+    under no_grad] in ops/_record.py)."""
+    m = self._meta
+    chain = None if m is None else m.view_chain
+    if type(chain) is NoGradView:
+        raise RuntimeError("A view was " + _CLARIFY_NO_GRAD_VIEW)
+    if type(chain) is ViewOfNoGradView:
+        assert chain is not None
+        made_by = OPS[chain[-1][0]].node_cls.__name__
+        raise RuntimeError(
+            f"Output 0 of {made_by} is a view of a view which was " + _CLARIFY_NO_GRAD_VIEW
+        )
 
 
 def check_inplace(self: Tensor) -> None:
@@ -22,6 +45,8 @@ def check_inplace(self: Tensor) -> None:
             "a leaf Variable that requires grad is being used in an in-place operation."
         )
     base = self._base
+    if base is not None and base.requires_grad:
+        check_no_grad_view(self)
     if base is not None and base._grad_fn is None and base._requires_grad:
         raise RuntimeError(
             "a view of a leaf Variable that requires grad is being used in an in-place operation."
@@ -68,6 +93,8 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     base = self._base
     fn = res._grad_fn
     base_edge = base._edge() if (base is not None and fn is not None) else None
+    if fn is not None and base is not None:
+        check_no_grad_view(self)  # the value written requires grad
     _write(self, res._array)
     if fn is None:
         return self
@@ -77,6 +104,8 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     else:
         assert self._meta is not None
         assert self._meta.view_chain is not None
+        # torch's CopySlices gives up its node after one backward, whatever that node saved.
+        keeps_for_backward(fn)
         cs = CopySlices(base_edge, self._meta.view_chain, fn, base)
         base._grad_fn = cs
         base._output_nr = 0
