@@ -39,6 +39,21 @@ def check_no_grad_view(self: Tensor) -> None:
         )
 
 
+def _check_not_expanded(self: Tensor) -> None:
+    """A recorded in-place op through an expanded view: its CopySlices would write the
+    gradient through the expansion, which asyncgrad's backward does not do (torch's does), so
+    it is refused here rather than failing in backward. Unrecorded writes go through (See NOTE
+    [Writing through an expanded view] in ops/shape.py)."""
+    m = self._meta
+    chain = () if m is None or m.view_chain is None else m.view_chain
+    if any(name == "expand" for name, _ in chain):
+        raise RuntimeError(
+            "unsupported operation: an in-place op on an expanded view of a tensor that requires "
+            "grad cannot be differentiated by asyncgrad (torch can). Please clone() the tensor "
+            "before performing the operation."
+        )
+
+
 def check_inplace(self: Tensor) -> None:
     if self._grad_fn is None and self._requires_grad:
         raise RuntimeError(
@@ -53,6 +68,23 @@ def check_inplace(self: Tensor) -> None:
         )
 
 
+def _overlaps_itself(a: Any) -> bool:
+    """torch's rule for the tensor an in-place op writes: refused where a dimension of more than
+    one element has stride 0 (an expanded view); also NumPy's read-only arrays (See NOTE
+    [Writing through an expanded view] in ops/shape.py)."""
+    if backend.overlaps_itself(a):
+        return True
+    if type(a) is not backend.ndarray:
+        return False
+    return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True))
+
+
+_OVERLAP_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a "
+    "single memory location. Please clone() the tensor before performing the operation."
+)
+
+
 def _write(self: Tensor, res: Any) -> None:
     dst = self._array
     if res.shape != dst.shape:
@@ -64,11 +96,8 @@ def _write(self: Tensor, res: Any) -> None:
         raise RuntimeError(
             f"result type {res.dtype} can't be cast to the desired output type {dst.dtype}"
         )
-    if backend.overlaps_itself(dst):
-        raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a "
-            "single memory location. Please clone() the tensor before performing the operation."
-        )
+    if _overlaps_itself(dst):
+        raise RuntimeError(_OVERLAP_MESSAGE)
     backend.copy_into(dst, res)
     self._vc[0] += 1
 
@@ -95,6 +124,7 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     base_edge = base._edge() if (base is not None and fn is not None) else None
     if fn is not None and base is not None:
         check_no_grad_view(self)  # the value written requires grad
+        _check_not_expanded(self)
     _write(self, res._array)
     if fn is None:
         return self
@@ -122,6 +152,8 @@ def _inplace_arith(self: Tensor, name: str, fname: str, other: Any) -> Tensor:
         if _grad_enabled.get():
             check_inplace(self)
         dst = self._array
+        if _overlaps_itself(dst):
+            raise RuntimeError(_OVERLAP_MESSAGE)
         try:
             getattr(backend.namespace(dst), fname)(dst, oa, out=dst, casting="same_kind")
         except (TypeError, ValueError) as e:

@@ -168,6 +168,16 @@ def expand(input: Tensor, *sizes: Any) -> Tensor:
             f"The expanded size of the tensor must match the existing size at non-singleton "
             f"dimensions. Target sizes: {list(sizes)}. Tensor sizes: {list(xa.shape)}"
         ) from None
+    if type(out) is backend.ndarray and xa.flags.writeable:
+        # NOTE [Writing through an expanded view]
+        # As torch's, an expanded tensor is a view its writes go through: ``e[0] = v`` writes
+        # into x, and the in-place ops refuse only a written region in which several elements
+        # share one location (See _overlaps_itself in ops/inplace.py). NumPy's broadcast view
+        # is read-only; it is made writable where x is.
+        try:
+            out.flags.writeable = True
+        except ValueError:  # a NumPy that refuses: writes raise, as before
+            pass
     return _view_op(input, "expand", out, {"shape": shape})
 
 

@@ -491,3 +491,77 @@ def test_randint_forms_match_torch() -> None:
         assert set(m.randint(3, 5, (200,)).tolist()) == {3, 4}
         with pytest.raises(TypeError):
             m.randint(3, 5)
+
+
+# ----------------------------------------------------------------------------- expanded views
+def test_setitem_through_an_expanded_view_writes_the_base() -> None:
+    x = ag.zeros(1, 3)
+    e = x.expand(2, 3)
+    e[0] = 5.0  # the row has no repeated element: allowed, and it is x's row (torch's result)
+    assert x.tolist() == [[5.0, 5.0, 5.0]]
+    e[1, 2] = 7.0
+    e[0].add_(1.0)
+    assert x.tolist() == [[6.0, 6.0, 8.0]]
+    assert e.tolist() == [[6.0, 6.0, 8.0]] * 2
+
+
+def test_writes_where_expanded_elements_share_memory_are_refused() -> None:
+    x = ag.zeros(1, 3)
+    e = x.expand(2, 3)
+    for write in (
+        lambda: e.add_(1.0),
+        lambda: e.copy_(ag.ones(2, 3)),
+        lambda: e.__setitem__((slice(None), 0), 5.0),
+    ):
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            write()
+    assert x.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_expand_then_setitem_on_a_clone_in_a_hook() -> None:
+    x = ag.ones(3, requires_grad=True)
+    seen: list[list[list[float]]] = []
+
+    def hook(g: ag.Tensor) -> ag.Tensor:
+        c = g.clone()
+        e = c.expand(2, 3)
+        e[1, 0] = 0.0  # writes c[0], as in torch
+        seen.append(e.tolist())
+        return c
+
+    x.register_hook(hook)
+    (x * 2).sum().backward()
+    assert seen == [[[0.0, 2.0, 2.0], [0.0, 2.0, 2.0]]]
+    assert x.grad is not None
+    assert x.grad.tolist() == [0.0, 2.0, 2.0]
+
+
+def test_recorded_write_through_an_expanded_view_is_refused() -> None:
+    # torch routes this gradient through the expansion; asyncgrad's CopySlices does not, so it
+    # refuses the write with a clear error instead of computing a wrong gradient.
+    x = ag.ones(1, 3, requires_grad=True)
+    e = (x * 1).expand(2, 3)
+    with pytest.raises(RuntimeError, match="expanded view of a tensor that requires grad"):
+        e[0] = 5.0
+
+
+@needs_torch
+def test_expanded_writes_match_torch() -> None:
+    def outcome(m: Any, write: Callable[[Any], Any]) -> Any:
+        x = m.zeros(1, 3)
+        try:
+            write(x.expand(2, 3))
+        except RuntimeError:
+            return "raise"
+        return x.tolist()
+
+    writes = [
+        lambda e: e.__setitem__(0, 5.0),
+        lambda e: e.__setitem__((1, 2), 5.0),
+        lambda e: e[0].mul_(2.0),
+        lambda e: e.t()[0].__setitem__(0, 3.0),
+        lambda e: e.add_(1.0),
+        lambda e: e.__setitem__((slice(None), 0), 5.0),
+    ]
+    for w in writes:
+        assert outcome(ag, w) == outcome(torch, w)
