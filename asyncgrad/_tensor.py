@@ -193,6 +193,11 @@ class Tensor:
     def data(self, value: Tensor) -> None:
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        if self.requires_grad and value._array.dtype.kind not in _FLOAT_KINDS:
+            raise RuntimeError(
+                "data set to a tensor that requires gradients must be floating point or complex "
+                f"dtype (got {value._array.dtype})"
+            )
         self._array = value._array
 
     @property
@@ -259,7 +264,8 @@ class Tensor:
                     "Use Tensor.cpu() to copy the tensor to host memory first."
                 )
             return backend.to_device(self._array, CPU)
-        if self.requires_grad and not force:
+        # As torch's: allowed under no_grad, where nothing can record on the shared memory.
+        if self.requires_grad and not force and _ops.grad_mode_enabled():
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. "
                 "Use tensor.detach().numpy() instead."
@@ -340,6 +346,8 @@ class Tensor:
 
     @property
     def grad(self) -> Tensor | None:
+        if (self._grad_fn is not None or self._base is not None) and self._grad is None:
+            _ops.warn_non_leaf_grad(self)
         return self._grad
 
     @grad.setter

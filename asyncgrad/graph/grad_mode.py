@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, Self, TypeVar, cast, overload
@@ -114,7 +115,27 @@ class _Mode:
     def __call__(self, fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__} decorates a function, got {_describe(fn)}")
+        if inspect.isclass(fn):
+            _warn_class_decorated()
         return _decorate(self.clone, fn)
+
+
+def _warn_class_decorated() -> None:
+    # torch's FutureWarning, pointed at the decorated class's line (past __call__, and __new__
+    # for the bare form). The class becomes a function that constructs it under the mode.
+    frame = inspect.currentframe()
+    level = 2
+    f = frame.f_back if frame is not None else None
+    while f is not None and f.f_code.co_filename == __file__:
+        level += 1
+        f = f.f_back
+    warnings.warn(
+        "Decorating classes is deprecated and will be disabled in future versions. You should "
+        "only decorate functions or methods. To preserve the current behavior of class "
+        "decoration, you can directly decorate the `__init__` method and nothing else.",
+        FutureWarning,
+        stacklevel=level,
+    )
 
 
 def _decorate(factory: Callable[[], _Mode], fn: F) -> F:

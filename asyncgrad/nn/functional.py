@@ -67,13 +67,7 @@ def _check_reduction(reduction: str) -> None:
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
-    z = ops.mul(input, beta) if beta != 1 else input
-    # exp of the clamped value: the branch that where() drops stays finite, so its (zero)
-    # gradient does too.
-    soft = ops.log1p(ops.exp(ops.clamp(z, max=threshold)))
-    if beta != 1:
-        soft = ops.div(soft, beta)
-    return ops.where(ops.gt(z, threshold), input, soft)
+    return ops.pointwise.softplus(input, beta, threshold)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
@@ -147,19 +141,14 @@ def binary_cross_entropy_with_logits(
     pos_weight: Any = None,
 ) -> Tensor:
     """``-[pos_weight * y * log(sigmoid(x)) + (1 - y) * log(1 - sigmoid(x))]``, computed
-    stably as ``pos_weight * y * softplus(-x) + (1 - y) * softplus(x)``."""
+    stably as torch does, ``(1 - y) x - (1 + (pos_weight - 1) y) log_sigmoid(x)``, one op."""
     _check_reduction(reduction)
     tshape = tuple(getattr(arr(target), "shape", ()))
     if tshape != tuple(input.shape):
         raise ValueError(
             f"Target size ({tshape}) must be the same as input size ({tuple(input.shape)})"
         )
-    positive = ops.mul(target, softplus(ops.neg(input)))
-    if pos_weight is not None:
-        positive = ops.mul(positive, pos_weight)
-    loss = ops.add(positive, ops.mul(ops.sub(1, target), softplus(input)))
-    if weight is not None:
-        loss = ops.mul(loss, weight)
+    loss = ops.pointwise.binary_cross_entropy_with_logits(input, target, weight, pos_weight)
     return _reduce(loss, reduction)
 
 

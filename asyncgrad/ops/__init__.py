@@ -38,10 +38,12 @@ from .creation import (
 from .graph_link import (
     grad_accumulator,
     grad_edge,
+    grad_mode_enabled,
     refresh_view,
     register_post_accumulate_grad_hook,
     register_tensor_hook,
     retain_grad,
+    warn_non_leaf_grad,
 )
 from .index import (
     gather,
@@ -211,6 +213,7 @@ __all__ = [
     "getitem",
     "grad_accumulator",
     "grad_edge",
+    "grad_mode_enabled",
     "gt",
     "index_add_zeros",
     "index_select",
@@ -296,6 +299,7 @@ __all__ = [
     "unsqueeze",
     "view",
     "view_dtype",
+    "warn_non_leaf_grad",
     "where",
     "wrap",
     "zero_",

@@ -18,7 +18,7 @@ from ..graph.grad_mode import _grad_enabled, _inference
 from ..graph.node import _next_sequence_nr as next_sequence_nr
 from ..graph.node import metas, one_output_meta
 from ..graph.saved_tensor import SavedTensor
-from ..rules import OPS, FunctionNode, OpDef
+from ..rules import OPS, SAVES_NO_TENSOR, FunctionNode, OpDef
 
 __all__ = ["NO_PARAMS", "OPS", "as_array", "as_view", "make", "record", "record_ternary", "wrap"]
 
@@ -336,7 +336,9 @@ def _attach(
         # No tensor to save, only the constants already in ``saved``, which is kept as it is: a
         # tuple of untracked objects, which the garbage collector stops scanning (See NOTE
         # [Fewer objects for the collector]).
-        node._spos = ()
+        # A constant that a rule reads is one torch saves (See NOTE [Saved values that are not
+        # tensors]): freed after one backward.
+        node._spos = SAVES_NO_TENSOR if mask < len(tbl) and tbl[mask] else ()
         node._saved = saved
     elif keep == 1:  # the output alone (exp, tanh, sigmoid, ...)
         values = list(saved)
@@ -428,6 +430,26 @@ def as_view(out: Tensor, x: Tensor, name: str, params: dict[str, Any]) -> Tensor
     chain: ViewChain = (
         xm.view_chain if (x._base is not None and xm is not None and xm.view_chain) else ()
     )
-    m.view_chain = (*chain, (name, params))
+    new: ViewChain = (*chain, (name, params))
+    if not grad_enabled():  # See NOTE [Views made under no_grad]
+        new = NoGradView(new)
+    elif isinstance(chain, NoGradView):
+        new = ViewOfNoGradView(new)
+    m.view_chain = new
     m.view_version = x._vc[0]
     return out
+
+
+# NOTE [Views made under no_grad]
+# As torch: a view made under no_grad (or a view of such a view) may not be modified in place
+# while grad mode is on if that in-place op would be recorded (its base, or the value written,
+# requires grad): whether the write should reach the base's gradient is ambiguous. The view's
+# chain of view ops says so by its type, a tuple subclass, so that ordinary views pay nothing:
+# ``NoGradView`` for a view made under no_grad, ``ViewOfNoGradView`` for a view of one made
+# with grad mode on. ``check_no_grad_view`` (ops/inplace.py) raises torch's errors.
+class NoGradView(tuple[tuple[str, dict[str, Any]], ...]):
+    __slots__ = ()
+
+
+class ViewOfNoGradView(NoGradView):
+    __slots__ = ()

@@ -13,7 +13,7 @@ from typing import Any, Final
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import silent_fp
-from ..rules import formulas
+from ..rules import formulas, keeps_for_backward
 from ._record import OPS, check_devices, make, wrap
 
 __all__ = ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]
@@ -331,6 +331,7 @@ def max_pool2d(
     unique = all(s >= d * (kk - 1) + 1 for s, d, kk in zip(st, dil, k, strict=True))
     params = {"index": index.reshape(-1), "in_shape": xa.shape, "unique": unique}
     out = make(OPS["max_pool2d_with_indices"], vals, (x,), params)
+    keeps_for_backward(out._grad_fn)  # torch's backward node saves the indices
     if not return_indices:
         return out if input.ndim == 4 else out[0]
     idx = wrap((index - first).astype(dtypes.int64))

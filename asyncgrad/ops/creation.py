@@ -225,21 +225,52 @@ def randn(
 
 
 def randint(
-    low: int,
+    *args: Any,
+    size: Sequence[int] | None = None,
+    low: int | None = None,
     high: int | None = None,
-    size: Sequence[int] = (),
-    *,
     generator: Generator | None = None,
     dtype: Any = None,
     device: Any = None,
+    requires_grad: bool = False,
 ) -> Tensor:
+    """Integers drawn uniformly from ``[low, high)``, torch's two forms: ``randint(high, size)``
+    and ``randint(low, high, size)`` (each argument also by name; ``low`` defaults to 0)."""
+    pos = list(args)
+    if pos and not isinstance(pos[-1], (int, backend.integer)):
+        if size is not None:
+            raise TypeError("randint() got multiple values for argument 'size'")
+        size = pos.pop()
+    if len(pos) > 2 or (len(pos) == 2 and (low is not None or high is not None)):
+        raise TypeError(f"randint() takes high or low, high, then size; got {args!r}")
+    if len(pos) == 2:
+        low, high = pos
+    elif len(pos) == 1:
+        if high is None:
+            high = pos[0]
+        elif low is None:
+            low = pos[0]
+        else:
+            raise TypeError("randint() got multiple values for argument 'low'")
     if high is None:
-        low, high = 0, low
+        raise TypeError("randint() missing required argument 'high'")
+    if size is None:
+        raise TypeError("randint() missing required argument 'size' (a tuple of ints)")
+    if isinstance(size, (int, backend.integer)):
+        raise TypeError(
+            f"randint(): argument 'size' must be tuple of ints, not int (got {size}); "
+            "write randint(high, (n,)) or randint(low, high, (n,))"
+        )
+    lo = 0 if low is None else int(low)
+    if lo >= int(high):
+        raise RuntimeError(
+            f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={int(high)}"
+        )
     rng = (generator or default_generator).state(_device(device))
-    a = rng.integers(low, high, tuple(size))
+    a = rng.integers(lo, int(high), tuple(size))
     if dtype is not None:
         a = a.astype(dtypes.to_dtype(dtype), copy=False)
-    return _finish(a, device, False)
+    return _finish(a, device, requires_grad)
 
 
 # ----- randperm, multinomial -----

@@ -6,6 +6,9 @@ graph-facing methods.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +46,40 @@ def refresh_view(t: Tensor) -> None:
         _grad_enabled.reset(tok)
     t._grad_fn = regen._grad_fn
     t._output_nr = regen._output_nr
+
+
+def grad_mode_enabled() -> bool:
+    return _grad_enabled.get()
+
+
+def warn_non_leaf_grad(t: Tensor) -> None:
+    """Reading ``.grad`` of a non-leaf that does not retain it: torch's UserWarning, since
+    backward never fills it."""
+    if not t.is_leaf and not t.retains_grad:
+        warnings.warn(
+            "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its "
+            ".grad attribute won't be populated during autograd.backward(). If you indeed want "
+            "the .grad field to be populated for a non-leaf Tensor, use .retain_grad() on the "
+            "non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure you access "
+            "the leaf Tensor instead. See github.com/pytorch/pytorch/pull/30531 for more "
+            "information.",
+            UserWarning,
+            stacklevel=_first_frame_outside(),
+        )
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _first_frame_outside() -> int:
+    """The stacklevel, for its caller's ``warnings.warn``, of the first frame outside asyncgrad
+    (ops may be wrapped: See ops/device_guard.py)."""
+    f = sys._getframe(2)
+    level = 2
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
+        f = f.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def retain_grad(t: Tensor) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..rules import keeps_for_backward
 from ._record import OPS, arr, as_view, make, wrap
 from .inplace import copy_, inplace
 from .pointwise import add
@@ -155,6 +156,8 @@ def getitem_for(op: str, input: Tensor, index: Any) -> Tensor:
     t = make(OPS["getitem"], out, (input,), {"index": idx, "in_shape": xa.shape})
     if not advanced:
         as_view(t, input, "getitem", {"index": idx})
+    else:
+        keeps_for_backward(t._grad_fn)  # torch's IndexBackward0 saves the indices
     return t
 
 
@@ -181,7 +184,9 @@ def setitem(input: Tensor, index: Any, value: Any) -> None:
 def _index_put(x: Tensor, idx: tuple[Any, ...], value: Any) -> Tensor:
     out = x._array.copy()
     out[idx] = arr(value)
-    return make(OPS["index_put"], out, (x, value), {"index": idx})
+    t = make(OPS["index_put"], out, (x, value), {"index": idx})
+    keeps_for_backward(t._grad_fn)  # torch's IndexPutBackward0 saves the indices
+    return t
 
 
 # ----- gather, scatter_add, index_select, one_hot -----
@@ -257,7 +262,9 @@ def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False)
         _check_bounds(ia, 1, d)
         return take(input, (Ellipsis,))
     _check_bounds(ia, xa.shape[d], d)
-    return take(input, _mesh(backend.namespace(xa), ia.shape, d, ia))
+    t = take(input, _mesh(backend.namespace(xa), ia.shape, d, ia))
+    keeps_for_backward(t._grad_fn)  # torch's GatherBackward0 saves the index
+    return t
 
 
 def _scatter_add_src(input: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
@@ -290,7 +297,9 @@ def _scatter_add_src(input: Tensor, dim: int, index: Tensor, src: Any) -> Tensor
     if ia.shape != sa.shape:
         part = getitem(src, tuple(slice(0, n) for n in ia.shape))
     idx = _mesh(backend.namespace(xa), ia.shape, d, ia)
-    return index_add_zeros(part, idx, xa.shape)
+    t = index_add_zeros(part, idx, xa.shape)
+    keeps_for_backward(t._grad_fn)  # torch's ScatterAddBackward0 saves the index
+    return t
 
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
@@ -320,7 +329,9 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
         raise IndexError("index out of range in self")
     if xa.ndim == 0:
         return take(input, (Ellipsis,))
-    return take(input, (*(slice(None),) * d, ia, Ellipsis))
+    t = take(input, (*(slice(None),) * d, ia, Ellipsis))
+    keeps_for_backward(t._grad_fn)  # torch's IndexSelectBackward0 saves the index
+    return t
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

@@ -12,9 +12,47 @@ from ..backend import silent_fp
 from ..graph.copy_slices import CopySlices
 from ..graph.grad_mode import _grad_enabled
 from ..graph.hooks import move_retain
-from ._record import OPS, arr, make
+from ..rules import keeps_for_backward
+from ._record import OPS, NoGradView, ViewOfNoGradView, arr, make
 from .convert import to
 from .pointwise import _binary, clamp, masked_fill, mul, pow, relu
+
+_CLARIFY_NO_GRAD_VIEW = (
+    "created in no_grad mode and is being modified inplace with grad mode enabled. Given that "
+    "this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+    "moving both the view and the inplace either both inside the no_grad block (if you don't "
+    "want the inplace to be tracked) or both outside (if you want the inplace to be tracked)."
+)
+
+
+def check_no_grad_view(self: Tensor) -> None:
+    """Raise for an in-place op, recorded, on a view made under no_grad (See NOTE [Views made
+    under no_grad] in ops/_record.py)."""
+    m = self._meta
+    chain = None if m is None else m.view_chain
+    if type(chain) is NoGradView:
+        raise RuntimeError("A view was " + _CLARIFY_NO_GRAD_VIEW)
+    if type(chain) is ViewOfNoGradView:
+        assert chain is not None
+        made_by = OPS[chain[-1][0]].node_cls.__name__
+        raise RuntimeError(
+            f"Output 0 of {made_by} is a view of a view which was " + _CLARIFY_NO_GRAD_VIEW
+        )
+
+
+def _check_not_expanded(self: Tensor) -> None:
+    """A recorded in-place op through an expanded view: its CopySlices would write the
+    gradient through the expansion, which asyncgrad's backward does not do (torch's does), so
+    it is refused here rather than failing in backward. Unrecorded writes go through (See NOTE
+    [Writing through an expanded view] in ops/shape.py)."""
+    m = self._meta
+    chain = () if m is None or m.view_chain is None else m.view_chain
+    if any(name == "expand" for name, _ in chain):
+        raise RuntimeError(
+            "unsupported operation: an in-place op on an expanded view of a tensor that requires "
+            "grad cannot be differentiated by asyncgrad (torch can). Please clone() the tensor "
+            "before performing the operation."
+        )
 
 
 def check_inplace(self: Tensor) -> None:
@@ -23,10 +61,29 @@ def check_inplace(self: Tensor) -> None:
             "a leaf Variable that requires grad is being used in an in-place operation."
         )
     base = self._base
+    if base is not None and base.requires_grad:
+        check_no_grad_view(self)
     if base is not None and base._grad_fn is None and base._requires_grad:
         raise RuntimeError(
             "a view of a leaf Variable that requires grad is being used in an in-place operation."
         )
+
+
+def _overlaps_itself(a: Any) -> bool:
+    """torch's rule for the tensor an in-place op writes: refused where a dimension of more than
+    one element has stride 0 (an expanded view); also NumPy's read-only arrays (See NOTE
+    [Writing through an expanded view] in ops/shape.py)."""
+    if backend.overlaps_itself(a):
+        return True
+    if type(a) is not backend.ndarray:
+        return False
+    return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True))
+
+
+_OVERLAP_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a "
+    "single memory location. Please clone() the tensor before performing the operation."
+)
 
 
 def _write(self: Tensor, res: Any) -> None:
@@ -40,11 +97,8 @@ def _write(self: Tensor, res: Any) -> None:
         raise RuntimeError(
             f"result type {res.dtype} can't be cast to the desired output type {dst.dtype}"
         )
-    if backend.overlaps_itself(dst):
-        raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a "
-            "single memory location. Please clone() the tensor before performing the operation."
-        )
+    if _overlaps_itself(dst):
+        raise RuntimeError(_OVERLAP_MESSAGE)
     backend.copy_into(dst, res)
     self._vc[0] += 1
 
@@ -69,6 +123,9 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     base = self._base
     fn = res._grad_fn
     base_edge = base._edge() if (base is not None and fn is not None) else None
+    if fn is not None and base is not None:
+        check_no_grad_view(self)  # the value written requires grad
+        _check_not_expanded(self)
     _write(self, res._array)
     if fn is None:
         return self
@@ -80,6 +137,8 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
     else:
         assert self._meta is not None
         assert self._meta.view_chain is not None
+        # torch's CopySlices gives up its node after one backward, whatever that node saved.
+        keeps_for_backward(fn)
         cs = CopySlices(base_edge, self._meta.view_chain, fn, base)
         old, old_nr = base._grad_fn, base._output_nr
         base._grad_fn = cs
@@ -98,6 +157,8 @@ def _inplace_arith(self: Tensor, name: str, fname: str, other: Any) -> Tensor:
         if _grad_enabled.get():
             check_inplace(self)
         dst = self._array
+        if _overlaps_itself(dst):
+            raise RuntimeError(_OVERLAP_MESSAGE)
         try:
             getattr(backend.namespace(dst), fname)(dst, oa, out=dst, casting="same_kind")
         except (TypeError, ValueError) as e:

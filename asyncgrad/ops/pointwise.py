@@ -479,16 +479,91 @@ def silu(input: Tensor) -> Tensor:
     return _unary(OPS["silu"], _silu_array, input)
 
 
+def _softplus_array(xp: Any, a: Any, beta: float, threshold: float) -> Any:
+    # log1p(exp(beta x)) / beta, and x where beta x > threshold. exp reads min(beta x,
+    # threshold), finite for every x, while NaN stays NaN (minimum propagates it, clip does not).
+    bx = a * beta if beta != 1 else a
+    soft = xp.log1p(xp.exp(xp.minimum(bx, threshold)))
+    if beta != 1:
+        soft = soft / beta
+    return xp.where(bx > threshold, a, soft)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """torch's softplus, one op (SoftplusBackward0): its gradient is NaN at NaN, as torch's."""
+    return _unary(
+        OPS["softplus"],
+        lambda xp, a: _softplus_array(xp, a, beta, threshold),
+        input,
+        {"beta": beta, "threshold": threshold},
+    )
+
+
+def _log_sigmoid_array(xp: Any, a: Any) -> Any:
+    return xp.minimum(a, 0) - xp.log1p(xp.exp(-xp.abs(a)))
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor, target: Any, weight: Any = None, pos_weight: Any = None
+) -> Tensor:
+    """The elementwise loss of ``nn.functional.binary_cross_entropy_with_logits`` (the caller
+    reduces it), one op with torch's formulas: ``(1 - y) x - (1 + (pos_weight - 1) y)
+    log_sigmoid(x)``, times ``weight``; so NaN, inf and their gradients come out as torch's."""
+    if grad_enabled():
+        for name, w in (("weight", weight), ("pos_weight", pos_weight)):
+            if isinstance(w, Tensor) and w.requires_grad:
+                raise RuntimeError(
+                    "The function 'binary_cross_entropy_with_logits' is not differentiable with "
+                    f"respect to argument '{name}'. This input cannot have requires_grad True."
+                )
+    xa = input._array
+    ta = arr(target)
+    xp = namespace(xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        ls = _log_sigmoid_array(xp, xa)
+        if pos_weight is not None:
+            ls = ls * ((arr(pos_weight) - 1) * ta + 1)
+        loss = (1 - ta) * xa - ls
+        if weight is not None:
+            loss = loss * arr(weight)
+    finally:
+        restore_fp(token)
+    if loss.dtype != xa.dtype and xa.dtype.kind == "f":
+        loss = loss.astype(dtypes.promote_binary(loss.dtype, xa, ta), copy=False)
+    return make(OPS["binary_cross_entropy_with_logits"], loss, (input, target, weight, pos_weight))
+
+
+def _clamp_tensors(input: Tensor, min: Any, max: Any) -> Tensor:
+    """clamp with tensor bounds, one op as torch's ClampBackward0: its gradients select (x's
+    where min <= x <= max; 0 at NaN and nothing halved at ties), where maximum and minimum
+    would split ties."""
+    xa = input._array
+    xp = namespace(xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        out = xa
+        for bound, f in ((min, xp.maximum), (max, xp.minimum)):
+            if bound is not None:
+                ba = arr(bound)
+                r = f(out, ba)
+                want = dtypes.promote_binary(r.dtype, out, ba)  # torch's dtypes, as maximum's
+                out = r if r.dtype == want else r.astype(want)
+    except ValueError:
+        _raise_broadcast(xa, arr(min if min is not None else max))
+        raise
+    finally:
+        restore_fp(token)
+    if out is xa:
+        out = xa.copy()
+    return make(OPS["clamp_tensor"], out, (input, min, max))
+
+
 def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        r = input
-        if min is not None:
-            r = maximum(r, min)
-        if max is not None:
-            r = minimum(r, max)
-        return r
+        return _clamp_tensors(input, min, max)
     return _unary(OPS["clamp"], lambda xp, a: xp.clip(a, min, max), input, {"min": min, "max": max})
 
 

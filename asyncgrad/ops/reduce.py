@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import silent_fp
+from ..rules import keeps_for_backward
 from ._record import OPS, make, wrap
 from .pointwise import maximum, minimum
 
@@ -106,6 +107,7 @@ def _extreme(input: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
         vals = vals.squeeze(d)
     params = {"dim": d, "keepdim": keepdim, "indices": idx, "in_shape": xa.shape}
     v = make(OPS["max_dim"], vals, (input,), params)
+    keeps_for_backward(v._grad_fn)  # torch's MaxBackward0 saves the indices
     return MinMax(v, wrap(idx.astype(dtypes.int64)))
 
 

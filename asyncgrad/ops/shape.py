@@ -9,6 +9,7 @@ from typing import Any
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import _grad_enabled
+from ..rules import keeps_for_backward
 from ._record import OPS, arr, as_view, make, record, wrap
 from .creation import scalar_name
 from .index import getitem, index_add_zeros, norm_dim, take
@@ -167,6 +168,16 @@ def expand(input: Tensor, *sizes: Any) -> Tensor:
             f"The expanded size of the tensor must match the existing size at non-singleton "
             f"dimensions. Target sizes: {list(sizes)}. Tensor sizes: {list(xa.shape)}"
         ) from None
+    if type(out) is backend.ndarray and xa.flags.writeable:
+        # NOTE [Writing through an expanded view]
+        # As torch's, an expanded tensor is a view its writes go through: ``e[0] = v`` writes
+        # into x, and the in-place ops refuse only a written region in which several elements
+        # share one location (See _overlaps_itself in ops/inplace.py). NumPy's broadcast view
+        # is read-only; it is made writable where x is.
+        try:
+            out.flags.writeable = True
+        except ValueError:  # a NumPy that refuses: writes raise, as before
+            pass
     return _view_op(input, "expand", out, {"shape": shape})
 
 
@@ -379,7 +390,9 @@ def _triangle(input: Tensor, diagonal: int, name: str) -> Tensor:
     m, n = xa.shape[-2:]
     above = xp.arange(n) - xp.arange(m).reshape(m, 1)  # column - row
     drop = above > diagonal if name == "tril" else above < diagonal
-    return masked_fill(input, drop, 0)
+    out = masked_fill(input, drop, 0)
+    keeps_for_backward(out._grad_fn, False)  # torch's TrilBackward0 saves no tensor
+    return out
 
 
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
@@ -448,6 +461,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Any = 
         else:
             src = _pad_index(xp, n, lo, hi, mode)
         out = take(out, (*(slice(None),) * d, src, Ellipsis))
+    keeps_for_backward(out._grad_fn)  # as torch's padding nodes, freed after one backward
     return out
 
 

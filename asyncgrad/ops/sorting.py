@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..rules import keeps_for_backward
 from ._record import OPS, make, wrap
 from .reduce import dims
 
@@ -57,7 +58,9 @@ def _select(name: str, input: Tensor, idx: Any, d: int) -> tuple[Tensor, Tensor]
     xa = input._array
     vals = namespace(xa).take_along_axis(xa, idx, axis=d)
     params = {"index": _full_index(idx, d), "in_shape": xa.shape}
-    return make(OPS[name], vals, (input,), params), wrap(idx.astype(dtypes.int64))
+    t = make(OPS[name], vals, (input,), params)
+    keeps_for_backward(t._grad_fn)  # torch's SortBackward0 and TopkBackward0 save the indices
+    return t, wrap(idx.astype(dtypes.int64))
 
 
 def _sorted(name: str, input: Tensor, dim: int, descending: bool, k: int | None) -> Any:

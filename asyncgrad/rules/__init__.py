@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from . import table
 from .formulas import pow_scalar
-from .registry import OPS, FunctionNode, OpDef, defvjp, sum_to
+from .registry import OPS, SAVES_NO_TENSOR, FunctionNode, OpDef, defvjp, keeps_for_backward, sum_to
 
-__all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "pow_scalar", "sum_to", "table"]
+__all__ = [
+    "OPS",
+    "SAVES_NO_TENSOR",
+    "FunctionNode",
+    "OpDef",
+    "defvjp",
+    "keeps_for_backward",
+    "pow_scalar",
+    "sum_to",
+    "table",
+]

@@ -120,6 +120,37 @@ def silu_grad(g: Any, x: Any) -> Any:
     return g * s * (1.0 + x * (1.0 - s))
 
 
+def softplus_grad(g: Any, x: Any, beta: float, threshold: float) -> Any:
+    # torch's softplus_backward: g where beta x > threshold, else g * sigmoid(beta x), as
+    # z / (z + 1) with z = exp(beta x): NaN at a NaN x (a comparison with NaN is false), 0 at
+    # -inf. z reads min(beta x, threshold), so that the branch where() drops stays finite (and
+    # its derivative too, under create_graph).
+    bx = x * beta if beta != 1 else x
+    z = xp.exp(xp.minimum(bx, threshold))
+    return xp.where(bx > threshold, g, g * (z / (z + 1.0)))
+
+
+def log_sigmoid(x: Any) -> Any:
+    return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def bce_logits_grad_input(g: Any, x: Any, t: Any, w: Any, pw: Any) -> Any:
+    # (sigmoid(x) - t) g; with pos_weight ((pw t + 1 - t) sigmoid(x) - pw t) g; times weight
+    s = 0.5 + 0.5 * xp.tanh(0.5 * x)  # sigmoid(x), without exp(-x) overflowing for x << 0
+    if pw is None:
+        r = (s - t) * g
+    else:
+        pt = pw * t
+        r = ((pt + 1.0 - t) * s - pt) * g
+    return r if w is None else r * w
+
+
+def bce_logits_grad_target(g: Any, x: Any, w: Any, pw: Any) -> Any:
+    # -x g; with pos_weight (log_sigmoid(-x) - pw log_sigmoid(x)) g; times weight
+    r = -x * g if pw is None else (log_sigmoid(-x) - pw * log_sigmoid(x)) * g
+    return r if w is None else r * w
+
+
 def in_range(x: Any, lo: Any, hi: Any) -> Any:
     if lo is None:
         return x <= hi

@@ -32,7 +32,15 @@ from ..graph.node import Node
 from ..graph.saved_tensor import FREED as _FREED
 from ..graph.saved_tensor import SavedTensor, raise_freed, unpack_saved
 
-__all__ = ["OPS", "FunctionNode", "OpDef", "defvjp", "sum_to"]
+__all__ = [
+    "OPS",
+    "SAVES_NO_TENSOR",
+    "FunctionNode",
+    "OpDef",
+    "defvjp",
+    "keeps_for_backward",
+    "sum_to",
+]
 
 Rule = Callable[..., Any]
 
@@ -208,6 +216,34 @@ def mark_heavy(op: OpDef, inner: Callable[[Any, Any], int]) -> None:
     cls._special = True
 
 
+# NOTE [Saved values that are not tensors]
+# torch frees what a node saved once a backward through it has run (without retain_graph), and a
+# second backward through that node raises "Trying to backward through the graph a second time".
+# Beside tensors, torch's nodes save a Python number that a rule reads as a tensor (the ``2.0``
+# of ``x * 2.0``, ``x / 2.0``, the condition of ``where``) and the index tensors of indexing
+# ops (advanced ``getitem``, ``index_put``, ``gather``, ``sort``, ``max(dim)``, ``max_pool2d``,
+# padding but for constant), and CopySlices gives up its node (an in-place op on a view); nodes
+# that keep only sizes or nothing (``x + 1``, ``sum``, a slice, ``flip``) never raise. Here such
+# values are constants or parameters, kept in the node but never unpacked: ``_spos`` is then
+# ``SAVES_NO_TENSOR``, which is empty (no SavedTensor to unpack) yet marks the node as holding
+# values for its backward, so that ``release_variables`` frees them and a second backward
+# raises as torch's does. Recording sets it for a constant that a rule reads; the indexing ops
+# set it with ``keeps_for_backward``.
+class _SavesNoTensor(tuple[int, ...]):
+    __slots__ = ()
+
+
+SAVES_NO_TENSOR: tuple[int, ...] = _SavesNoTensor()
+
+
+def keeps_for_backward(node: Node | None, keeps: bool = True) -> None:
+    """Mark a table op's node as holding values (index arrays) for its backward, freed after
+    one backward as torch frees its saved index tensors; or, with ``keeps=False``, as holding
+    none where torch's node saves none (See NOTE [Saved values that are not tensors])."""
+    if isinstance(node, FunctionNode) and not node._spos:
+        node._spos = SAVES_NO_TENSOR if keeps else ()
+
+
 class FunctionNode(Node):
     """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name.
 
@@ -285,7 +321,8 @@ class FunctionNode(Node):
         return out
 
     def release_variables(self) -> None:
-        if self._spos:
+        spos = self._spos
+        if spos or spos is SAVES_NO_TENSOR:  # See NOTE [Saved values that are not tensors]
             self._saved = _FREED
 
     def releasable(self) -> Any:

@@ -21,6 +21,8 @@ from typing import Any
 
 from ..backend import masked, mm, xp
 from .formulas import (
+    bce_logits_grad_input,
+    bce_logits_grad_target,
     cat_grads,
     conv,
     conv_bias_grad,
@@ -51,6 +53,7 @@ from .formulas import (
     reverse_cumsum,
     sign,
     silu_grad,
+    softplus_grad,
     split_grad,
     stack_grads,
     unstack_grad,
@@ -136,9 +139,21 @@ defvjp("erf", lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * xp.exp(-x * x),
 defvjp("gelu", lambda g, ans, x, *, approximate: gelu_grad(g, x, approximate), save="x")
 defvjp("silu", lambda g, ans, x: silu_grad(g, x), save="x")
 defvjp(
+    "softplus",
+    lambda g, ans, x, *, beta, threshold: softplus_grad(g, x, beta, threshold),
+    save="x",
+)
+defvjp(
     "clamp",
     lambda g, ans, x, *, min, max: masked(g, in_range(x, min, max)),
     save="x",
+)
+defvjp(  # torch's clamp_backward_min_max: each input gets g where it is the result
+    "clamp_tensor",
+    lambda g, ans, x, lo, hi: masked(g, in_range(x, lo, hi)),
+    lambda g, ans, x, lo, hi: masked(g, (x < lo) if hi is None else (x < lo) & (lo < hi)),
+    lambda g, ans, x, lo, hi: masked(g, (x > hi) if lo is None else (x > hi) | (hi < lo)),
+    save="x lo hi",
 )
 
 # ----- Reductions -----
@@ -235,6 +250,14 @@ defvjp(
     "log_softmax",
     lambda g, ans, x, *, dim: g - xp.exp(ans) * xp.sum(g, axis=dim, keepdims=True),
     save="ans",
+)
+defvjp(  # torch's binary_cross_entropy_with_logits_backward and its target's
+    "binary_cross_entropy_with_logits",
+    lambda g, ans, x, t, w, pw: bce_logits_grad_input(g, x, t, w, pw),
+    lambda g, ans, x, t, w, pw: bce_logits_grad_target(g, x, w, pw),
+    None,
+    None,
+    save="x t w pw",
 )
 defvjp(
     "nll_loss",

@@ -264,6 +264,51 @@ def _clampable_leaf(rng: Rng) -> tuple[ag.Tensor]:
     return (ag.tensor(vals, dtype=ag.float64, requires_grad=True),)
 
 
+case("softplus", "default", F.softplus, lambda r: (randn(r, 2, 3),))
+case("softplus", "beta_threshold", lambda x: F.softplus(x, 2.0, 1.0), lambda r: (away(r, 2, 3),))
+case(
+    "clamp_tensor",
+    "tensor_bounds",  # every input clear of the others: no ties
+    lambda x, lo, hi: ag.clamp(x, lo, hi),
+    lambda r: (
+        _clampable_leaf(r)[0],
+        ag.tensor([[-0.75, -0.5, -1.0, 0.1]] * 2, dtype=ag.float64, requires_grad=True),
+        ag.tensor([0.75, 0.5, 1.0, 0.8], dtype=ag.float64, requires_grad=True),
+    ),
+)
+case(
+    "clamp_tensor",
+    "only_min_0d",
+    lambda x, lo: ag.clamp(x, min=lo),
+    lambda r: (_clampable_leaf(r)[0], ag.tensor(0.5, dtype=ag.float64, requires_grad=True)),
+)
+case(
+    "clamp_tensor",
+    "only_max",
+    lambda x, hi: x.clamp(max=hi),
+    lambda r: (
+        _clampable_leaf(r)[0],
+        ag.tensor([0.75, 0.5, 1.0, 0.8], dtype=ag.float64, requires_grad=True),
+    ),
+)
+case(
+    "binary_cross_entropy_with_logits",
+    "input_and_target",
+    lambda x, t: F.binary_cross_entropy_with_logits(x, t),
+    lambda r: (randn(r, 2, 3), uniform(r, 2, 3, lo=0.0, hi=1.0)),
+)
+case(
+    "binary_cross_entropy_with_logits",
+    "weight_pos_weight_sum",
+    lambda x, t: F.binary_cross_entropy_with_logits(
+        x,
+        t,
+        weight=ag.tensor([0.5, 2.0, 1.0], dtype=ag.float64),
+        pos_weight=ag.tensor([3.0, 0.5, 1.0], dtype=ag.float64),
+        reduction="sum",
+    ),
+    lambda r: (randn(r, 2, 3), uniform(r, 2, 3, lo=0.0, hi=1.0)),
+)
 case("clamp", "min_and_max", lambda x: ag.clamp(x, -0.75, 0.75), _clampable_leaf)
 case("clamp", "only_min", lambda x: x.clamp(min=-0.75), _clampable_leaf)
 case("clamp", "only_max", lambda x: x.clamp(max=0.75), _clampable_leaf)

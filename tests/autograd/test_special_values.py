@@ -180,6 +180,38 @@ case("clamp", "min", lambda m, x: x.clamp(min=0.0), VALUES)
 case("clamp", "max", lambda m, x: x.clamp(max=0.0), VALUES)
 case("clamp", "infinite_bounds", lambda m, x: x.clamp(-INF, INF), VALUES)
 case("clamp", "inplace", lambda m, x: (x * 1).clamp_(0.5, 2.0), VALUES)
+case("softplus", "default", lambda m, x: F(m).softplus(x), VALUES)
+case("softplus", "beta_threshold", lambda m, x: F(m).softplus(x, 2.0, 5.0), VALUES)
+# Tensor bounds: every pair of values against the bounds (ties included), NaN bounds
+case("clamp_tensor", "min_max", lambda m, x, lo, hi: m.clamp(x, lo, hi), PAIR_X, PAIR_Y, PAIR_Y.T)
+case("clamp_tensor", "min", lambda m, x, lo: m.clamp(x, min=lo), PAIR_X, PAIR_Y)
+case("clamp_tensor", "max", lambda m, x, hi: x.clamp(max=hi), PAIR_X, PAIR_Y)
+case(
+    "clamp_tensor",
+    "const_bounds",
+    lambda m, x, lo: m.clamp(x, lo, m.tensor(1.0, dtype=m.float64)),
+    VALUES,
+    Const(VALUES[::-1].copy()),
+)
+for _red in ["none", "mean", "sum"]:
+    case(
+        "binary_cross_entropy_with_logits",
+        _red,
+        lambda m, x, t, red=_red: F(m).binary_cross_entropy_with_logits(x, t, reduction=red),
+        PAIR_X,
+        PAIR_Y,
+    )
+case(
+    "binary_cross_entropy_with_logits",
+    "weights",
+    lambda m, x, t, w, pw: F(m).binary_cross_entropy_with_logits(
+        x, t, weight=w, pos_weight=pw, reduction="none"
+    ),
+    PAIR_X,
+    np.resize([0.0, 1.0, 0.5], PAIR_X.shape),
+    Const(np.resize([2.0, 0.0, INF, NAN], VALUES.size)),
+    Const(np.resize([1.0, 3.0, 0.0], VALUES.size)),
+)
 
 # =====================================================================================
 # Reductions: rows of special values, reduced along a dim and whole
