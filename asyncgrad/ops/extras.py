@@ -104,21 +104,22 @@ def randint_like(
 ) -> Tensor:
     """Integers in [low, high) with ``input``'s shape, dtype and device; ``randint_like(input,
     high)`` draws from [0, high)."""
-    names = ("low", "high")
-    if high is None:
-        low, high = 0, low
-        names = ("high", "high")
-    for name, v in zip(names, (low, high), strict=True):
-        if not isinstance(v, (int, backend.integer)) or isinstance(v, bool):
-            raise TypeError(
-                f"randint_like(): argument '{name}' must be int, not {type(v).__name__}"
-            )
+    if high is None:  # randint_like(input, high)
+        low, high = 0, _int_arg(low, "high")
+    else:
+        low, high = _int_arg(low, "low"), _int_arg(high, "high")
     dt, dev = _like_args(input, dtype, device)
-    t = randint(int(low), int(high), tuple(input.shape), generator=generator, device=dev)
+    t = randint(low, high, tuple(input.shape), generator=generator, device=dev)
     t = t.to(dt)
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def _int_arg(v: Any, name: str) -> int:
+    if not isinstance(v, (int, backend.integer)) or isinstance(v, bool):
+        raise TypeError(f"randint_like(): argument '{name}' must be int, not {type(v).__name__}")
+    return int(v)
 
 
 # ----- split_with_sizes, diagonal, view_as -----
