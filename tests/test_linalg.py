@@ -298,6 +298,7 @@ def test_linalg_on_a_cuda_device_matches_the_cpu() -> None:
         (ag.linalg.det, a),
         (lambda m: ag.linalg.slogdet(m).logabsdet, a),
         (lambda m: ag.linalg.solve(m, m[..., 0]), a),
+        (lambda m: ag.linalg.solve(m[0], m), a),  # broadcast: CuPy's solve does not
         (ag.linalg.cholesky, spd),
         (_qr_loss(ag), a),
         (_svd_loss(ag), a),

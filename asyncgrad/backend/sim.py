@@ -2928,6 +2928,17 @@ class _Linalg:
         return _linalg(np.linalg.inv, (a,), {})
 
     def solve(self, a: Any, b: Any) -> Any:
+        # CuPy's checks: a 1-D b is one vector; otherwise no broadcasting of the batch dims
+        if b.ndim == 0:
+            raise ValueError("b must have at least one dimension")
+        if b.ndim == 1 and a.shape[-1] != b.size:
+            raise ValueError(
+                "a must have (..., M, M) shape and b must have (M,) for one-dimensional b"
+            )
+        if b.ndim > 1 and a.shape[:-1] != b.shape[:-1]:
+            raise ValueError(
+                "a must have (..., M, M) shape and b must have (..., M, K) for multidimensional b"
+            )
         return _linalg(np.linalg.solve, (a, b), {})
 
     def det(self, a: Any) -> Any:

@@ -21,7 +21,12 @@ def _inv(a: Any) -> Any:
 
 
 def _solve(a: Any, b: Any) -> Any:
-    """``a^-1 b`` for a batch of matrices ``b`` (never read as vectors)."""
+    """``a^-1 b`` for a batch of matrices ``b`` (never read as vectors), their batch dims
+    broadcast first: CuPy's solve takes equal ones only."""
+    if a.shape[:-2] != b.shape[:-2]:
+        batch = backend.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a = xp.broadcast_to(a, (*batch, *a.shape[-2:]))
+        b = xp.broadcast_to(b, (*batch, *b.shape[-2:]))
     return backend.linalg_of(a).solve(a, b)
 
 
