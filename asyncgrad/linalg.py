@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .ops.decomp import (
     EighResult,
+    LinAlgError,
     QRResult,
     SlogdetResult,
     SVDResult,
@@ -33,6 +34,7 @@ from .ops.decomp import (
 
 __all__ = [
     "EighResult",
+    "LinAlgError",
     "QRResult",
     "SVDResult",
     "SlogdetResult",

@@ -240,15 +240,15 @@ def test_decomposition_values_match_torch() -> None:
 
 # ----- errors -----
 def test_errors_name_the_function_and_the_fault() -> None:
-    with pytest.raises(RuntimeError, match=r"linalg\.inv: .*singular"):
+    with pytest.raises(ag.linalg.LinAlgError, match=r"linalg\.inv: .*singular"):
         ag.linalg.inv(ag.zeros(2, 2))
     with pytest.raises(RuntimeError, match=r"linalg\.inv: A must be batches of square matrices"):
         ag.linalg.inv(ag.zeros(2, 3))
     with pytest.raises(RuntimeError, match=r"linalg\.det: The input tensor A must have at least"):
         ag.linalg.det(ag.zeros(3))
-    with pytest.raises(RuntimeError, match=r"linalg\.cholesky: .*not positive-definite"):
+    with pytest.raises(ag.linalg.LinAlgError, match=r"linalg\.cholesky: .*not positive-definite"):
         ag.linalg.cholesky(-ag.eye(2))
-    with pytest.raises(RuntimeError, match=r"linalg\.solve: .*singular"):
+    with pytest.raises(ag.linalg.LinAlgError, match=r"linalg\.solve: .*singular"):
         ag.linalg.solve(ag.zeros(2, 2), ag.ones(2))
     with pytest.raises(RuntimeError, match=r"linalg\.solve: Incompatible shapes"):
         ag.linalg.solve(ag.eye(2), ag.ones(3, 1))
@@ -270,12 +270,18 @@ def test_undefined_derivatives_raise_as_torch() -> None:
     q, _ = ag.linalg.qr(x, mode="complete")
     with pytest.raises(RuntimeError, match=r"not differentiable when mode='complete' and nrows"):
         ag.grad_sync(q.sum(), [x])
-    u, s, _ = ag.linalg.svd(x)  # full_matrices=True: S alone is differentiable
-    (g,) = ag.grad_sync(s.sum(), [x])
-    assert g.shape == (3, 2)
-    u, s, _ = ag.linalg.svd(x)
-    with pytest.raises(RuntimeError, match=r"full_matrices=True and the input is not square"):
-        ag.grad_sync(u.sum(), [x])
+
+
+def test_svd_with_full_matrices_ignores_the_extra_columns_as_torch() -> None:
+    torch = _torch()
+    a = RNG.standard_normal((4, 3))
+    x, t = _t(a), torch.tensor(a, requires_grad=True)
+    w = RNG.standard_normal((4, 4))
+    ours = (ag.linalg.svd(x).U.abs() * ag.tensor(w)).sum() + ag.linalg.svd(x).S.sum()
+    theirs = (torch.linalg.svd(t).U.abs() * torch.tensor(w)).sum() + torch.linalg.svd(t).S.sum()
+    (g,) = ag.grad_sync(ours, [x])
+    (h,) = torch.autograd.grad(theirs, [t])
+    np.testing.assert_allclose(g.numpy(), h.numpy(), rtol=1e-8, atol=1e-10)
 
 
 def test_no_graph_under_no_grad() -> None:

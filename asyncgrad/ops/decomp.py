@@ -7,8 +7,8 @@ NumPy (or CuPy) computes the factorisations; a factorisation whose result is not
 signs of singular and eigen vectors, Q and R's signs) may differ from torch's LAPACK calls by
 those signs, as torch documents for different devices; gradients of losses that do not depend on
 them agree. NumPy's ``LinAlgError`` (a singular matrix, a matrix that is not positive-definite)
-is raised as a RuntimeError naming the function, as torch does; CuPy does not check, and gives
-NaNs there.
+is raised as ``ag.linalg.LinAlgError`` (a RuntimeError) naming the function, as torch does; CuPy
+does not check, and gives NaNs there.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ._record import OPS, grad_enabled, make, record, wrap
 from .creation import scalar_name
 
 namespace = backend.namespace
+LinAlgError = backend.LinAlgError
 
 
 class SlogdetResult(NamedTuple):
@@ -72,7 +73,7 @@ def _call(name: str, fn: str, *args: Any, **kwargs: Any) -> Any:
     try:
         return backend.linalg_call(fn, *args, **kwargs)
     except backend.LinAlgError as e:
-        raise RuntimeError(f"linalg.{name}: {e}") from None
+        raise backend.LinAlgError(f"linalg.{name}: {e}") from None
 
 
 # ----- inv, det, slogdet, solve -----
@@ -84,7 +85,7 @@ def inv(A: Tensor) -> Tensor:
     try:
         out = backend.linalg_call("inv", a)
     except backend.LinAlgError:
-        raise RuntimeError(
+        raise backend.LinAlgError(
             "linalg.inv: The inversion could not be completed because the input matrix is singular."
         ) from None
     return make(OPS["linalg_inv_ex"], out, (A,))
@@ -161,7 +162,7 @@ def _solve_matrix(A: Tensor, B: Tensor) -> Tensor:
     try:
         out = backend.linalg_call("solve", a_b, b_b)
     except backend.LinAlgError:
-        raise RuntimeError(
+        raise backend.LinAlgError(
             "linalg.solve: The solver failed because the input matrix is singular."
         ) from None
     return make(OPS["linalg_solve_ex"], out, (A, B))
@@ -177,7 +178,7 @@ def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
     try:
         out = backend.linalg_call("cholesky", a)
     except backend.LinAlgError:
-        raise RuntimeError(
+        raise backend.LinAlgError(
             "linalg.cholesky: The factorization could not be completed because the input is "
             "not positive-definite."
         ) from None

@@ -181,13 +181,12 @@ def svd_grad(grads: Any, ans: Any, full_matrices: bool) -> Any:
     u, s, vh = ans
     m, n = u.shape[-2], vh.shape[-1]
     k = s.shape[-1]
-    if full_matrices and m != n and (gu is not None or gvh is not None):
-        raise RuntimeError(
-            "linalg.svd: the derivative of U or Vh is not implemented when full_matrices=True "
-            "and the input is not square; use full_matrices=False"
-        )
     if full_matrices and m != n:
+        # as torch: the columns of U (rows of Vh) past k span an arbitrary basis of the
+        # complement, and their gradients are ignored
         u, vh = u[..., :, :k], vh[..., :k, :]
+        gu = None if gu is None else gu[..., :, :k]
+        gvh = None if gvh is None else gvh[..., :k, :]
     if gu is None and gvh is None:
         return xp.matmul(u * xp.expand_dims(gs, -2), vh)
     v = mT(vh)
