@@ -118,6 +118,16 @@ def test_singular_det_gradient_is_the_adjugate() -> None:
     np.testing.assert_allclose(g.numpy(), cof, atol=1e-12)
 
 
+def test_singular_logabsdet_gradient_is_infinite_not_an_error() -> None:
+    # torch: log|det| is -inf there and its gradient infinite (the signs depend on the
+    # direction of approach: See the README's differences)
+    x = _t([[1.0, 2.0], [2.0, 4.0]])
+    sign, logabs = ag.linalg.slogdet(x)
+    assert (sign.item(), logabs.item()) == (0.0, -math.inf)
+    (g,) = ag.grad_sync(logabs, [x])
+    assert np.isinf(g.numpy()).all()
+
+
 @pytest.mark.parametrize(
     ("name", "fn", "make"),
     [

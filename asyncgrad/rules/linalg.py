@@ -27,7 +27,7 @@ def _solve(a: Any, b: Any) -> Any:
         batch = backend.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = xp.broadcast_to(a, (*batch, *a.shape[-2:]))
         b = xp.broadcast_to(b, (*batch, *b.shape[-2:]))
-    return backend.linalg_of(a).solve(a, b)
+    return backend.linalg_call("solve", a, b)
 
 
 def _unsq(a: Any, k: int) -> Any:
@@ -72,13 +72,12 @@ def inv_grad(g: Any, ans: Any) -> Any:
     return -xp.matmul(ah, xp.matmul(g, ah))
 
 
-def det_grad(g: Any, ans: Any, a: Any) -> Any:
-    # d det(A) = det(A) tr(A^-1 dA); where A is singular, the adjugate through the SVD
-    # (A = U S V^T: adj(A)^T = det(U) det(V) U diag(prod_{j != i} s_j) V^T), as torch.
-    if isinstance(a, Tensor) or bool(xp.all(ans != 0)):
-        return _solve(mT(a), _scaled_eye(g * ans, a))  # as torch: a solve, not an inverse
-    u, s, vh = backend.linalg_of(a).svd(a, full_matrices=False)
+def _adjugate_t(a: Any) -> Any:
+    """The transposed adjugate of each matrix of ``a`` (arrays), through the SVD: for
+    A = U S Vh, adj(A)^T = det(U) det(Vh) U diag(prod_{j != i} s_j) Vh, finite also where A is
+    singular."""
     la = backend.linalg_of(a)
+    u, s, vh = la.svd(a, full_matrices=False)
     sign = la.det(u) * la.det(vh)
     n = s.shape[-1]
     ones = xp.ones_like(s[..., :1])
@@ -87,13 +86,32 @@ def det_grad(g: Any, ans: Any, a: Any) -> Any:
         xp.cumprod(xp.concatenate([ones, xp.flip(s, -1)[..., : n - 1]], axis=-1), axis=-1), -1
     )
     others = left * right  # prod over j != i
-    adj_t = xp.matmul(u * xp.expand_dims(others, -2), vh)
-    return _unsq(g * sign, 2) * adj_t
+    return _unsq(sign, 2) * xp.matmul(u * xp.expand_dims(others, -2), vh)
+
+
+def det_grad(g: Any, ans: Any, a: Any) -> Any:
+    # d det(A) = det(A) tr(A^-1 dA) = tr(adj(A) dA): a solve, as torch, and the adjugate where
+    # A is singular (torch's first-order backward gives 0 there, its create_graph one the
+    # adjugate: See the README's differences)
+    if not isinstance(a, Tensor) and not bool(xp.all(ans != 0)):
+        return _unsq(g, 2) * _adjugate_t(a)
+    try:
+        return _solve(mT(a), _scaled_eye(g * ans, a))
+    except backend.LinAlgError:
+        if isinstance(a, Tensor):
+            raise
+        return _unsq(g, 2) * _adjugate_t(a)
 
 
 def logabsdet_grad(g: Any, a: Any) -> Any:
-    # d log|det A| = tr(A^-1 dA): gA = A^-T g
-    return _solve(mT(a), _scaled_eye(g, a))
+    # d log|det A| = tr(A^-1 dA): gA = A^-T g; where A is singular, adj(A)^T / det(A), infinite
+    # as torch's
+    try:
+        return _solve(mT(a), _scaled_eye(g, a))
+    except backend.LinAlgError:
+        if isinstance(a, Tensor):
+            raise
+        return _unsq(g / backend.linalg_call("det", a), 2) * _adjugate_t(a)
 
 
 def _scaled_eye(c: Any, a: Any) -> Any:
