@@ -21,7 +21,7 @@ The import-linter contract in pyproject.toml checks this on every CI run.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 # Tensor first: its module imports the ops once the class exists, and every layer above needs
 # both (See NOTE [Tensor delegates upward]).
@@ -353,6 +353,87 @@ __all__ += [
     "std",
     "topk",
     "var",
+]
+
+# ----- torch's other names: var_mean, *_like, diagonal, unique, clip; ag.linalg; constants -----
+import builtins as _builtins  # noqa: E402  (``int``, ``bool`` and ``float`` are dtypes here)
+import math as _math  # noqa: E402
+
+from . import linalg  # noqa: E402
+from .dtypes import get_default_dtype, set_default_dtype  # noqa: E402
+from .ops import (  # noqa: E402
+    clip,
+    clip_,
+    diagonal,
+    rand_like,
+    randint_like,
+    randn_like,
+    split_with_sizes,
+    std_mean,
+    unique,
+    var_mean,
+)
+
+inf: Final = _math.inf
+nan: Final = _math.nan
+pi: Final = _math.pi
+e: Final = _math.e
+
+
+# NOTE [Threads and warnings settings]
+# ``set_num_threads`` sets the engine's compute threads (``ag.autograd.engine.configure(
+# compute_threads=n)``): the threads that run ``ag.run`` calls and large backward nodes off the
+# event loop, asyncgrad's parallelism for computation. The BLAS library under NumPy keeps its own
+# threads (OPENBLAS_NUM_THREADS and the like, read at start-up). ``set_warn_always`` is kept for
+# torch's API: asyncgrad has no warn-once messages, each warning follows Python's ``warnings``
+# filters, so the flag changes nothing but what ``is_warn_always_enabled`` returns.
+_warn_always = [False]
+
+
+def set_num_threads(n: _builtins.int) -> None:
+    """Use ``n`` compute threads (See NOTE [Threads and warnings settings])."""
+    if isinstance(n, _builtins.bool) or not isinstance(n, _builtins.int) or n < 1:
+        raise RuntimeError(f"set_num_threads expects a positive integer, got {n!r}")
+    autograd.engine.configure(compute_threads=n)
+
+
+def get_num_threads() -> _builtins.int:
+    """The number of compute threads (See NOTE [Threads and warnings settings])."""
+    n: _builtins.int = autograd.engine.compute_threads
+    return n
+
+
+def set_warn_always(b: _builtins.bool) -> None:
+    """torch's switch for warn-once messages (See NOTE [Threads and warnings settings])."""
+    _warn_always[0] = _builtins.bool(b)
+
+
+def is_warn_always_enabled() -> _builtins.bool:
+    return _warn_always[0]
+
+
+__all__ += [
+    "clip",
+    "clip_",
+    "diagonal",
+    "e",
+    "get_default_dtype",
+    "get_num_threads",
+    "inf",
+    "is_warn_always_enabled",
+    "linalg",
+    "nan",
+    "pi",
+    "rand_like",
+    "randint_like",
+    "randn_like",
+    "set_default_dtype",
+    "set_num_threads",
+    "set_warn_always",
+    "split_with_sizes",
+    "std_mean",
+    "unique",
+    "var_mean",
 ]
 
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.

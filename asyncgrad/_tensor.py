@@ -1022,6 +1022,74 @@ class Tensor:
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         return _ops.array_function(func, args, kwargs)
 
+    # ----- torch's other names: view_as, new_*, diagonal, unique, data_ptr, type() -----
+    def view_as(self, other: Tensor) -> Tensor:
+        return _ops.view_as(self, other)
+
+    def diagonal(self, offset: _int = 0, dim1: _int = 0, dim2: _int = 1) -> Tensor:
+        return _ops.diagonal(self, offset, dim1, dim2)
+
+    def split_with_sizes(self, split_sizes: Sequence[_int], dim: _int = 0) -> tuple[Tensor, ...]:
+        return _ops.split_with_sizes(self, split_sizes, dim)
+
+    def unique(
+        self,
+        sorted: _bool = True,
+        return_inverse: _bool = False,
+        return_counts: _bool = False,
+        dim: _int | None = None,
+    ) -> Any:
+        return _ops.unique(self, sorted, return_inverse, return_counts, dim)
+
+    def clip_(self, min: Any = None, max: Any = None) -> Tensor:
+        return _ops.clip_(self, min, max)
+
+    def data_ptr(self) -> _int:
+        """The address of the first element (as torch's, for identity checks of storage)."""
+        return _ops.data_ptr(self)
+
+    def new(self, *args: Any) -> Tensor:
+        return _ops.new(self, *args)
+
+    def new_tensor(
+        self, data: Any, *, dtype: Any = None, device: Any = None, requires_grad: _bool = False
+    ) -> Tensor:
+        return _ops.new_tensor(self, data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(
+        self,
+        size: Any,
+        fill_value: Any,
+        *,
+        dtype: Any = None,
+        device: Any = None,
+        requires_grad: _bool = False,
+    ) -> Tensor:
+        return _ops.new_full(
+            self, size, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
+        )
+
+    def new_zeros(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: _bool = False
+    ) -> Tensor:
+        return _ops.new_full(self, size, 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: _bool = False
+    ) -> Tensor:
+        return _ops.new_full(self, size, 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(
+        self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: _bool = False
+    ) -> Tensor:
+        return _ops.new_full(self, size, 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    # Last in the class: the name ``type`` shadows the builtin in the class body below it.
+    def type(self, dtype: Any = None, non_blocking: _bool = False, **kwargs: Any) -> Any:
+        """``t.type()``: torch's type string ("torch.FloatTensor"); ``t.type(dtype)``: ``t``
+        converted (See NOTE [Tensor.type() strings] in asyncgrad/ops/extras.py)."""
+        return _ops.type_(self, dtype, non_blocking, **kwargs)
+
 
 # ----- pickling -----
 # NOTE [Pickling tensors]

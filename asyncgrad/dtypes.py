@@ -12,10 +12,12 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "get_default_dtype",
     "int32",
     "int64",
     "is_floating",
     "promote_binary",
+    "set_default_dtype",
     "to_dtype",
 ]
 
@@ -75,10 +77,12 @@ def is_float64(a: Any) -> bool:
 
 
 def default_dtype_of(data_dtype: np.dtype[Any]) -> np.dtype[Any] | None:
-    """torch's default for data given as Python numbers: floats become float32 and ints int64.
-    ``None`` when the inferred dtype is already right."""
+    """torch's default for data given as Python numbers: floats take the default dtype (float32
+    unless ``set_default_dtype`` changed it) and ints int64. ``None`` when the inferred dtype is
+    already right."""
     if data_dtype == float64:
-        return float32
+        d = _default_float[0]
+        return None if d is float64 else d
     if data_dtype.kind == "i" and data_dtype != int64:
         return int64
     return None
@@ -96,7 +100,7 @@ def promote_binary(out: np.dtype[Any], x: Any, y: Any) -> np.dtype[Any]:
     let a 0-d float64 widen a float32 tensor).
     """
     if out == float64 and not is_float64(x) and not is_float64(y):
-        return float32
+        return _default_float[0]
     xd, yd = getattr(x, "ndim", None), getattr(y, "ndim", None)
     if xd is None or yd is None or (xd == 0) is (yd == 0):
         return out
@@ -104,3 +108,26 @@ def promote_binary(out: np.dtype[Any], x: Any, y: Any) -> np.dtype[Any]:
     cb, cs = _CATEGORY.get(big.dtype.kind, 3), _CATEGORY.get(small.dtype.kind, 3)
     result: np.dtype[Any] = big.dtype if cs <= cb else small.dtype
     return result
+
+
+# ----- the default floating dtype -----
+# NOTE [Default dtype]
+# As torch's ``set_default_dtype``: one setting for the whole process (not per thread or task),
+# read by the factories (``zeros``, ``rand``, ...) when given no dtype, by Python floats turned
+# into tensors (``tensor(1.5)``), and by a Python float meeting an integer tensor. A one-item
+# list, so the readers' lookup stays one global and one index.
+_DEFAULT_FLOATS: Final = (float16, float32, float64)
+_default_float: list[np.dtype[Any]] = [float32]
+
+
+def get_default_dtype() -> np.dtype[Any]:
+    """The dtype that factories and Python floats give (float32 unless changed)."""
+    return _default_float[0]
+
+
+def set_default_dtype(d: Any) -> None:
+    """Make ``d`` (float16, float32 or float64) the default floating dtype, process-wide."""
+    dt = to_dtype(d)
+    if dt not in _DEFAULT_FLOATS:
+        raise TypeError(f"only floating-point types are supported as the default type, got {dt}")
+    _default_float[0] = next(f for f in _DEFAULT_FLOATS if f == dt)

@@ -24,6 +24,7 @@ from . import graph
 from .api import backward, backward_sync, grad, grad_sync
 from .function import Function, once_differentiable
 from .gradcheck import gradcheck, gradgradcheck
+from .variable import Variable
 
 # ----- anomaly mode (functional and profiler load on first use: See NOTE [Lazy extras]) -----
 from . import anomaly_mode  # isort: skip
@@ -36,6 +37,7 @@ from .anomaly_mode import (  # isort: skip
 
 __all__ = [
     "Function",
+    "Variable",
     "anomaly_mode",
     "backward",
     "backward_sync",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from contextvars import Token
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._tensor import Tensor
 from ..engine.reentrant import current_graph_task
@@ -14,8 +14,6 @@ from ..graph.graph_root import GraphRoot
 from ..graph.hooks import RemovableHandle
 from ..graph.node import Edge, Node
 from ..graph.saved_tensor import SavedTensor, hooks_used, saved_hooks
-
-GradientEdge = Edge
 
 __all__ = [
     "AccumulateGrad",
@@ -179,3 +177,29 @@ def register_multi_grad_hook(
             state.pop(key, None)
 
     return _MultiHandle([t.register_hook(make_hook(i)) for i, t in enumerate(tensors)])
+
+
+# ----- get_gradient_edge -----
+class GradientEdge(NamedTuple):
+    """Where a tensor's gradient enters the backward graph: input ``output_nr`` of ``node``
+    (its ``grad_fn``, or a leaf's AccumulateGrad). Equal to the ``Edge`` with the same fields."""
+
+    node: Node
+    output_nr: int
+
+
+def get_gradient_edge(tensor: Tensor) -> GradientEdge:
+    """The gradient edge of ``tensor`` (which must require grad), as torch's: it names the
+    tensor's place in the graph without keeping the tensor alive."""
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"get_gradient_edge() expects a Tensor, got {type(tensor).__name__}")
+    e = tensor._edge() if tensor.requires_grad else None
+    if e is None:
+        raise RuntimeError(
+            "It is not possible to get the gradient edge for a Tensor that does not require "
+            "gradients"
+        )
+    return GradientEdge(e[0], e[1])
+
+
+__all__ += ["get_gradient_edge"]

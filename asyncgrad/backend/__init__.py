@@ -682,3 +682,59 @@ def silent_fp(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 from . import cuda  # noqa: E402  (imports nothing heavy: the runtime loads on first use)
+
+
+# ----- diagonal views and linear algebra (ag.linalg) -----
+class LinAlgError(RuntimeError):
+    """A factorisation that the input does not allow (a singular or not positive-definite
+    matrix): NumPy's LinAlgError as a RuntimeError, which torch raises."""
+
+
+def diagonal_view(a: Any, offset: int, dim1: int, dim2: int) -> Any:
+    """The diagonal of ``a`` over axes ``dim1`` and ``dim2`` (last axis of the result) as a view
+    that writes through to ``a`` where ``a`` is writable (NumPy's own is read-only)."""
+    if type(a) is not np.ndarray:
+        # A strided view (the simulator's ``diagonal`` is read-only, as NumPy's)
+        n1, n2 = a.shape[dim1], a.shape[dim2]
+        r0, c0 = max(-offset, 0), max(offset, 0)
+        k = max(0, min(n1 - r0, n2 - c0))
+        start = [slice(None)] * a.ndim
+        start[dim1] = slice(min(r0, n1), None)
+        start[dim2] = slice(min(c0, n2), None)
+        b = a[tuple(start)]
+        rest = [i for i in range(a.ndim) if i not in (dim1, dim2)]
+        shape = (*(b.shape[i] for i in rest), k)
+        strides = (*(b.strides[i] for i in rest), b.strides[dim1] + b.strides[dim2])
+        return namespace(a).lib.stride_tricks.as_strided(b, shape, strides)
+    d = np.diagonal(a, offset, dim1, dim2)
+    if a.flags.writeable:
+        d.flags.writeable = True
+    return d
+
+
+def linalg_of(a: Any) -> Any:
+    """The ``linalg`` module for ``a``: NumPy's, CuPy's or the simulator's (a Tensor under
+    create_graph gets NumPy's, whose functions dispatch to Tensor's ``__array_function__``)."""
+    return namespace(a).linalg
+
+
+def linalg_call(name: str, *args: Any, **kwargs: Any) -> Any:
+    """``linalg.<name>(*args)`` in the arrays' namespace; NumPy's LinAlgError as ours."""
+    try:
+        return getattr(namespace(args[0]).linalg, name)(*args, **kwargs)
+    except np.linalg.LinAlgError as e:
+        raise LinAlgError(str(e)) from None
+
+
+def unique(a: Any, axis: int | None) -> tuple[Any, Any, Any]:
+    """The sorted distinct elements of ``a`` (slices along ``axis``), the inverse indices and
+    the counts (data-dependent: a host synchronisation on a device)."""
+    vals, inv, counts = namespace(a).unique(a, return_inverse=True, return_counts=True, axis=axis)
+    return vals, inv, counts
+
+
+def data_ptr(a: Any) -> int:
+    """The address of ``a``'s first element (device memory for a CUDA array)."""
+    if type(a) is np.ndarray:
+        return int(a.__array_interface__["data"][0])
+    return int(a.data.ptr)

@@ -112,6 +112,7 @@ __all__ = [
     "full_like",
     "inject_fault",
     "lib",
+    "linalg",
     "linspace",
     "ndarray",
     "newaxis",
@@ -2153,6 +2154,12 @@ class ndarray:
         return Device(self._dev)
 
     @property
+    def data(self) -> _MemoryPointer:
+        """CuPy's ``MemoryPointer`` of the first element: its ``ptr`` (the host buffer's
+        address here)."""
+        return _MemoryPointer(int(self._data.__array_interface__["data"][0]))
+
+    @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         data = self._data
         return {
@@ -2860,6 +2867,102 @@ class _Lib:
 
 
 lib: Final = _Lib()
+
+
+# ----------------------------------------------------------------------------- linalg
+class _MemoryPointer:
+    """``cupy.cuda.MemoryPointer``'s address (``ndarray.data.ptr``)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+def _linalg_standin(data: _Array) -> _Array:
+    """Identity matrices of ``data``'s shape: every factorisation takes them."""
+    if data.ndim < 2:
+        return np.zeros(data.shape, data.dtype)
+    m, n = data.shape[-2:]
+    return np.broadcast_to(np.eye(m, n, dtype=data.dtype), data.shape)
+
+
+def _linalg_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """NumPy's ``fn`` as CuPy's: plain tuples of results, and NaNs where NumPy raises
+    LinAlgError (CuPy does not check a factorisation's success unless configured to)."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            r = fn(*args, **kwargs)
+        except np.linalg.LinAlgError:
+            sargs = [_linalg_standin(a) if isinstance(a, np.ndarray) else a for a in args]
+            r = fn(*sargs, **kwargs)
+            if isinstance(r, tuple):
+                r = tuple(np.full(np.shape(x), np.nan, np.asarray(x).dtype) for x in r)
+            else:
+                r = np.full(np.shape(r), np.nan, np.asarray(r).dtype)
+        return tuple(r) if isinstance(r, tuple) else r
+
+    return run
+
+
+def _linalg_launch(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    found: list[ndarray],
+    device: int,
+) -> Any:
+    return _launch(func, args, kwargs, found, device, _linalg_standin, None)
+
+
+def _linalg(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _dispatch(_linalg_kernel(fn), args, kwargs, _linalg_launch)
+
+
+class _Linalg:
+    """``cupy.linalg``'s subset that asyncgrad uses: a launch each, results as CuPy's (plain
+    tuples; NaNs for a matrix the factorisation does not take)."""
+
+    def inv(self, a: Any) -> Any:
+        return _linalg(np.linalg.inv, (a,), {})
+
+    def solve(self, a: Any, b: Any) -> Any:
+        # CuPy's checks: a 1-D b is one vector; otherwise no broadcasting of the batch dims
+        if b.ndim == 0:
+            raise ValueError("b must have at least one dimension")
+        if b.ndim == 1 and a.shape[-1] != b.size:
+            raise ValueError(
+                "a must have (..., M, M) shape and b must have (M,) for one-dimensional b"
+            )
+        if b.ndim > 1 and a.shape[:-1] != b.shape[:-1]:
+            raise ValueError(
+                "a must have (..., M, M) shape and b must have (..., M, K) for multidimensional b"
+            )
+        return _linalg(np.linalg.solve, (a, b), {})
+
+    def det(self, a: Any) -> Any:
+        return _linalg(np.linalg.det, (a,), {})
+
+    def slogdet(self, a: Any) -> Any:
+        return _linalg(np.linalg.slogdet, (a,), {})
+
+    def cholesky(self, a: Any) -> Any:
+        return _linalg(np.linalg.cholesky, (a,), {})
+
+    def qr(self, a: Any, mode: str = "reduced") -> Any:
+        return _linalg(np.linalg.qr, (a,), {"mode": mode})
+
+    def svd(self, a: Any, full_matrices: bool = True, compute_uv: bool = True) -> Any:
+        return _linalg(
+            np.linalg.svd, (a,), {"full_matrices": full_matrices, "compute_uv": compute_uv}
+        )
+
+    def eigh(self, a: Any, UPLO: str = "L") -> Any:
+        return _linalg(np.linalg.eigh, (a,), {"UPLO": UPLO})
+
+
+linalg: Final = _Linalg()
 
 
 def _add_at_wrapped(a: _Array, key: tuple[Any, ...], value: Any) -> None:

@@ -11,7 +11,8 @@ from .node import Edge, Node
 __all__ = ["CopySlices", "ViewChain", "replay_view"]
 
 # How a view was made from its base: ("reshape", {"shape"}), ("transpose", {"dim0", "dim1"}),
-# ("permute", {"dims"}), ("expand", {"shape"}) or ("getitem", {"index"}), outermost last.
+# ("permute", {"dims"}), ("expand", {"shape"}), ("diagonal", {"offset", "dim1", "dim2"}) or
+# ("getitem", {"index"}), outermost last.
 ViewChain = tuple[tuple[str, dict[str, Any]], ...]
 
 
@@ -28,6 +29,8 @@ def replay_view(x: Any, chain: ViewChain) -> Any:
                 x = x.permute(p["dims"])
             elif name == "expand":
                 x = x.expand(p["shape"])
+            elif name == "diagonal":
+                x = x.diagonal(p["offset"], p["dim1"], p["dim2"])
             else:
                 x = x[p["index"]]
         return x
@@ -40,6 +43,8 @@ def replay_view(x: Any, chain: ViewChain) -> Any:
             x = x.transpose(p["dims"])
         elif name == "expand":
             x = backend.namespace(x).broadcast_to(x, p["shape"])
+        elif name == "diagonal":
+            x = backend.diagonal_view(x, p["offset"], p["dim1"], p["dim2"])
         else:
             x = x[p["index"]]
     return x

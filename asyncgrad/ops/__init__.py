@@ -331,6 +331,47 @@ __all__ += [
     "var",
 ]
 
+# ----- torch's other names: var_mean, *_like, diagonal, unique, ...; ag.linalg -----
+from . import decomp  # noqa: E402
+from .extras import (  # noqa: E402
+    clip,
+    clip_,
+    data_ptr,
+    diagonal,
+    new,
+    new_full,
+    new_tensor,
+    rand_like,
+    randint_like,
+    randn_like,
+    split_with_sizes,
+    std_mean,
+    type_,
+    unique,
+    var_mean,
+    view_as,
+)
+
+__all__ += [
+    "clip",
+    "clip_",
+    "data_ptr",
+    "decomp",
+    "diagonal",
+    "new",
+    "new_full",
+    "new_tensor",
+    "rand_like",
+    "randint_like",
+    "randn_like",
+    "split_with_sizes",
+    "std_mean",
+    "type_",
+    "unique",
+    "var_mean",
+    "view_as",
+]
+
 # Imported last: it guards the functions above once several CUDA devices are in use (See NOTE
 # [Ops run on their operands' device] in asyncgrad/ops/device_guard.py).
 from . import device_guard  # noqa: E402, F401

@@ -68,8 +68,11 @@ def _finish(array: Any, device: Any, requires_grad: bool) -> Tensor:
     return t
 
 
-def _dt(dtype: Any, default: Any = dtypes.float32) -> Any:
-    return dtypes.to_dtype(default if dtype is None else dtype)
+def _dt(dtype: Any, default: Any = None) -> Any:
+    # No default: the default floating dtype (See NOTE [Default dtype] in asyncgrad/dtypes.py).
+    if dtype is None:
+        return dtypes.get_default_dtype() if default is None else default
+    return dtypes.to_dtype(dtype)
 
 
 def tensor(
@@ -125,7 +128,7 @@ def full(
             if isinstance(fill_value, bool)
             else dtypes.int64
             if isinstance(fill_value, int)
-            else dtypes.float32
+            else dtypes.get_default_dtype()
         )
     a = backend.full(_size((size,)), fill_value, dtypes.to_dtype(dtype))
     return _finish(a, device, requires_grad)
@@ -174,7 +177,7 @@ def arange(
         start, end = 0, start
     if dtype is None:
         is_int = all(isinstance(v, (int, backend.integer)) for v in (start, end, step))
-        dtype = dtypes.int64 if is_int else dtypes.float32
+        dtype = dtypes.int64 if is_int else dtypes.get_default_dtype()
     a = backend.arange(start, end, step, dtypes.to_dtype(dtype))
     return _finish(a, device, requires_grad)
 

@@ -177,3 +177,42 @@ def _np_einsum(equation: str, *operands: Any, **_: Any) -> Any:
 
 
 _ARRAY_FUNCTIONS.update({"cumsum": _np_cumsum, "prod": _np_prod, "einsum": _np_einsum})
+
+
+# ----- tril, triu, diagonal; linalg.inv and linalg.solve (the rules of ag.linalg) -----
+def _np_tril(m: Any, k: int = 0) -> Any:
+    return shape.tril(m, k)
+
+
+def _np_triu(m: Any, k: int = 0) -> Any:
+    return shape.triu(m, k)
+
+
+def _np_diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    from .extras import diagonal
+
+    return diagonal(a, offset, axis1, axis2)
+
+
+def _np_linalg_inv(a: Any) -> Any:
+    from .decomp import inv
+
+    return inv(a)
+
+
+def _np_linalg_solve(a: Any, b: Any) -> Any:
+    # NumPy 2's solve: ``b`` is a batch of matrices unless it is 1-D; the rules pass matrices
+    from .decomp import _solve_matrix
+
+    return _solve_matrix(_t(a), _t(b))
+
+
+_ARRAY_FUNCTIONS.update(
+    {
+        "tril": _np_tril,
+        "triu": _np_triu,
+        "diagonal": _np_diagonal,
+        "inv": _np_linalg_inv,
+        "solve": _np_linalg_solve,
+    }
+)

@@ -336,3 +336,43 @@ _max_pool = defvjp(
 )
 _max_pool.node_cls.__name__ = "MaxPool2DWithIndicesBackward0"  # torch's spelling of "2d"
 _max_pool.node_cls.__qualname__ = _max_pool.node_cls.__name__
+
+# ----- diagonal; ag.linalg: inv, det, slogdet, solve, cholesky, qr, svd, eigh -----
+# The formulas are in linalg.py; the names are torch's (LinalgInvExBackward0, ...).
+from .linalg import (  # noqa: E402
+    cholesky_grad,
+    det_grad,
+    diagonal_grad,
+    eigh_grad,
+    inv_grad,
+    logabsdet_grad,
+    qr_grad,
+    solve_grad_a,
+    solve_grad_b,
+    svd_grad,
+)
+
+defvjp(
+    "diagonal",
+    lambda g, ans, x, *, offset, dim1, dim2, in_shape: diagonal_grad(
+        g, in_shape, offset, dim1, dim2
+    ),
+)
+defvjp("linalg_inv_ex", lambda g, ans, a: inv_grad(g, ans), save="ans")
+defvjp("linalg_det", lambda g, ans, a: det_grad(g, ans, a), save="ans a")
+defvjp("linalg_slogdet", lambda g, ans, a: logabsdet_grad(g, a), save="a")
+defvjp(
+    "linalg_solve_ex",
+    lambda g, ans, a, b: solve_grad_a(g, ans, a),
+    lambda g, ans, a, b: solve_grad_b(g, a),
+    save="ans a",
+)
+defvjp("linalg_cholesky_ex", lambda g, ans, a: cholesky_grad(g, ans), save="ans")
+defvjp("linalg_qr", lambda g, ans, a, *, mode: qr_grad(g, ans, a, mode), save="ans a", outputs=-1)
+defvjp(
+    "linalg_svd",
+    lambda g, ans, a, *, full_matrices: svd_grad(g, ans, full_matrices),
+    save="ans",
+    outputs=-1,
+)
+defvjp("linalg_eigh", lambda g, ans, a, *, uplo: eigh_grad(g, ans), save="ans", outputs=-1)

@@ -1135,6 +1135,60 @@ case(
 
 
 # =====================================================================================
+# diagonal; ag.linalg (losses of Q, U, V that do not depend on their signs)
+# =====================================================================================
+def square(rng: Rng, *batch: int, n: int = 3) -> ag.Tensor:
+    """Square matrices well away from singular."""
+    a = rng.standard_normal((*batch, n, n)) + 3.0 * np.eye(n)
+    return ag.tensor(a, dtype=ag.float64, requires_grad=True)
+
+
+case("diagonal", "offset_dims", lambda x: x.diagonal(1, 0, 2), lambda r: (randn(r, 3, 2, 4),))
+case("diagonal", "below_reversed", lambda x: ag.diagonal(x, -1, 1, 0), lambda r: (randn(r, 4, 3),))
+case("linalg_inv_ex", "batched", ag.linalg.inv, lambda r: (square(r, 2),))
+case("linalg_det", "batched", ag.linalg.det, lambda r: (square(r, 2),))
+case("linalg_slogdet", "logabsdet", lambda a: ag.linalg.slogdet(a)[1], lambda r: (square(r, 2),))
+case("linalg_solve_ex", "matrix", ag.linalg.solve, lambda r: (square(r, 2), randn(r, 2, 3, 2)))
+case("linalg_solve_ex", "vector", ag.linalg.solve, lambda r: (square(r, 2), randn(r, 3)))
+case(
+    "linalg_cholesky_ex",
+    "of_a_gram_matrix",
+    lambda a: ag.linalg.cholesky(a @ a.mT),
+    lambda r: (square(r, 2),),
+)
+case(
+    "linalg_qr",
+    "tall",
+    lambda a: (lambda q, r: (q @ q.mT, r.abs()))(*ag.linalg.qr(a)),
+    lambda r: (randn(r, 2, 4, 3),),
+)
+case(
+    "linalg_qr",
+    "wide",
+    lambda a: (lambda q, r: (q @ q.mT, r.abs()))(*ag.linalg.qr(a)),
+    lambda r: (randn(r, 3, 5),),
+)
+case(
+    "linalg_svd",
+    "tall",
+    lambda a: (lambda u, s, vh: (u @ u.mT, s, vh.mT @ vh))(*ag.linalg.svd(a, False)),
+    lambda r: (randn(r, 2, 4, 3),),
+)
+case(
+    "linalg_svd",
+    "wide",
+    lambda a: (lambda u, s, vh: (u @ u.mT, s, vh.mT @ vh))(*ag.linalg.svd(a, False)),
+    lambda r: (randn(r, 3, 5),),
+)
+case(
+    "linalg_eigh",
+    "symmetrised",
+    lambda a: (lambda lam, v: (lam, v * v))(*ag.linalg.eigh(a + a.mT)),
+    lambda r: (randn(r, 2, 3, 3),),
+)
+
+
+# =====================================================================================
 # The tests
 # =====================================================================================
 def _marks(c: Case, second: bool = False) -> list[pytest.MarkDecorator]:

@@ -436,6 +436,25 @@ case(
 
 
 # =====================================================================================
+# diagonal and ag.linalg: special values on a diagonal; for the factorisations, a matrix with
+# zeros (and a symmetric positive-definite one) under the special output gradients. det at a
+# singular matrix is tests/test_linalg.py's (the adjugate, where torch's first-order backward
+# gives 0).
+# =====================================================================================
+case("diagonal", "specials", lambda m, x: x.diagonal(1, 0, 2), np.resize(VALUES, (3, 2, 4)))
+_LA: Final = np.array([[2.0, 0.0, -1.0], [0.5, 3.0, 0.0], [-0.0, 1.0, 4.0]])
+_LA_SPD: Final = _LA @ _LA.T + np.eye(3)
+case("linalg_inv_ex", "zeros", lambda m, a: m.linalg.inv(a), _LA)
+case("linalg_det", "zeros", lambda m, a: m.linalg.det(a), _LA)
+case("linalg_slogdet", "zeros", lambda m, a: m.linalg.slogdet(a)[1], _LA)
+case("linalg_solve_ex", "zeros", lambda m, a, b: m.linalg.solve(a, b), _LA, _LA[:, :2])
+case("linalg_cholesky_ex", "spd", lambda m, a: m.linalg.cholesky(a), _LA_SPD)
+case("linalg_qr", "zeros", lambda m, a: m.linalg.qr(a)[1].abs(), _LA)
+case("linalg_svd", "zeros", lambda m, a: m.linalg.svd(a)[1], _LA)
+case("linalg_eigh", "spd", lambda m, a: m.linalg.eigh(a)[0], _LA_SPD)
+
+
+# =====================================================================================
 # The tests
 # =====================================================================================
 def _build(m: Any, args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
