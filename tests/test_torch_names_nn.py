@@ -235,3 +235,15 @@ def test_parameters_to_vector_and_back(torch: Any) -> None:
         vector_to_parameters(np.zeros(8), lin.parameters())  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="at least 8 elements"):
         vector_to_parameters(ag.zeros(7), lin.parameters())
+
+
+def test_module_to_dtype_casts_floating_buffers_only() -> None:
+    m = nn.Module()
+    m.register_buffer("count", ag.tensor(3))
+    m.register_buffer("stat", ag.zeros(2))
+    m.to(ag.float64)
+    assert m.count.dtype == ag.int64
+    assert m.stat.dtype == ag.float64
+    m.to("cpu", ag.float16)
+    assert m.count.dtype == ag.int64
+    assert m.stat.dtype == ag.float16
