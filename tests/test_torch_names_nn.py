@@ -247,3 +247,33 @@ def test_module_to_dtype_casts_floating_buffers_only() -> None:
     m.to("cpu", ag.float16)
     assert m.count.dtype == ag.int64
     assert m.stat.dtype == ag.float16
+
+
+# ============================================================================ load(weights_only=)
+class _Payload:
+    """Unpickling this would run a command: what a malicious checkpoint holds."""
+
+    def __init__(self, marker: Any) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("weights_only", [True, False, None])
+def test_load_accepts_weights_only_and_never_runs_code(tmp_path: Any, weights_only: Any) -> None:
+    lin = nn.Linear(2, 3)
+    path = tmp_path / "m.pt"
+    ag.save(lin.state_dict(), path)
+    sd = ag.load(path, weights_only=weights_only)
+    assert list(sd) == ["weight", "bias"]
+    np.testing.assert_array_equal(sd["weight"].numpy(), lin.weight.detach().numpy())
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.npz"
+    with open(evil, "wb") as f:
+        np.savez(f, a=np.array([_Payload(marker)], dtype=object))
+    with pytest.raises(RuntimeError, match=r"object array .* never loaded"):
+        ag.load(evil, weights_only=weights_only)
+    assert not marker.exists()
