@@ -32,10 +32,14 @@ from .modules import (
     Tanh,
 )
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm2d
+from .rnn import GRU, LSTM
+from .transformer import TransformerEncoderLayer
 
 __all__ = [
     "ELU",
     "GELU",
+    "GRU",
+    "LSTM",
     "BCEWithLogitsLoss",
     "BatchNorm1d",
     "BatchNorm2d",
@@ -69,6 +73,7 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "TransformerEncoderLayer",
     "functional",
     "init",
     "utils",
