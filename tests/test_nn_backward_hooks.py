@@ -226,3 +226,11 @@ def test_sync_hook_returning_an_awaitable_is_refused() -> None:
     lin.register_full_backward_pre_hook(lambda m, go: later())
     with pytest.raises(TypeError, match="returned an awaitable, but it is not an `async def`"):
         lin(ag.randn(1, 2, requires_grad=True)).sum().backward()
+
+
+def test_grad_fn_is_named_as_torch(torch: Any) -> None:
+    for lib, mod in ((ag, nn), (torch, torch.nn)):
+        lin = mod.Linear(2, 2)
+        lin.register_full_backward_hook(lambda m, gi, go: None)
+        out = lin(lib.ones(1, 2, requires_grad=True))
+        assert type(out.grad_fn).__name__ == "BackwardHookFunctionBackward"

@@ -157,44 +157,32 @@ async def _adrive(gen: Any) -> Any:
         return stop.value
 
 
-class _OutputsHook(Function):
-    @staticmethod
-    def forward(ctx: Any, state: _CallState, *tensors: Tensor) -> tuple[Tensor, ...]:
+def _hook_function(is_async: bool) -> type[Function]:
+    """The identity Function whose backward runs one stage of the hooks (``_on_outputs`` or
+    ``_on_inputs``, passed to ``apply``); named as torch's, so that grad_fn reads
+    ``BackwardHookFunctionBackward``."""
+
+    def forward(ctx: Any, stage: Any, state: _CallState, *tensors: Tensor) -> tuple[Tensor, ...]:
+        ctx.stage = stage
         ctx.state = state
-        ctx.set_materialize_grads(False)
+        ctx.set_materialize_grads(False)  # None, not zeros, for a gradient that did not come
         return tensors
 
-    @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
-        return (None, *_drive(_on_outputs(ctx.state, grads)))
+        return (None, None, *_drive(ctx.stage(ctx.state, grads)))
+
+    async def abackward(ctx: Any, *grads: Any) -> Any:
+        return (None, None, *await _adrive(ctx.stage(ctx.state, grads)))
+
+    ns = {
+        "forward": staticmethod(forward),
+        "backward": staticmethod(abackward if is_async else backward),
+    }
+    return type("BackwardHookFunction", (Function,), ns)
 
 
-class _InputsHook(Function):
-    @staticmethod
-    def forward(ctx: Any, state: _CallState, *tensors: Tensor) -> tuple[Tensor, ...]:
-        ctx.state = state
-        ctx.set_materialize_grads(False)
-        return tensors
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:
-        return (None, *_drive(_on_inputs(ctx.state, grads)))
-
-
-class _AsyncOutputsHook(Function):
-    forward = _OutputsHook.forward
-
-    @staticmethod
-    async def backward(ctx: Any, *grads: Any) -> Any:
-        return (None, *await _adrive(_on_outputs(ctx.state, grads)))
-
-
-class _AsyncInputsHook(Function):
-    forward = _InputsHook.forward
-
-    @staticmethod
-    async def backward(ctx: Any, *grads: Any) -> Any:
-        return (None, *await _adrive(_on_inputs(ctx.state, grads)))
+_SYNC = _hook_function(is_async=False)
+_ASYNC = _hook_function(is_async=True)
 
 
 def call_with_backward_hooks(
@@ -210,9 +198,7 @@ def call_with_backward_hooks(
     backward hooks set up around them (See NOTE [Module backward hooks])."""
     if not is_grad_enabled():
         return after_forward(args, forward(*args, **kwargs))
-    is_async = any(is_async_callable(h) for h in (*hooks, *pre_hooks))
-    ins_fn = _AsyncInputsHook if is_async else _InputsHook
-    outs_fn = _AsyncOutputsHook if is_async else _OutputsHook
+    fn = _ASYNC if any(is_async_callable(h) for h in (*hooks, *pre_hooks)) else _SYNC
     state = _CallState(module, hooks, pre_hooks, len(args))
     pos = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
     if pos:
@@ -222,7 +208,7 @@ def call_with_backward_hooks(
             for i, a in enumerate(args)
             if isinstance(a, Tensor) and not a.requires_grad
         }
-        hooked = ins_fn.apply(state, *(args[i] for i in pos))
+        hooked = fn.apply(_on_inputs, state, *(args[i] for i in pos))
         new_args = list(args)
         for i, t in zip(pos, hooked, strict=True):
             new_args[i] = t
@@ -240,7 +226,7 @@ def call_with_backward_hooks(
     opos = [i for i, o in enumerate(outs) if isinstance(o, Tensor)]
     if not any(outs[i].requires_grad for i in opos):
         return out
-    hooked = outs_fn.apply(state, *(outs[i] for i in opos))
+    hooked = fn.apply(_on_outputs, state, *(outs[i] for i in opos))
     for i, t in zip(opos, hooked, strict=True):
         outs[i] = t
     if isinstance(out, Tensor):

@@ -18,7 +18,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input: Tensor) -> Tensor:
-        dim = self.dim if self.dim is not None else F.softmax_dim("softmax", input.ndim)
+        dim = self.dim if self.dim is not None else F._softmax_dim("softmax", input.ndim)
         return F.softmax(input, dim)
 
     def extra_repr(self) -> str:
@@ -33,7 +33,7 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, input: Tensor) -> Tensor:
-        dim = self.dim if self.dim is not None else F.softmax_dim("log_softmax", input.ndim)
+        dim = self.dim if self.dim is not None else F._softmax_dim("log_softmax", input.ndim)
         return F.log_softmax(input, dim)
 
     def extra_repr(self) -> str:

@@ -469,7 +469,7 @@ def mish(input: Tensor, inplace: bool = False) -> Tensor:
     return _activation(input, inplace, _mish)
 
 
-def softmax_dim(name: str, ndim: int) -> int:
+def _softmax_dim(name: str, ndim: int) -> int:
     """torch's implicit dim for a softmax given no ``dim`` (with its deprecation warning)."""
     import warnings
 
