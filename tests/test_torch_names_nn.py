@@ -277,3 +277,18 @@ def test_load_accepts_weights_only_and_never_runs_code(tmp_path: Any, weights_on
     with pytest.raises(RuntimeError, match=r"object array .* never loaded"):
         ag.load(evil, weights_only=weights_only)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"scale_factor": 2},
+        {"size": (3, 4), "mode": "bilinear"},
+        {"scale_factor": (2, 3)},
+        {"scale_factor": 1.5, "mode": "bilinear", "align_corners": True},
+    ],
+)
+def test_upsample_matches_torch(torch: Any, kwargs: dict[str, Any]) -> None:
+    am, tm = nn.Upsample(**kwargs), torch.nn.Upsample(**kwargs)
+    assert repr(am) == repr(tm)
+    _check(torch, am, tm, RNG.standard_normal((1, 2, 3, 5)))

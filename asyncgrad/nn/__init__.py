@@ -80,6 +80,6 @@ __all__ = [
 ]
 
 # ----- convolution, pooling -----
-from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d, Upsample
 
-__all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d"]
+__all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d", "Upsample"]
