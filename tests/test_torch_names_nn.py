@@ -292,3 +292,16 @@ def test_upsample_matches_torch(torch: Any, kwargs: dict[str, Any]) -> None:
     am, tm = nn.Upsample(**kwargs), torch.nn.Upsample(**kwargs)
     assert repr(am) == repr(tm)
     _check(torch, am, tm, RNG.standard_normal((1, 2, 3, 5)))
+
+
+@pytest.mark.parametrize("name", ["leaky_relu", "elu", "mish"])
+def test_activations_at_nan_and_inf_match_torch(torch: Any, name: str) -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e308, -1e308])
+    a, t = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    with np.errstate(all="ignore"):
+        oa = getattr(F, name)(a)
+        oa.sum().backward()
+    ot = getattr(torch.nn.functional, name)(t)
+    ot.sum().backward()
+    np.testing.assert_array_equal(oa.detach().numpy(), ot.detach().numpy())
+    np.testing.assert_array_equal(a.grad.numpy(), t.grad.numpy())

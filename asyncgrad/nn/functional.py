@@ -447,7 +447,8 @@ def _leaky_relu(x: Tensor, slope: float) -> Tensor:
 
 def _elu(x: Tensor, alpha: float) -> Tensor:
     # expm1 of the clamped value: the branch where() drops stays finite, and so does its grad.
-    return ops.where(ops.gt(x, 0), x, ops.mul(ops.expm1(ops.clamp(x, max=0.0)), alpha))
+    # A NaN takes the identity branch, so its gradient is the incoming one, as torch's.
+    return ops.where(ops.le(x, 0), ops.mul(ops.expm1(ops.clamp(x, max=0.0)), alpha), x)
 
 
 def _mish(x: Tensor) -> Tensor:
