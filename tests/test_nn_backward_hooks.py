@@ -234,3 +234,25 @@ def test_grad_fn_is_named_as_torch(torch: Any) -> None:
         lin.register_full_backward_hook(lambda m, gi, go: None)
         out = lin(lib.ones(1, 2, requires_grad=True))
         assert type(out.grad_fn).__name__ == "BackwardHookFunctionBackward"
+
+
+def test_grad_output_has_an_entry_per_output_as_torch(torch: Any) -> None:
+    seen: dict[str, list[Any]] = {"ag": [], "torch": []}
+    for key, lib, mod in (("ag", ag, nn), ("torch", torch, torch.nn)):
+
+        class M(mod.Module):
+            def forward(self, x: Any) -> Any:
+                return x * 2, 3, x.detach() * 5, (x * 3).argmax()
+
+        m = M()
+        m.register_full_backward_pre_hook(lambda mod, go, key=key: seen[key].append(_arrays(go)))
+        m.register_full_backward_hook(lambda mod, gi, go, key=key: seen[key].append(_arrays(go)))
+        x = lib.ones(2, requires_grad=True)
+        a, b, c, d = m(x)
+        assert b == 3
+        assert not c.requires_grad
+        assert d.grad_fn is None
+        a.sum().backward()
+    assert len(seen["ag"]) == 2
+    for a, t in zip(seen["ag"], seen["torch"], strict=True):
+        _same(a, t)

@@ -4,7 +4,8 @@ NOTE [Module backward hooks]
 As torch, a call of a module with backward hooks passes its positional tensor arguments through
 one identity Function before ``forward`` and its tensor outputs through another after it. In the
 backward pass the outputs' node runs first: it calls the pre-hooks with ``grad_output`` (one
-entry per output, None where none came), which may replace it. The inputs' node runs once every
+entry per output, None where none came or the output is not a tensor that requires grad), which
+may replace it. The inputs' node runs once every
 gradient with respect to the inputs is known: it calls the hooks with ``grad_input`` (one entry
 per positional argument, None for non-tensors) and that ``grad_output``; a hook may return a
 replacement ``grad_input``. When no input requires grad there is no inputs' node, so the hooks
@@ -41,6 +42,8 @@ class _CallState:
         "input_pos",
         "module",
         "n_args",
+        "n_outputs",
+        "output_pos",
         "pre_hooks",
     )
 
@@ -57,6 +60,8 @@ class _CallState:
         self.n_args = n_args
         self.input_pos: list[int] | None = None  # positions of the hooked inputs, once set
         self.grad_outputs: tuple[Any, ...] = ()
+        self.n_outputs = 0
+        self.output_pos: list[int] = []  # positions of the outputs that require grad
         # Shape, dtype and device of the tensor inputs that do not require grad (which do not
         # pass through the inputs' node), by position.
         self.constant_inputs: dict[int, tuple[Any, Any, Any]] = {}
@@ -84,7 +89,10 @@ def _check_len(what: str, res: Any, n: int) -> tuple[Any, ...]:
 # Each step is written once as a generator that yields the hooks' results and is sent them back
 # resolved: the sync Functions drive it directly, the async ones await what it yields.
 def _on_outputs(state: _CallState, grads: tuple[Any, ...]) -> Any:
-    go = tuple(grads)
+    full: list[Any] = [None] * state.n_outputs
+    for p, g in zip(state.output_pos, grads, strict=True):
+        full[p] = g
+    go = tuple(full)
     for hook in state.pre_hooks:
         res = yield hook(state.module, go)
         if res is not None:
@@ -107,7 +115,7 @@ def _on_outputs(state: _CallState, grads: tuple[Any, ...]) -> Any:
                     f"return None or None for all gradients ({state._name()})."
                 )
         state.grad_outputs = ()
-    return go
+    return tuple(go[p] for p in state.output_pos)
 
 
 def _on_inputs(state: _CallState, grads: tuple[Any, ...]) -> Any:
@@ -223,9 +231,13 @@ def call_with_backward_hooks(
             f"{type(module).__name__} has backward hooks, which need its forward to return a "
             f"Tensor or a tuple or list of them, but it returned a {type(out).__name__}"
         )
-    opos = [i for i, o in enumerate(outs) if isinstance(o, Tensor)]
-    if not any(outs[i].requires_grad for i in opos):
+    # As torch: grad_output has an entry per output, None where it is not a tensor that
+    # requires grad (those do not pass through the node).
+    opos = [i for i, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad]
+    if not opos:
         return out
+    state.n_outputs = len(outs)
+    state.output_pos = opos
     hooked = fn.apply(_on_outputs, state, *(outs[i] for i in opos))
     for i, t in zip(opos, hooked, strict=True):
         outs[i] = t
