@@ -212,3 +212,15 @@ def test_one_cycle_lr_closed_form_and_errors() -> None:
         optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0)
     with pytest.raises(ValueError, match="Expected float between 0 and 1 pct_start"):
         optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=3, pct_start=2.0)
+
+
+def test_switches_that_change_a_step_are_refused_and_foreach_accepted() -> None:
+    p = [ag.zeros(1, requires_grad=True)]
+    with pytest.raises(NotImplementedError, match=r"RMSprop\(differentiable=True\)"):
+        optim.RMSprop(p, differentiable=True)
+    with pytest.raises(NotImplementedError, match=r"Adadelta\(capturable=True\)"):
+        optim.Adadelta(p, capturable=True)
+    with pytest.raises(NotImplementedError, match=r"Adagrad\(fused=True\)"):
+        optim.Adagrad(p, fused=True)
+    for name in ("RMSprop", "Adagrad", "Adadelta"):
+        getattr(optim, name)(p, foreach=True)

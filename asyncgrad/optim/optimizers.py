@@ -382,6 +382,17 @@ def _check_nonneg(name: str, value: float) -> None:
         raise ValueError(f"Invalid {name} value: {value}")
 
 
+def _check_unsupported(name: str, **flags: Any) -> None:
+    """torch's implementation switches that change what a step does: refused, not ignored
+    (``foreach``, which only changes how torch batches its kernels, is accepted)."""
+    for flag, value in flags.items():
+        if value:
+            raise NotImplementedError(
+                f"{name}({flag}=True) is not supported: asyncgrad's optimizers update the "
+                "parameters' arrays outside the graph, one parameter at a time"
+            )
+
+
 class RMSprop(Optimizer):
     """RMSprop as torch's: a running mean of squared gradients (``alpha``) scales the step;
     ``centered`` subtracts the squared running mean of the gradients; optional momentum and
@@ -407,6 +418,7 @@ class RMSprop(Optimizer):
         _check_nonneg("momentum", momentum)
         _check_nonneg("weight_decay", weight_decay)
         _check_nonneg("alpha", alpha)
+        _check_unsupported("RMSprop", capturable=capturable, differentiable=differentiable)
         defaults = {
             "lr": lr,
             "alpha": alpha,
@@ -474,6 +486,7 @@ class Adagrad(Optimizer):
         _check_nonneg("weight_decay", weight_decay)
         _check_nonneg("initial_accumulator_value", initial_accumulator_value)
         _check_nonneg("epsilon", eps)
+        _check_unsupported("Adagrad", differentiable=differentiable, fused=fused)
         defaults = {
             "lr": lr,
             "lr_decay": lr_decay,
@@ -526,6 +539,7 @@ class Adadelta(Optimizer):
             raise ValueError(f"Invalid rho value: {rho}")
         _check_nonneg("epsilon", eps)
         _check_nonneg("weight_decay", weight_decay)
+        _check_unsupported("Adadelta", capturable=capturable, differentiable=differentiable)
         defaults = {
             "lr": lr,
             "rho": rho,
