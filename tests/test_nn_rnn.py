@@ -205,3 +205,11 @@ def test_transformer_encoder_layer_dropout_and_eval() -> None:
         nn.TransformerEncoderLayer(4, 2, activation="tanh")
     custom = nn.TransformerEncoderLayer(4, 2, activation=nn.GELU())
     assert "activation" in dict(custom.named_children())
+
+
+def test_flatten_parameters_is_callable_and_changes_nothing() -> None:
+    m = nn.LSTM(2, 2)
+    before = {k: v.numpy().copy() for k, v in m.state_dict().items()}
+    m.flatten_parameters()
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])

@@ -81,6 +81,10 @@ class _RNNBase(Module):
         if device is not None:
             self.to(device)
 
+    def flatten_parameters(self) -> None:
+        """As torch's outside cuDNN: nothing to do (the weights are not packed into one
+        buffer here), so code that calls it each forward runs unchanged."""
+
     @property
     def num_directions(self) -> int:
         return 2 if self.bidirectional else 1
