@@ -86,7 +86,7 @@ def save(obj: Any, f: FileLike) -> None:
         write_npz(f, arrays)  # type: ignore[arg-type]
 
 
-def load(f: FileLike, map_location: MapLocation = None) -> Any:
+def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | None = None) -> Any:
     """Load what ``ag.save`` saved to ``f`` (a path or a binary file object).
 
     Args:
@@ -96,6 +96,10 @@ def load(f: FileLike, map_location: MapLocation = None) -> Any:
             (``"cpu"``, ``"cuda:1"``, ``ag.device(...)``) for all, a dict mapping saved devices
             to devices (``{"cuda:0": "cpu"}``), or a function from the saved device's name to
             a device.
+        weights_only: accepted for torch's signature, with any value: this loader never runs
+            code from a file (no pickle), so it always behaves as torch's
+            ``weights_only=True`` and loads tensors and plain containers only, also when
+            ``weights_only=False`` is passed.
 
     Raises:
         RuntimeError: the file is not a well-formed asyncgrad, ``.npz`` or safetensors file

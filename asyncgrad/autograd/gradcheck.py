@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import backend, dtypes
 from .._tensor import Tensor
-from ..graph.grad_mode import no_grad
+from ..graph.grad_mode import enable_grad, no_grad
 from .api import grad_sync
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
@@ -97,10 +97,17 @@ def gradcheck(
     atol: float = 1e-5,
     rtol: float = 1e-3,
     raise_exception: bool = True,
+    check_batched_grad: bool = False,
+    fast_mode: bool = False,
 ) -> bool:
     """Compare ``func``'s analytical Jacobian with central finite differences.
 
     Inputs that require grad should be float64 (float32 differences are too coarse).
+    ``check_batched_grad=True`` also checks vector-Jacobian products with random (non-basis)
+    grad_outputs against the numerical Jacobian, one vector at a time: asyncgrad has no vmap,
+    so a batch of grad_outputs is a loop (See NOTE [Gradcheck options]). ``fast_mode=True``
+    runs the full check (torch's fast mode checks a random projection; the full check is at
+    least as strict).
 
     Example:
         >>> import asyncgrad as ag
@@ -127,6 +134,62 @@ def gradcheck(
                     f"Jacobian mismatch for output {o} with respect to input {i},\n"
                     f"numerical:{n}\nanalytical:{a}\n"
                 )
+    if check_batched_grad:
+        return _check_vjps(func, inputs, num, rtol, atol, raise_exception)
+    return True
+
+
+# NOTE [Gradcheck options]
+# torch's check_batched_grad computes the gradients for a batch of grad_outputs with vmap and
+# compares them with computing them one by one. asyncgrad has no vmap, so a batch of
+# grad_outputs is always computed one by one; the option instead checks that the backward is
+# right for grad_outputs that are not basis vectors (the Jacobian check uses only those): for a
+# few random vectors v, grad(func(inputs), inputs, v) must equal v @ J from finite differences.
+# fast_mode is accepted and runs the full check.
+_BATCH = 2  # random grad_outputs per check
+
+
+def _check_vjps(
+    func: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    num: list[list[Any]],
+    rtol: float,
+    atol: float,
+    raise_exception: bool,
+) -> bool:
+    outs = _diff_outputs(func, inputs)
+    diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    pairs = [(k, o) for k, o in enumerate(outs) if o.requires_grad]
+    if not pairs or not diff_idx:
+        return True
+    rng = backend.RandomState(0)
+    for b in range(_BATCH):
+        vs = [rng.normal((o.numel(),), dtypes.float64) for _, o in pairs]
+        grads = grad_sync(
+            [o for _, o in pairs],
+            [inputs[i] for i in diff_idx],
+            [
+                Tensor._wrap(backend.on_device(v.reshape(o.shape).astype(o.dtype), o.device))
+                for v, (_, o) in zip(vs, pairs, strict=True)
+            ],
+            retain_graph=True,
+            allow_unused=True,
+        )
+        for i, g in zip(diff_idx, grads, strict=True):
+            expected = sum(v @ num[k][i] for v, (k, _) in zip(vs, pairs, strict=True))
+            got = (
+                backend.zeros((inputs[i].numel(),), dtypes.float64)
+                if g is None
+                else _host64(g._array)
+            )
+            if not backend.allclose(got, expected, rtol=rtol, atol=atol):
+                if not raise_exception:
+                    return False
+                raise GradcheckError(
+                    f"check_batched_grad: the gradient with respect to input {i} for random "
+                    f"grad_outputs (vector {b}) disagrees with the numerical Jacobian,\n"
+                    f"numerical:{expected}\nanalytical:{got}\n"
+                )
     return True
 
 
@@ -139,9 +202,12 @@ def gradgradcheck(
     atol: float = 1e-5,
     rtol: float = 1e-3,
     raise_exception: bool = True,
+    check_batched_grad: bool = False,
+    fast_mode: bool = False,
 ) -> bool:
     """Check second derivatives: gradcheck of ``grad(func(inputs), inputs, v, create_graph=True)``
-    with respect to both ``inputs`` and the vector ``v`` (random when not given)."""
+    with respect to both ``inputs`` and the vector ``v`` (random when not given).
+    ``check_batched_grad`` and ``fast_mode`` as gradcheck's."""
     inputs = _as_tuple(inputs)
     with no_grad():
         outs0 = _diff_outputs(func, inputs)
@@ -156,7 +222,12 @@ def gradgradcheck(
     diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
 
     def first_grads(*args: Any) -> tuple[Any, ...]:
-        ins, vs = args[:n_in], args[n_in:]
+        # With grad enabled even where the finite differences call it under no_grad: its
+        # outputs are gradients, which exist only if func's graph is recorded.
+        with enable_grad():
+            return _first_grads(args[:n_in], args[n_in:])
+
+    def _first_grads(ins: tuple[Any, ...], vs: tuple[Any, ...]) -> tuple[Any, ...]:
         outs = _diff_outputs(func, ins)
         pairs = [(o, v) for o, v in zip(outs, vs, strict=False) if o.requires_grad]
         if not pairs:
@@ -178,4 +249,6 @@ def gradgradcheck(
         atol=atol,
         rtol=rtol,
         raise_exception=raise_exception,
+        check_batched_grad=check_batched_grad,
+        fast_mode=fast_mode,
     )

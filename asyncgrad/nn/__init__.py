@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import functional, init, utils
+from .activation import ELU, LeakyReLU, LogSoftmax, Mish, SiLU, Softmax
 from .modules import (
     GELU,
     BCEWithLogitsLoss,
@@ -22,43 +23,63 @@ from .modules import (
     MultiheadAttention,
     NLLLoss,
     Parameter,
+    ParameterDict,
+    ParameterList,
     ReLU,
     RemovableHandle,
     Sequential,
     Sigmoid,
     Tanh,
 )
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm2d
+from .rnn import GRU, LSTM
+from .transformer import TransformerEncoderLayer
 
 __all__ = [
+    "ELU",
     "GELU",
+    "GRU",
+    "LSTM",
     "BCEWithLogitsLoss",
+    "BatchNorm1d",
+    "BatchNorm2d",
     "CrossEntropyLoss",
     "Dropout",
     "Embedding",
     "Flatten",
+    "GroupNorm",
     "Identity",
     "IncompatibleKeys",
+    "InstanceNorm2d",
     "L1Loss",
     "LayerNorm",
+    "LeakyReLU",
     "Linear",
+    "LogSoftmax",
     "MSELoss",
+    "Mish",
     "Module",
     "ModuleDict",
     "ModuleList",
     "MultiheadAttention",
     "NLLLoss",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "ReLU",
     "RemovableHandle",
     "Sequential",
+    "SiLU",
     "Sigmoid",
+    "Softmax",
     "Tanh",
+    "TransformerEncoderLayer",
     "functional",
     "init",
     "utils",
 ]
 
 # ----- convolution, pooling -----
-from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d
+from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d, Upsample
 
-__all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d"]
+__all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d", "Upsample"]

@@ -13,6 +13,7 @@ from typing import Any
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..backend import silent_fp
+from ..graph.grad_mode import no_grad
 from ..ops import (
     gelu,
     linear,
@@ -27,15 +28,22 @@ from ..ops._record import OPS, arr, make
 from ..ops.index import getitem_for
 
 __all__ = [
+    "batch_norm",
     "binary_cross_entropy_with_logits",
     "cross_entropy",
     "dropout",
+    "elu",
     "embedding",
     "gelu",
+    "group_norm",
+    "instance_norm",
+    "interpolate",
     "l1_loss",
     "layer_norm",
+    "leaky_relu",
     "linear",
     "log_softmax",
+    "mish",
     "mse_loss",
     "nll_loss",
     "one_hot",
@@ -410,6 +418,317 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 from ..ops.conv import avg_pool2d, conv1d, conv2d, max_pool2d  # noqa: E402
 
 __all__ += ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]
+
+
+# ----------------------------------------------------------------------------- activations
+def _activation(input: Tensor, inplace: bool, fn: Any, *args: Any) -> Tensor:
+    """``fn(input, *args)``, or, with ``inplace``, ``input`` overwritten with it (the value is
+    computed from a clone, which the backward then reads, as torch's in-place activations
+    produce the same values and gradients)."""
+    if not inplace:
+        return fn(input, *args)  # type: ignore[no-any-return]
+    return ops.copy_(input, fn(ops.clone(input), *args))
+
+
+def _leaky_relu(x: Tensor, slope: float) -> Tensor:
+    return ops.where(ops.gt(x, 0), x, ops.mul(x, slope))
+
+
+def _elu(x: Tensor, alpha: float) -> Tensor:
+    # expm1 of the clamped value: the branch where() drops stays finite, and so does its grad.
+    # A NaN takes the identity branch, so its gradient is the incoming one, as torch's.
+    return ops.where(ops.le(x, 0), ops.mul(ops.expm1(ops.clamp(x, max=0.0)), alpha), x)
+
+
+def _mish(x: Tensor) -> Tensor:
+    return ops.mul(x, ops.tanh(softplus(x)))
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """``x`` where ``x > 0``, else ``negative_slope * x`` (the slope's gradient at 0, as torch)."""
+    return _activation(input, inplace, _leaky_relu, negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """``x`` where ``x > 0``, else ``alpha * (exp(x) - 1)``."""
+    return _activation(input, inplace, _elu, alpha)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    return _activation(input, inplace, _mish)
+
+
+def _softmax_dim(name: str, ndim: int) -> int:
+    """torch's implicit dim for a softmax given no ``dim`` (with its deprecation warning)."""
+    import warnings
+
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include "
+        "dim=X as an argument.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+# ----------------------------------------------------------------------------- normalisation
+# NOTE [Running statistics]
+# As torch: in training, batch_norm normalises with the batch's biased variance and, when given
+# running buffers, updates them in place (without recording) as
+# ``running = (1 - momentum) * running + momentum * batch_stat``, using the *unbiased* variance
+# for ``running_var``. Outside training it normalises with the running statistics.
+def _update_running(running: Tensor | None, stat: Tensor, momentum: float) -> None:
+    if running is None:
+        return
+    with no_grad():
+        new = ops.add(ops.mul(running, 1.0 - momentum), ops.mul(stat.detach(), momentum))
+        ops.copy_(running, new.to(running.dtype))
+
+
+def _affine(
+    out: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]
+) -> Tensor:
+    if weight is not None:
+        out = ops.mul(out, ops.reshape(weight, shape))
+    if bias is not None:
+        out = ops.add(out, ops.reshape(bias, shape))
+    return out
+
+
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalise each channel (dim 1) over the batch and spatial dims (See NOTE [Running
+    statistics])."""
+    if input.ndim < 2:
+        raise ValueError(
+            f"batch_norm: expected an input with a channel dim (N, C, ...), got "
+            f"shape {list(input.shape)}"
+        )
+    c = input.shape[1]
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    dims = (0, *tuple(range(2, input.ndim)))
+    if training:
+        n = input.numel() // c if c else 0
+        if n <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel when training, got input size "
+                f"{input.shape}"
+            )
+        mean = ops.mean(input, dim=dims, keepdim=True)
+        centred = ops.sub(input, mean)
+        var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
+        with no_grad():
+            _update_running(running_mean, ops.reshape(mean, (c,)), momentum)
+            unbiased = ops.mul(ops.reshape(var, (c,)), n / (n - 1))
+            _update_running(running_var, unbiased, momentum)
+        out = ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError(
+                "batch_norm: running_mean and running_var must be given when training=False"
+            )
+        rm = ops.reshape(running_mean, shape)
+        rv = ops.reshape(running_var, shape)
+        out = ops.mul(ops.sub(input, rm), ops.rsqrt(ops.add(rv, eps)))
+    return _affine(out, weight, bias, shape)
+
+
+def instance_norm(
+    input: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalise each (sample, channel) over its spatial dims; running statistics, when
+    given, are updated with the batch's mean of the instances' statistics."""
+    if input.ndim < 3:
+        raise ValueError(
+            f"instance_norm: expected an input of shape (N, C, *spatial), got {list(input.shape)}"
+        )
+    c = input.shape[1]
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    dims = tuple(range(2, input.ndim))
+    if use_input_stats:
+        n = math.prod(input.shape[2:])
+        if n <= 1:
+            raise ValueError(
+                f"Expected more than 1 spatial element when training, got input size {input.shape}"
+            )
+        mean = ops.mean(input, dim=dims, keepdim=True)
+        centred = ops.sub(input, mean)
+        var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
+        with no_grad():
+            flat = (input.shape[0], c)
+            _update_running(running_mean, ops.mean(ops.reshape(mean, flat), dim=0), momentum)
+            unbiased = ops.mul(ops.reshape(var, flat), n / (n - 1))
+            _update_running(running_var, ops.mean(unbiased, dim=0), momentum)
+        out = ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError(
+                "instance_norm: running_mean and running_var must be given when "
+                "use_input_stats=False"
+            )
+        rm = ops.reshape(running_mean, shape)
+        rv = ops.reshape(running_var, shape)
+        out = ops.mul(ops.sub(input, rm), ops.rsqrt(ops.add(rv, eps)))
+    return _affine(out, weight, bias, shape)
+
+
+def group_norm(
+    input: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Split the channels (dim 1) into ``num_groups`` groups and normalise each group of each
+    sample over its channels and spatial dims (biased variance), then scale and shift per
+    channel."""
+    if input.ndim < 2:
+        raise RuntimeError(
+            f"Expected at least 2 dimensions for input tensor but received {input.ndim}"
+        )
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(
+            f"Expected number of channels in input to be divisible by num_groups, but got input "
+            f"of shape {list(input.shape)} and num_groups={num_groups}"
+        )
+    grouped = ops.reshape(input, (n, num_groups, -1))
+    mean = ops.mean(grouped, dim=2, keepdim=True)
+    centred = ops.sub(grouped, mean)
+    var = ops.mean(ops.mul(centred, centred), dim=2, keepdim=True)
+    out = ops.reshape(ops.mul(centred, ops.rsqrt(ops.add(var, eps))), tuple(input.shape))
+    return _affine(out, weight, bias, (1, c) + (1,) * (input.ndim - 2))
+
+
+# ----------------------------------------------------------------------------- interpolate
+_INTERP_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def _source_scale(n_in: int, n_out: int, factor: float | None) -> float:
+    """torch's ratio of input to output coordinates: 1 / scale_factor when one was given (and
+    not recomputed), else in / out."""
+    return 1.0 / factor if factor is not None else n_in / n_out
+
+
+def interpolate(
+    input: Tensor,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial dims of ``input`` (N, C, *spatial) as torch's ``F.interpolate``:
+    ``mode`` "nearest", "nearest-exact", "linear" (3-D input), "bilinear" (4-D) or
+    "trilinear" (5-D), with ``align_corners`` for the linear modes. Built from index_select
+    and arithmetic, so it is differentiable (twice as well)."""
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    spatial = input.ndim - 2
+    if spatial < 1:
+        raise ValueError(
+            f"interpolate: expected an input of shape (N, C, *spatial), got {list(input.shape)}"
+        )
+    if mode in ("nearest", "nearest-exact", "area"):
+        if align_corners is not None:
+            raise ValueError(
+                "align_corners option can only be set with the interpolating modes: "
+                "linear | bilinear | bicubic | trilinear"
+            )
+        if mode == "area":
+            raise NotImplementedError("interpolate: mode='area' is not supported")
+    elif mode in _INTERP_DIMS:
+        if _INTERP_DIMS[mode] != spatial:
+            raise NotImplementedError(
+                f"Got {input.ndim}D input, but {mode} mode needs {_INTERP_DIMS[mode] + 2}D input"
+            )
+    else:
+        raise NotImplementedError(
+            f"interpolate: mode={mode!r} is not supported (nearest, nearest-exact, linear, "
+            "bilinear, trilinear)"
+        )
+    in_sizes = tuple(input.shape[2:])
+    factors: list[float | None]
+    if size is not None:
+        if scale_factor is not None:
+            raise ValueError("only one of size or scale_factor should be defined")
+        out_sizes = [size] * spatial if isinstance(size, int) else list(size)
+        if len(out_sizes) != spatial:
+            raise ValueError(
+                f"Input and output must have the same number of spatial dimensions, but got "
+                f"input with spatial dimensions of {list(in_sizes)} and output size of {size}. "
+                "Please provide input tensor in (N, C, d1, d2, ...,dK) format and output size "
+                "in (o1, o2, ...,oK) format."
+            )
+        factors = [None] * spatial
+    elif scale_factor is not None:
+        sf = (
+            [float(scale_factor)] * spatial
+            if isinstance(scale_factor, (int, float))
+            else [float(f) for f in scale_factor]
+        )
+        if len(sf) != spatial:
+            raise ValueError(
+                f"Input and scale_factor must have the same number of spatial dimensions, but "
+                f"got input with spatial dimensions of {list(in_sizes)} and scale_factor of "
+                f"shape {scale_factor}."
+            )
+        out_sizes = [math.floor(n * f) for n, f in zip(in_sizes, sf, strict=True)]
+        factors = [None] * spatial if recompute_scale_factor else list(sf)
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    out = input
+    for d, (n_in, n_out, f) in enumerate(zip(in_sizes, out_sizes, factors, strict=True)):
+        if n_out <= 0:
+            raise ValueError(
+                f"interpolate: output size {out_sizes} must be positive (input {list(in_sizes)})"
+            )
+        out = _resize_dim(out, d + 2, n_in, n_out, f, mode, bool(align_corners))
+    return out
+
+
+def _resize_dim(
+    x: Tensor, dim: int, n_in: int, n_out: int, factor: float | None, mode: str, corners: bool
+) -> Tensor:
+    dev = x.device
+    if mode in ("nearest", "nearest-exact"):
+        scale = _source_scale(n_in, n_out, factor)
+        shift = 0.5 if mode == "nearest-exact" else 0.0
+        idx = [min(math.floor((i + shift) * scale), n_in - 1) for i in range(n_out)]
+        return ops.index_select(x, dim, ops.tensor(idx, dtype=dtypes.int64, device=dev))
+    if corners:
+        step = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        src = [i * step for i in range(n_out)]
+    else:
+        scale = _source_scale(n_in, n_out, factor)
+        src = [max((i + 0.5) * scale - 0.5, 0.0) for i in range(n_out)]
+    lo = [min(math.floor(s), n_in - 1) for s in src]
+    hi = [min(i + 1, n_in - 1) for i in lo]
+    frac = [s - i for s, i in zip(src, lo, strict=True)]
+    shape = [1] * x.ndim
+    shape[dim] = n_out
+    w = ops.reshape(ops.tensor(frac, dtype=x.dtype, device=dev), tuple(shape))
+    a = ops.index_select(x, dim, ops.tensor(lo, dtype=dtypes.int64, device=dev))
+    b = ops.index_select(x, dim, ops.tensor(hi, dtype=dtypes.int64, device=dev))
+    return ops.add(a, ops.mul(ops.sub(b, a), w))
+
 
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
 ops.device_guard.guard_module(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .. import backend, dtypes, ops
@@ -13,6 +13,7 @@ from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 from . import functional as F
 from . import init
+from ._backward_hooks import call_with_backward_hooks
 
 
 class Parameter(Tensor):
@@ -55,6 +56,8 @@ class Module:
     _non_persistent: set[str]
     _forward_pre_hooks: OrderedDict[int, Callable[..., Any]]
     _forward_hooks: OrderedDict[int, Callable[..., Any]]
+    _backward_hooks: OrderedDict[int, Callable[..., Any]]
+    _backward_pre_hooks: OrderedDict[int, Callable[..., Any]]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
@@ -64,6 +67,8 @@ class Module:
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
 
     # ------------------------------------------------------------------ registration
     def __setattr__(self, name: str, value: Any) -> None:
@@ -168,6 +173,26 @@ class Module:
         the output."""
         return RemovableHandle(self._forward_hooks, hook, prepend)
 
+    def register_full_backward_hook(
+        self, hook: Callable[..., Any], prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` runs once per call's backward, when the
+        gradients with respect to the call's positional inputs are known; a non-None result
+        (a tuple as long as ``grad_input``) replaces them. ``grad_input`` has one entry per
+        positional argument (None for non-tensors), ``grad_output`` one per tensor output.
+        The hook may be ``async def``. See NOTE [Module backward hooks]."""
+        _check_hook(hook)
+        return RemovableHandle(self._backward_hooks, hook, prepend)
+
+    def register_full_backward_pre_hook(
+        self, hook: Callable[..., Any], prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, grad_output)`` runs once per call's backward, when the gradients with
+        respect to the call's outputs are known, before the module's own backward; a non-None
+        result replaces ``grad_output``. The hook may be ``async def``."""
+        _check_hook(hook)
+        return RemovableHandle(self._backward_pre_hooks, hook, prepend)
+
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call ``fn`` on every submodule (children first) and then on this module."""
         for m in self.children():
@@ -214,7 +239,21 @@ class Module:
                 res = hook(self, args)
                 if res is not None:
                     args = res if isinstance(res, tuple) else (res,)
-        out = self.forward(*args, **kwargs)
+        bw = self.__dict__.get("_backward_hooks")
+        bw_pre = self.__dict__.get("_backward_pre_hooks")
+        if bw or bw_pre:
+            return call_with_backward_hooks(
+                self,
+                self.forward,
+                args,
+                kwargs,
+                list(bw.values()) if bw else [],
+                list(bw_pre.values()) if bw_pre else [],
+                self._run_forward_hooks,
+            )
+        return self._run_forward_hooks(args, self.forward(*args, **kwargs))
+
+    def _run_forward_hooks(self, args: tuple[Any, ...], out: Any) -> Any:
         post = self.__dict__.get("_forward_hooks")
         if post:
             for hook in list(post.values()):
@@ -301,8 +340,13 @@ class Module:
             for m in self.modules():
                 for name, b in m._buffers.items():
                     if b is not None:
-                        m._buffers[name] = b.to(*args, **kwargs)
-                        object.__setattr__(m, name, m._buffers[name])
+                        moved = b.to(*args, **kwargs)
+                        if moved.dtype != b.dtype and b.dtype.kind not in "fc":
+                            # As torch: a cast changes floating buffers only (not, e.g., an
+                            # int64 num_batches_tracked).
+                            moved = moved.to(b.dtype)
+                        m._buffers[name] = moved
+                        object.__setattr__(m, name, moved)
         return self
 
     def _named_state(self) -> dict[str, Tensor]:
@@ -423,6 +467,11 @@ class RemovableHandle:
         self.remove()
 
 
+def _check_hook(hook: Any) -> None:
+    if not callable(hook):
+        raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+
+
 def _zero_grad(p: Tensor, set_to_none: bool) -> None:
     if set_to_none:
         p.grad = None
@@ -521,6 +570,158 @@ class ModuleList(Module):
         for m in modules:
             self.append(m)
         return self
+
+
+def _as_parameter(value: Any) -> Any:
+    """As torch's parameter containers: a plain tensor is stored as a Parameter (sharing its
+    memory); other values are stored as they are, as plain attributes."""
+    if isinstance(value, Tensor) and not isinstance(value, Parameter):
+        return Parameter(value)
+    return value
+
+
+def _param_repr(p: Any) -> str:
+    if not isinstance(p, Tensor):
+        return f"Object of type: {type(p).__name__}"
+    size = "x".join(map(str, p.shape))
+    return f"Parameter containing: [{p.dtype} of size {size}{_device_suffix(p)}]"
+
+
+def _device_suffix(p: Tensor) -> str:
+    return "" if p.device is backend.CPU else f" ({p.device})"
+
+
+class ParameterList(Module):
+    """A list of parameters, registered as ``"0"``, ``"1"``, ... as in torch (a plain tensor
+    put in becomes a Parameter)."""
+
+    def __init__(self, values: Iterable[Any] | None = None) -> None:
+        super().__init__()
+        self._size = 0
+        if values is not None:
+            self.extend(values)
+
+    def _key(self, i: int) -> str:
+        n = self._size
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range")
+        return str(i % n)
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return ParameterList([self[j] for j in range(self._size)[i]])
+        return getattr(self, self._key(i))
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        setattr(self, self._key(i), _as_parameter(value))
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(self._size))
+
+    def __iadd__(self, values: Iterable[Any]) -> ParameterList:
+        return self.extend(values)
+
+    def append(self, value: Any) -> ParameterList:
+        key = str(self._size)
+        self._size += 1
+        setattr(self, key, _as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable[Any]) -> ParameterList:
+        if isinstance(values, Tensor) or not isinstance(values, Iterable):
+            raise TypeError(
+                "ParameterList.extend should be called with an iterable, but got "
+                + type(values).__name__
+            )
+        for v in values:
+            self.append(v)
+        return self
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"({i}): {_param_repr(p)}" for i, p in enumerate(self))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("ParameterList should not be called.")
+
+
+class ParameterDict(Module):
+    """A dict of parameters, registered under their keys in insertion order, as in torch (a
+    plain tensor put in becomes a Parameter)."""
+
+    def __init__(self, parameters: Any = None) -> None:
+        super().__init__()
+        self._keys: dict[str, None] = {}
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"ParameterDict keys must be strings, got {type(key).__name__}")
+        self._keys[key] = None
+        setattr(self, key, _as_parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._keys[key]
+        delattr(self, key)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._keys))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def keys(self) -> Iterable[str]:
+        return list(self._keys)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return [(k, self[k]) for k in self._keys]
+
+    def values(self) -> Iterable[Any]:
+        return [self[k] for k in self._keys]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._keys else default
+
+    def pop(self, key: str) -> Any:
+        v = self[key]
+        del self[key]
+        return v
+
+    def clear(self) -> None:
+        for k in list(self._keys):
+            del self[k]
+
+    def update(self, parameters: Any) -> None:
+        """Add or replace entries: in order from an OrderedDict, a ParameterDict or a sequence
+        of pairs; sorted by key from another mapping (as torch does)."""
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            pairs = parameters.items()
+        elif isinstance(parameters, Mapping):
+            pairs = sorted(parameters.items())
+        else:
+            pairs = parameters
+        for j, item in enumerate(pairs):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(
+                    f"ParameterDict update sequence element #{j} should be a key-value pair, "
+                    f"got {type(item).__name__}"
+                )
+            self[item[0]] = item[1]
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"({k}): {_param_repr(p)}" for k, p in self.items())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("ParameterDict should not be called.")
 
 
 # ============================================================================ layers
@@ -1145,3 +1346,43 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class Upsample(Module):
+    """``F.interpolate`` as a module, as ``torch.nn.Upsample``."""
+
+    def __init__(
+        self,
+        size: Any = None,
+        scale_factor: Any = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+        recompute_scale_factor: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.size = size
+        if isinstance(scale_factor, (tuple, list)):
+            scale_factor = tuple(float(f) for f in scale_factor)
+        elif scale_factor is not None:
+            scale_factor = float(scale_factor)
+        self.scale_factor = scale_factor
+        self.mode = mode
+        self.align_corners = align_corners
+        self.recompute_scale_factor = recompute_scale_factor
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.interpolate(
+            input,
+            self.size,
+            self.scale_factor,
+            self.mode,
+            self.align_corners,
+            recompute_scale_factor=self.recompute_scale_factor,
+        )
+
+    def extra_repr(self) -> str:
+        if self.scale_factor is not None:
+            info = f"scale_factor={self.scale_factor!r}"
+        else:
+            info = f"size={self.size!r}"
+        return f"{info}, mode={self.mode!r}"

@@ -1,4 +1,4 @@
-"""ag.nn.utils: gradient clipping."""
+"""ag.nn.utils: gradient clipping; parameters to and from one flat vector."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ from .. import ops
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm"]
+__all__ = [
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "get_total_norm",
+    "parameters_to_vector",
+    "vector_to_parameters",
+]
 
 
 def _grads(parameters: Tensor | Iterable[Tensor]) -> list[Tensor]:
@@ -71,3 +77,41 @@ def clip_grad_value_(
     with no_grad():
         for g in _grads(parameters):
             ops.clamp_(g, -clip_value, clip_value)
+
+
+def _same_device(params: list[Tensor]) -> None:
+    for p in params[1:]:
+        if p.device is not params[0].device:
+            raise TypeError(
+                "Found two parameters on different devices, this is currently not supported "
+                f"({params[0].device} and {p.device})."
+            )
+
+
+def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
+    """All of ``parameters`` flattened and concatenated into one 1-D tensor (recorded, so it is
+    differentiable with respect to them), as torch's."""
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    _same_device(params)
+    return ops.cat([ops.reshape(p, (-1,)) for p in params])
+
+
+def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
+    """Give each of ``parameters``, in order, the next ``numel()`` values of the 1-D ``vec`` as
+    its data (not recorded), as torch's: each then shares memory with ``vec``."""
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    _same_device(params)
+    total = sum(p.numel() for p in params)
+    if vec.ndim != 1 or vec.numel() < total:
+        raise RuntimeError(
+            f"vector_to_parameters: expected a 1-D vector of at least {total} elements (the "
+            f"parameters' total), got one of shape {list(vec.shape)}"
+        )
+    start = 0
+    with no_grad():
+        for p in params:
+            n = p.numel()
+            p.data = ops.reshape(vec.detach()[start : start + n], tuple(p.shape))
+            start += n

@@ -1,8 +1,18 @@
-"""ag.optim: SGD (momentum, nesterov, weight decay), Adam and AdamW; lr_scheduler."""
+"""ag.optim: SGD (momentum, nesterov, weight decay), Adam, AdamW, RMSprop, Adagrad and
+Adadelta; lr_scheduler."""
 
 from __future__ import annotations
 
 from . import lr_scheduler
-from .optimizers import SGD, Adam, AdamW, Optimizer
+from .optimizers import SGD, Adadelta, Adagrad, Adam, AdamW, Optimizer, RMSprop
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler"]
+__all__ = [
+    "SGD",
+    "Adadelta",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Optimizer",
+    "RMSprop",
+    "lr_scheduler",
+]

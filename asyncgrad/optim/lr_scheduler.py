@@ -22,6 +22,8 @@ __all__ = [
     "LRScheduler",
     "LambdaLR",
     "MultiStepLR",
+    "OneCycleLR",
+    "ReduceLROnPlateau",
     "StepLR",
 ]
 
@@ -192,3 +194,231 @@ class CosineAnnealingLR(LRScheduler):
     def _closed_form(self) -> list[float]:
         e, t, lo = self.last_epoch, self.T_max, self.eta_min
         return [lo + (b - lo) * (1 + math.cos(math.pi * e / t)) / 2 for b in self.base_lrs]
+
+
+def _per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:
+    """``value`` for each param group: a list or tuple of one per group, or one for all."""
+    n = len(optimizer.param_groups)
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"expected {n} values for {name}, got {len(value)}")
+        return list(value)
+    return [value] * n
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the rate by ``factor`` once a metric has not improved for more than
+    ``patience`` epochs, as torch's: ``step(metric)`` once per epoch. "Improved" means below
+    (``mode="min"``) or above (``"max"``) the best value so far by ``threshold``, relative
+    (``"rel"``) or absolute (``"abs"``). After a reduction, ``cooldown`` epochs count no bad
+    epochs; a rate never goes below ``min_lr``, nor changes by ``eps`` or less."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr: float | list[float] = 0,
+        eps: float = 1e-8,
+    ) -> None:
+        # Not LRScheduler.__init__: this schedule has no base rates and no initial step.
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode {mode} is unknown!")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
+        self.optimizer = optimizer
+        self.factor = factor
+        self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
+        self.min_lrs = _per_group("min_lr", optimizer, min_lr)
+        self.patience = patience
+        self.cooldown = cooldown
+        self.eps = eps
+        self.mode = mode
+        self.threshold = threshold
+        self.threshold_mode = threshold_mode
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.last_epoch = 0
+        self._step_count = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def is_better(self, a: float, best: float) -> bool:
+        t = self.threshold
+        if self.mode == "min":
+            return a < (best * (1.0 - t) if self.threshold_mode == "rel" else best - t)
+        return a > (best * (1.0 + t) if self.threshold_mode == "rel" else best + t)
+
+    def step(self, metrics: Any = None, epoch: int | None = None) -> None:  # type: ignore[override]
+        """Record this epoch's ``metrics`` (a number or a one-element tensor)."""
+        if metrics is None:
+            raise TypeError("ReduceLROnPlateau.step() needs the metric: step(metrics)")
+        current = float(metrics)
+        self._step_count += 1
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
+        if self.is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:  # bad epochs in the cooldown do not count
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            self._reduce()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _reduce(self) -> None:
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise RuntimeError(
+                    f"The number of param groups in the optimizer ({len(groups)}) differs from "
+                    f"when ReduceLROnPlateau was initialized ({len(self.min_lrs)}), usually "
+                    "because a param group was added to the optimizer: set `min_lrs` to one "
+                    "value per group."
+                )
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        for group, floor in zip(groups, self.min_lrs, strict=True):
+            old = float(group["lr"])
+            new = max(old * self.factor, floor)
+            if old - new > self.eps:
+                group["lr"] = new
+
+    def get_lr(self) -> list[float]:
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy, as torch's: ``step()`` once per batch, ``total_steps`` (or
+    ``epochs * steps_per_epoch``) times in all. The rate rises from ``max_lr / div_factor`` to
+    ``max_lr`` over the first ``pct_start`` of the steps, then falls to
+    ``initial_lr / final_div_factor`` (``three_phase``: back to the initial rate first), by
+    cosine or linear annealing; momentum (or Adam's beta1) moves the opposite way between
+    ``max_momentum`` and ``base_momentum`` when ``cycle_momentum``."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr: float | list[float],
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum: float | list[float] = 0.85,
+        max_momentum: float | list[float] = 0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            for name, v in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+                if not isinstance(v, int) or v <= 0:
+                    raise ValueError(f"Expected positive integer {name}, but got {v}")
+            self.total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        if not isinstance(pct_start, float) or not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(
+                f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}"
+            )
+        self.anneal_strategy = anneal_strategy
+        up = float(pct_start * self.total_steps) - 1
+        last = float(self.total_steps - 1)
+        # (last step of the phase, rate key at its start, at its end, momentum keys likewise)
+        self._phases: list[tuple[float, str, str, str, str]]
+        if three_phase:
+            self._phases = [
+                (up, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (2 * up, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                (last, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
+            ]
+        else:
+            self._phases = [
+                (up, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                (last, "max_lr", "min_lr", "base_momentum", "max_momentum"),
+            ]
+        groups = optimizer.param_groups
+        if last_epoch == -1:
+            for group, peak in zip(groups, _per_group("max_lr", optimizer, max_lr), strict=True):
+                group["initial_lr"] = peak / div_factor
+                group["max_lr"] = peak
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError(
+                    "optimizer must support momentum or beta1 with `cycle_momentum` option enabled"
+                )
+            self.use_beta1 = "betas" in optimizer.defaults
+            if last_epoch == -1:
+                highs = _per_group("max_momentum", optimizer, max_momentum)
+                lows = _per_group("base_momentum", optimizer, base_momentum)
+                for group, hi, lo in zip(groups, highs, lows, strict=True):
+                    self._set_momentum(group, hi)
+                    group["max_momentum"] = hi
+                    group["base_momentum"] = lo
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self) -> list[float]:
+        t = self.last_epoch
+        if t > self.total_steps:
+            raise ValueError(
+                f"Tried to step {t} times. The specified number of total steps is "
+                f"{self.total_steps}"
+            )
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start = 0.0
+            for i, (end, lr0, lr1, m0, m1) in enumerate(self._phases):
+                if t <= end or i == len(self._phases) - 1:
+                    pct = (t - start) / (end - start)
+                    lrs.append(self._anneal(group[lr0], group[lr1], pct))
+                    if self.cycle_momentum:
+                        self._set_momentum(group, self._anneal(group[m0], group[m1], pct))
+                    break
+                start = end
+        return lrs

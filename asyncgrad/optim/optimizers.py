@@ -375,3 +375,194 @@ class AdamW(Adam):
         maximize: bool = False,
     ) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+
+
+def _check_nonneg(name: str, value: float) -> None:
+    if not value >= 0.0:
+        raise ValueError(f"Invalid {name} value: {value}")
+
+
+def _check_unsupported(name: str, **flags: Any) -> None:
+    """torch's implementation switches that change what a step does: refused, not ignored
+    (``foreach``, which only changes how torch batches its kernels, is accepted)."""
+    for flag, value in flags.items():
+        if value:
+            raise NotImplementedError(
+                f"{name}({flag}=True) is not supported: asyncgrad's optimizers update the "
+                "parameters' arrays outside the graph, one parameter at a time"
+            )
+
+
+class RMSprop(Optimizer):
+    """RMSprop as torch's: a running mean of squared gradients (``alpha``) scales the step;
+    ``centered`` subtracts the squared running mean of the gradients; optional momentum and
+    L2 ``weight_decay``."""
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_nonneg("epsilon", eps)
+        _check_nonneg("momentum", momentum)
+        _check_nonneg("weight_decay", weight_decay)
+        _check_nonneg("alpha", alpha)
+        _check_unsupported("RMSprop", capturable=capturable, differentiable=differentiable)
+        defaults = {
+            "lr": lr,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "centered": centered,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
+
+    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        alpha, eps, wd, mom = group["alpha"], group["eps"], group["weight_decay"], group["momentum"]
+        xp = backend.namespace(p._array)
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = xp.zeros_like(p._array)
+            if mom > 0:
+                state["momentum_buffer"] = xp.zeros_like(p._array)
+            if group["centered"]:
+                state["grad_avg"] = xp.zeros_like(p._array)
+        state["step"] += 1
+        if wd:
+            g = g + wd * p._array
+        sq = state["square_avg"]
+        sq *= alpha
+        sq += (1 - alpha) * (g * g)
+        if group["centered"]:
+            ga = state["grad_avg"]
+            ga += (1 - alpha) * (g - ga)
+            avg = xp.sqrt(sq - ga * ga) + eps
+        else:
+            avg = xp.sqrt(sq) + eps
+        if mom > 0:
+            buf = state["momentum_buffer"]
+            buf *= mom
+            buf += g / avg
+            p._array -= group["lr"] * buf
+        else:
+            p._array -= group["lr"] * (g / avg)
+
+
+class Adagrad(Optimizer):
+    """Adagrad as torch's: each step divides by the root of the summed squared gradients,
+    with the rate decayed as ``lr / (1 + (step - 1) * lr_decay)``. As torch, the state (``sum``
+    from ``initial_accumulator_value``, ``step`` 0) exists from construction."""
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ) -> None:
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_nonneg("lr_decay", lr_decay)
+        _check_nonneg("weight_decay", weight_decay)
+        _check_nonneg("initial_accumulator_value", initial_accumulator_value)
+        _check_nonneg("epsilon", eps)
+        _check_unsupported("Adagrad", differentiable=differentiable, fused=fused)
+        defaults = {
+            "lr": lr,
+            "lr_decay": lr_decay,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "initial_accumulator_value": initial_accumulator_value,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p] = {
+                    "step": 0,
+                    "sum": backend.full_like(p._array, group["initial_accumulator_value"]),
+                }
+
+    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        if not state:  # a group added after construction
+            state["step"] = 0
+            state["sum"] = backend.full_like(p._array, group["initial_accumulator_value"])
+        state["step"] += 1
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p._array
+        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+        acc = state["sum"]
+        acc += g * g
+        p._array -= clr * (g / (backend.namespace(acc).sqrt(acc) + group["eps"]))
+
+
+class Adadelta(Optimizer):
+    """Adadelta as torch's: running means of squared gradients and of squared updates
+    (``rho``) set each step's size, scaled by ``lr`` (1.0 by default)."""
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        foreach: bool | None = None,
+        *,
+        capturable: bool = False,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        _check_nonneg("epsilon", eps)
+        _check_nonneg("weight_decay", weight_decay)
+        _check_unsupported("Adadelta", capturable=capturable, differentiable=differentiable)
+        defaults = {
+            "lr": lr,
+            "rho": rho,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
+
+    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        rho, eps = group["rho"], group["eps"]
+        xp = backend.namespace(p._array)
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = xp.zeros_like(p._array)
+            state["acc_delta"] = xp.zeros_like(p._array)
+        state["step"] += 1
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p._array
+        sq, acc = state["square_avg"], state["acc_delta"]
+        sq *= rho
+        sq += (1 - rho) * (g * g)
+        delta = xp.sqrt(acc + eps) / xp.sqrt(sq + eps) * g
+        acc *= rho
+        acc += (1 - rho) * (delta * delta)
+        p._array -= group["lr"] * delta

@@ -1,9 +1,10 @@
-"""ag.utils.data: ``Dataset``, ``TensorDataset`` and a single-process ``DataLoader`` with
-torch's batching, shuffling and ``default_collate``."""
+"""ag.utils.data: ``Dataset``, ``TensorDataset``, ``random_split`` and a single-process
+``DataLoader`` with torch's batching, shuffling and ``default_collate``."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -11,7 +12,14 @@ from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..ops import Generator
 
-__all__ = ["DataLoader", "Dataset", "Subset", "TensorDataset", "default_collate"]
+__all__ = [
+    "DataLoader",
+    "Dataset",
+    "Subset",
+    "TensorDataset",
+    "default_collate",
+    "random_split",
+]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -54,6 +62,49 @@ class Subset(Dataset[T_co]):
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+def random_split(
+    dataset: Any, lengths: Sequence[int | float], generator: Generator | None = None
+) -> list[Subset[Any]]:
+    """Split ``dataset`` into non-overlapping random subsets of the given ``lengths``, as
+    torch's: ints that sum to ``len(dataset)``, or fractions that sum to 1 (each subset gets
+    ``floor(n * fraction)`` samples and the remainder goes one by one to the first subsets).
+    The permutation comes from ``generator`` or the default generator."""
+    n = len(dataset)
+    sizes: list[int]
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        if any(not 0 <= f <= 1 for f in lengths):
+            raise ValueError("Fractions in lengths must each be between 0 and 1")
+        sizes = [math.floor(n * f) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        for i, size in enumerate(sizes):
+            if size == 0:
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+    else:
+        if any(isinstance(k, float) and not k.is_integer() for k in lengths):
+            raise ValueError(
+                f"lengths {list(lengths)}: give integer lengths that sum to the dataset's "
+                f"length ({n}), or fractions that sum to 1"
+            )
+        sizes = [int(k) for k in lengths]
+        if any(k < 0 for k in sizes):
+            raise ValueError(f"lengths must be non-negative, got {list(lengths)}")
+    if sum(sizes) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    gen = generator or ops.default_generator
+    order: list[int] = ops.randperm(n, generator=gen, device=gen.device).tolist()
+    out: list[Subset[Any]] = []
+    start = 0
+    for size in sizes:
+        out.append(Subset(dataset, order[start : start + size]))
+        start += size
+    return out
 
 
 _COLLATE_ERROR = (
