@@ -13,6 +13,9 @@
 #     ``_sync`` twin: unpacking, indexing, ``len``, ``bool``, reading an attribute, and discarding
 #     it (``ag.backward(loss)`` as a statement), which would otherwise compute nothing and leave
 #     ``.grad`` as it was, with a warning at garbage collection at best.
+# Sync user code that a pass calls (a hook, a custom Function's backward: See NOTE [User code in a
+# backward leaves no state]) cannot await, even on the loop's thread: there a gradient call runs
+# at once, a reentrant blocking pass, as torch's does in a custom backward.
 # Discarding is seen at the call, from the caller's next bytecode instruction (``POP_TOP``: the
 # value is thrown away; ``GET_AWAITABLE``: it is awaited at once, and the bare coroutine is returned
 # with no wrapper, so the awaited path costs one frame lookup and one dict lookup). A caller whose
@@ -32,6 +35,8 @@ from inspect import CORO_CREATED, getcoroutinestate
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ..graph.local_state import in_user_call
+
 __all__ = ["NotAwaitedError", "awaitable", "loop_running"]
 
 _R = TypeVar("_R")
@@ -42,13 +47,14 @@ class NotAwaitedError(TypeError):
 
 
 def loop_running() -> bool:
-    """Whether an event loop runs in the calling thread: asyncio's (uvloop's is one) or trio's.
+    """Whether the caller can await: an event loop runs in the calling thread (asyncio's,
+    uvloop's or trio's) and the caller is not sync user code that a backward pass called.
 
     Not sniffio's answer: threads that anyio starts from trio inherit its "trio" context
     variable, and no loop runs in them.
     """
     if _get_running_loop() is not None:
-        return True
+        return not in_user_call()
     trio = sys.modules.get("trio")
     if trio is None:
         return False
@@ -56,7 +62,7 @@ def loop_running() -> bool:
         trio.lowlevel.current_trio_token()
     except RuntimeError:
         return False
-    return True
+    return not in_user_call()
 
 
 # What the caller does with a call's value, by (code, f_lasti) of its calling instruction.

@@ -3,13 +3,29 @@ back when that code returns."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from .grad_mode import _grad_enabled, _inference
 from .saved_tensor import saved_hooks
 
-__all__ = ["call_user"]
+__all__ = ["call_user", "in_user_call"]
+
+
+class _Depth(threading.local):
+    depth = 0
+
+
+# How many calls of user code by a backward pass are on this thread's stack: while one runs, a
+# gradient call there runs at once (See NOTE [One rule for gradient calls] in
+# asyncgrad/autograd/entry.py): a sync hook or custom backward cannot await it.
+_user = _Depth()
+
+
+def in_user_call() -> bool:
+    """Whether this thread is inside user code that a backward pass called (call_user)."""
+    return _user.depth > 0
 
 
 # NOTE [User code in a backward leaves no state]
@@ -29,9 +45,12 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     grad = _grad_enabled.get()
     inference = _inference.get()
     hooks = saved_hooks.get()
+    user = _user
+    user.depth += 1
     try:
         return fn(*args)
     finally:
+        user.depth -= 1
         if _grad_enabled.get() is not grad:
             _grad_enabled.set(grad)
         if _inference.get() is not inference:

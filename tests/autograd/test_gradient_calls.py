@@ -398,3 +398,80 @@ def test_inside_uvloop_calls_are_awaitable() -> None:
     import anyio
 
     anyio.run(body, backend="asyncio", backend_options={"use_uvloop": True})
+
+
+# ------------------------------------------------------------- user code called by a backward
+class CubeByInnerGrad(ag.autograd.Function):
+    """x**3 whose backward takes the inner derivative with a gradient call, as ported torch
+    code does (torch.autograd.grad inside a custom backward: reentrant backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx: Any, g: ag.Tensor) -> ag.Tensor:
+        (x,) = ctx.saved_tensors
+        with ag.enable_grad():
+            inner = x.detach().requires_grad_()
+            (d,) = ag.grad((inner**3).sum(), inner)
+            other = x.detach().requires_grad_()
+            ag.backward((other * other).sum())  # a statement, as in torch
+        np.testing.assert_allclose(other.grad.numpy(), 2 * x.numpy())
+        return g * d
+
+
+def test_a_sync_custom_backward_may_call_gradient_functions_in_a_script() -> None:
+    x = ag.tensor([1.0, 2.0], dtype=ag.float64, requires_grad=True)
+    CubeByInnerGrad.apply(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 12.0])
+
+
+async def test_a_sync_custom_backward_may_call_gradient_functions_in_an_awaited_pass(
+    no_warnings: None,
+) -> None:
+    # The backward runs on the loop's thread but cannot await: its calls run at once.
+    x = ag.tensor([1.0, 2.0], dtype=ag.float64, requires_grad=True)
+    async with asyncio.timeout(TIMEOUT_S):
+        (gx,) = await ag.grad(CubeByInnerGrad.apply(x).sum(), x)
+    np.testing.assert_allclose(gx.numpy(), [3.0, 12.0])
+
+
+async def test_a_sync_hook_may_call_grad_in_an_awaited_pass(no_warnings: None) -> None:
+    x = ag.tensor([1.0, 2.0], dtype=ag.float64, requires_grad=True)
+    z = ag.tensor([3.0], dtype=ag.float64, requires_grad=True)
+    seen: list[Any] = []
+
+    def hook(g: ag.Tensor) -> None:
+        with ag.enable_grad():  # a pass runs its nodes with grad mode off, as torch's
+            seen.append(ag.grad((z * z).sum(), z))
+
+    x.register_hook(hook)
+    async with asyncio.timeout(TIMEOUT_S):
+        await ag.backward((x * x).sum())
+    assert type(seen[0]) is tuple
+    np.testing.assert_allclose(seen[0][0].numpy(), [6.0])
+
+
+async def test_an_async_custom_backward_awaits_and_may_not_discard(no_warnings: None) -> None:
+    class Twice(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        async def backward(ctx: Any, g: ag.Tensor) -> ag.Tensor:
+            (x,) = ctx.saved_tensors
+            with ag.enable_grad():
+                inner = x.detach().requires_grad_()
+                (d,) = await ag.grad((inner * 2).sum(), inner)
+                ag.backward((inner * 3).sum())  # thrown away: raises at once
+            return g * d
+
+    x = ag.tensor([1.0], dtype=ag.float64, requires_grad=True)
+    async with asyncio.timeout(TIMEOUT_S):
+        with pytest.raises(NotAwaitedError, match=r"`await ag\.backward\(\.\.\.\)`"):
+            await ag.backward(Twice.apply(x).sum())
+    assert x.grad is None
