@@ -18,6 +18,7 @@ from .. import backend, engine
 from .._tensor import Tensor
 from ..graph.node import Edge
 from .entry import awaitable, loop_running
+from .graph import GradientEdge
 
 if TYPE_CHECKING:
     from .entry import NoneCall, TupleCall
@@ -69,6 +70,8 @@ def _tensors(x: Any, what: str) -> list[Tensor]:
         return [x]
     if type(x) is list or type(x) is tuple:
         out = list(x)
+    elif isinstance(x, GradientEdge):
+        raise TypeError(f"a GradientEdge is not accepted as {what} yet: pass its tensor")
     elif _not_a_sequence(x):
         raise TypeError(
             f"{what} must be a Tensor or a sequence of Tensors, got {_kind(x)}{_hint(x)}"
@@ -77,6 +80,10 @@ def _tensors(x: Any, what: str) -> list[Tensor]:
         out = list(x)
     for i, t in enumerate(out):
         if not isinstance(t, Tensor):
+            if isinstance(t, GradientEdge):
+                raise TypeError(
+                    f"{what}[{i}] is a GradientEdge, which is not accepted yet: pass its tensor"
+                )
             raise TypeError(f"{what}[{i}] must be a Tensor, got {_kind(t)}{_hint(t)}")
     return out
 
