@@ -31,7 +31,9 @@ SALIENCY_REQUESTS: Final = 200
 ADAPT_REQUESTS: Final = 20
 SLOW_SAMPLES: Final = 65536  # noisy copies (the most a request may ask): a long backward pass
 POLL_S: Final = 0.01
-DISCONNECT_TRIES: Final = 5
+# Tries at a disconnect that lands while its pass runs: on a loaded 2-core machine one pass in
+# several ends first, and 5 tries in a row have all missed; each try costs a pass (~0.1 s).
+DISCONNECT_TRIES: Final = 25
 Weights = dict[str, np.ndarray]
 
 
