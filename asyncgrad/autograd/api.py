@@ -8,6 +8,7 @@ calling thread wherever they are called.
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 import sys
@@ -64,14 +65,15 @@ def _hint(x: Any) -> str:
     return "" if isinstance(x, (str, bytes, Mapping)) else _ARRAY_HINT
 
 
-def _tensors(x: Any, what: str) -> list[Tensor]:
-    """``x`` as a list of Tensors: a Tensor, or a list, tuple or other iterable of Tensors."""
+def _tensors(x: Any, what: str) -> list[Any]:
+    """``x`` as a list of Tensors and GradientEdges (torch's ``get_gradient_edge``): one, or a
+    list, tuple or other iterable of them."""
     if isinstance(x, Tensor):
         return [x]
     if type(x) is list or type(x) is tuple:
         out = list(x)
     elif isinstance(x, GradientEdge):
-        raise TypeError(f"a GradientEdge is not accepted as {what} yet: pass its tensor")
+        return [x]
     elif _not_a_sequence(x):
         raise TypeError(
             f"{what} must be a Tensor or a sequence of Tensors, got {_kind(x)}{_hint(x)}"
@@ -79,13 +81,17 @@ def _tensors(x: Any, what: str) -> list[Tensor]:
     else:
         out = list(x)
     for i, t in enumerate(out):
-        if not isinstance(t, Tensor):
-            if isinstance(t, GradientEdge):
-                raise TypeError(
-                    f"{what}[{i}] is a GradientEdge, which is not accepted yet: pass its tensor"
-                )
+        if not isinstance(t, (Tensor, GradientEdge)):
             raise TypeError(f"{what}[{i}] must be a Tensor, got {_kind(t)}{_hint(t)}")
     return out
+
+
+def _meta(x: Any) -> tuple[tuple[int, ...], Any, Any]:
+    """Shape, dtype and device of a Tensor, or of the gradient a GradientEdge takes."""
+    if isinstance(x, Tensor):
+        return tuple(x.shape), x.dtype, x.device
+    shape, dtype = x.node._input_meta[x.output_nr]
+    return tuple(shape), dtype, x.node._device
 
 
 def _grad_list(grads: Any, n: int, what: str) -> list[Tensor | None]:
@@ -135,7 +141,7 @@ def _check_args(priority: Any, **flags: Any) -> int:
 
 
 def _make_grads(
-    outputs: list[Tensor], grads: Any, create_graph: bool, what: str
+    outputs: list[Any], grads: Any, create_graph: bool, what: str
 ) -> tuple[list[Edge], list[Any]]:
     """Check the gradients given for ``outputs``; return the root edges and their gradients.
 
@@ -145,6 +151,10 @@ def _make_grads(
     roots: list[Edge] = []
     values: list[Any] = []
     for i, (out, g) in enumerate(zip(outputs, glist, strict=True)):
+        if not isinstance(out, Tensor):  # a GradientEdge: the gradient enters its node's input
+            roots.append(Edge(out.node, out.output_nr))
+            values.append(_edge_grad(out, g, i, create_graph, what))
+            continue
         e = out._edge()
         if e is None:
             raise RuntimeError(
@@ -164,33 +174,65 @@ def _make_grads(
             arr = backend.full_like(out._array, 1)
             values.append(Tensor._wrap(arr) if create_graph else arr)
         else:
-            if g.shape != out.shape:
-                raise RuntimeError(
-                    f"Mismatch in shape: {what}[{i}] has a shape of {tuple(g.shape)} and "
-                    f"output[{i}] has a shape of {tuple(out.shape)}."
-                )
-            if g.device != out.device:
-                raise RuntimeError(
-                    f"invalid gradient at index {i} - expected device {out.device} but got "
-                    f"{g.device}"
-                )
-            if g.dtype != out.dtype:
-                if g.dtype.kind not in "fc":
-                    raise RuntimeError(
-                        f"invalid gradient at index {i} - expected a floating dtype like "
-                        f"{out.dtype} but got {g.dtype}"
-                    )
-                g = g.to(out.dtype)
-            values.append(g if create_graph else g._array)
+            values.append(
+                _given_grad(g, i, tuple(out.shape), out.dtype, out.device, create_graph, what)
+            )
         roots.append(e)
     return roots, values
 
 
-def _input_edges(inputs: list[Tensor], for_backward: bool) -> list[Edge]:
-    """The edges of ``inputs``. For backward, non-leaf inputs then retain their grad: that is
-    done only once every input has passed its checks, so a rejected call changes nothing."""
+def _given_grad(
+    g: Tensor, i: int, shape: tuple[int, ...], dtype: Any, device: Any, create: bool, what: str
+) -> Any:
+    """The gradient ``g`` given for output ``i`` of that shape, dtype and device, checked (and
+    cast to a float dtype it lacks)."""
+    if tuple(g.shape) != shape:
+        raise RuntimeError(
+            f"Mismatch in shape: {what}[{i}] has a shape of {tuple(g.shape)} and "
+            f"output[{i}] has a shape of {shape}."
+        )
+    if g.device != device:
+        raise RuntimeError(
+            f"invalid gradient at index {i} - expected device {device} but got {g.device}"
+        )
+    if g.dtype != dtype:
+        if g.dtype.kind not in "fc":
+            raise RuntimeError(
+                f"invalid gradient at index {i} - expected a floating dtype like "
+                f"{dtype} but got {g.dtype}"
+            )
+        g = g.to(dtype)
+    return g if create else g._array
+
+
+def _edge_grad(edge: Any, g: Tensor | None, i: int, create: bool, what: str) -> Any:
+    """The root gradient for a GradientEdge given as an output: ``g``, or ones where the
+    gradient it takes has one element (as for a scalar output)."""
+    shape, dtype, device = _meta(edge)
+    if g is not None:
+        return _given_grad(g, i, shape, dtype, device, create, what)
+    if math.prod(shape) != 1:
+        raise RuntimeError(
+            f"grad can be implicitly created only for scalar outputs (output {i} has shape "
+            f"{shape}); pass a gradient of that shape"
+        )
+    if dtype.kind not in "fc":
+        raise RuntimeError(
+            f"grad can be implicitly created only for real scalar outputs but got {dtype}"
+        )
+    arr = backend.ones(shape, dtype, device)
+    return Tensor._wrap(arr) if create else arr
+
+
+def _input_edges(inputs: list[Any], for_backward: bool) -> list[Edge]:
+    """The edges of ``inputs`` (Tensors, or GradientEdges taken as they are). For backward,
+    non-leaf Tensor inputs then retain their grad: that is done only once every input has passed
+    its checks, so a rejected call changes nothing."""
     edges = []
     for i, t in enumerate(inputs):
+        if isinstance(t, GradientEdge):
+            edges.append(Edge(t.node, t.output_nr))
+            continue
         e = t._edge() if t.requires_grad else None
         if e is None:
             raise RuntimeError(
@@ -200,7 +242,7 @@ def _input_edges(inputs: list[Tensor], for_backward: bool) -> list[Edge]:
         edges.append(e)
     if for_backward:
         for t in inputs:
-            if not t.is_leaf:
+            if isinstance(t, Tensor) and not t.is_leaf:
                 t.retain_grad()
     return edges
 
@@ -215,7 +257,7 @@ def _prepare_grad(
     materialize_grads: bool,
     is_grads_batched: bool,
     priority: int = 0,
-) -> tuple[list[Tensor], bool, dict[str, Any]]:
+) -> tuple[list[Any], bool, dict[str, Any]]:
     if (
         (retain_graph is not None and retain_graph is not True and retain_graph is not False)
         or (create_graph is not True and create_graph is not False)
@@ -245,6 +287,10 @@ def _prepare_grad(
     ins = _tensors(inputs, "inputs")
     if not ins:
         raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
+    if materialize_grads and any(isinstance(t, GradientEdge) for t in ins):
+        raise RuntimeError(
+            "materialize_grads cannot be used when the given input is a GradientEdge"
+        )
     roots, values = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
     edges = _input_edges(ins, False)
     keep = create_graph if retain_graph is None else retain_graph
@@ -273,19 +319,19 @@ def _task(
 
 
 def _finish_grad(
-    captured: list[Any], ins: list[Tensor], allow_unused: bool, materialize: bool, create: bool
+    captured: list[Any], ins: list[Any], allow_unused: bool, materialize: bool, create: bool
 ) -> tuple[Tensor | None, ...]:
     res: list[Tensor | None] = []
     for i, (g, t) in enumerate(zip(captured, ins, strict=False)):
         if g is None:
             if not allow_unused:
                 raise RuntimeError(
-                    f"One of the differentiated Tensors (inputs[{i}], shape {tuple(t.shape)}) "
+                    f"One of the differentiated Tensors (inputs[{i}], shape {_meta(t)[0]}) "
                     "appears to not have been used in the graph. Set allow_unused=True if this is "
                     "the desired behavior."
                 )
-            zeros = backend.full_like(t._array, 0)
-            res.append(Tensor._wrap(zeros) if materialize else None)
+            # materialize_grads never comes with a GradientEdge input (See _prepare_grad)
+            res.append(Tensor._wrap(backend.full_like(t._array, 0)) if materialize else None)
         elif create:
             res.append(g)
         else:

@@ -475,12 +475,3 @@ async def test_an_async_custom_backward_awaits_and_may_not_discard(no_warnings: 
         with pytest.raises(NotAwaitedError, match=r"`await ag\.backward\(\.\.\.\)`"):
             await ag.backward(Twice.apply(x).sum())
     assert x.grad is None
-
-
-def test_a_gradient_edge_as_inputs_is_refused_by_name() -> None:
-    x, _, y = problem()
-    edge = ag.autograd.graph.get_gradient_edge(x)
-    with pytest.raises(TypeError, match="a GradientEdge is not accepted as inputs yet"):
-        ag.grad(y, edge)
-    with pytest.raises(TypeError, match=r"outputs\[0\] is a GradientEdge"):
-        ag.grad([edge], x)
