@@ -310,9 +310,19 @@ def _zero_of(dt: Any) -> Any:
     return z
 
 
+# NumPy 2.1 added reshape(..., copy=False), which raises where a view cannot be had; NumPy 2.5
+# deprecates setting .shape, the way to ask that before.
+_RESHAPE_HAS_COPY: Final = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 1)
+
+
 def reshape_view(a: Any, shape: tuple[int, ...]) -> Any:
     """A view of ``a`` with ``shape``, or None when that needs a copy."""
     if type(a) is np.ndarray:
+        if _RESHAPE_HAS_COPY:
+            try:
+                return a.reshape(shape, copy=False)
+            except ValueError:
+                return None
         out = a.view()
         try:
             out.shape = shape  # raises instead of copying
