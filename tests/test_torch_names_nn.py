@@ -305,3 +305,19 @@ def test_activations_at_nan_and_inf_match_torch(torch: Any, name: str) -> None:
     ot.sum().backward()
     np.testing.assert_array_equal(oa.detach().numpy(), ot.detach().numpy())
     np.testing.assert_array_equal(a.grad.numpy(), t.grad.numpy())
+
+
+@pytest.mark.parametrize("name", ["relu", "silu"])
+def test_functional_activation_inplace_matches_torch(name: str) -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed: it is the reference here")
+    xn = np.array([-2.0, -0.5, 0.0, 0.5, 3.0])
+    results = []
+    for m, f in ((ag, getattr(F, name)), (torch, getattr(torch.nn.functional, name))):
+        leaf = m.tensor(xn, requires_grad=True)
+        h = leaf * 1.0
+        out = f(h, inplace=True)
+        assert out is h  # overwritten in place, as torch's
+        out.sum().backward()
+        results.append((h.detach().numpy().copy(), leaf.grad.numpy().copy()))
+    np.testing.assert_allclose(results[0][0], results[1][0])
+    np.testing.assert_allclose(results[0][1], results[1][1])

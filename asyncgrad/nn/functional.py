@@ -18,9 +18,7 @@ from ..ops import (
     gelu,
     linear,
     log_softmax,
-    relu,
     sigmoid,
-    silu,
     softmax,
     tanh,
 )
@@ -442,6 +440,16 @@ def _elu(x: Tensor, alpha: float) -> Tensor:
 
 def _mish(x: Tensor) -> Tensor:
     return ops.mul(x, ops.tanh(softplus(x)))
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """``max(x, 0)``; with ``inplace``, ``input`` overwritten with it (``relu_``)."""
+    return ops.relu_(input) if inplace else ops.relu(input)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    """``x * sigmoid(x)``; with ``inplace``, ``input`` overwritten with it."""
+    return _activation(input, inplace, ops.silu)
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
