@@ -321,3 +321,26 @@ def test_functional_activation_inplace_matches_torch(name: str) -> None:
         results.append((h.detach().numpy().copy(), leaf.grad.numpy().copy()))
     np.testing.assert_allclose(results[0][0], results[1][0])
     np.testing.assert_allclose(results[0][1], results[1][1])
+
+
+def test_modules_make_parameters_of_the_default_dtype() -> None:
+    before = ag.get_default_dtype()
+    ag.set_default_dtype(ag.float64)
+    try:
+        mods = [
+            nn.Linear(3, 2),
+            nn.Conv2d(1, 2, 3),
+            nn.Embedding(4, 3),
+            nn.LayerNorm(3),
+            nn.BatchNorm1d(3),
+            nn.GroupNorm(1, 3),
+            nn.LSTM(3, 2),
+            nn.MultiheadAttention(4, 2),
+        ]
+        for m in mods:
+            for name, p in m.named_parameters():
+                assert p.dtype == ag.float64, (type(m).__name__, name, p.dtype)
+        assert nn.Parameter().dtype == ag.float64
+    finally:
+        ag.set_default_dtype(before)
+    assert nn.Linear(3, 2).weight.dtype == ag.float32

@@ -23,7 +23,7 @@ class Parameter(Tensor):
 
     def __init__(self, data: Any = None, requires_grad: bool = True) -> None:
         if data is None:
-            data = backend.empty((0,), dtypes.float32)
+            data = backend.empty((0,), dtypes.get_default_dtype())
         arr = data._array if isinstance(data, Tensor) else ops.as_array(data)
         super().__init__(arr, requires_grad=requires_grad)
 
@@ -485,7 +485,7 @@ def _zero_grad(p: Tensor, set_to_none: bool) -> None:
 
 def _uniform(bound: float, shape: tuple[int, ...], dtype: Any) -> Any:
     rng = ops.default_generator._rng
-    return rng.uniform(-bound, bound, shape, dtypes.to_dtype(dtype or dtypes.float32))
+    return rng.uniform(-bound, bound, shape, dtypes.to_dtype(dtype or dtypes.get_default_dtype()))
 
 
 # ============================================================================ containers
@@ -781,7 +781,7 @@ class Embedding(Module):
         w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
         if padding_idx is not None:
             w[padding_idx] = 0
-        self.weight = Parameter(w.astype(dtypes.to_dtype(dtype or dtypes.float32)))
+        self.weight = Parameter(w.astype(dtypes.to_dtype(dtype or dtypes.get_default_dtype())))
         if device is not None:
             self.to(device)
 
@@ -812,7 +812,7 @@ class LayerNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.use_bias = bias
-        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
         shape = self.normalized_shape
         self.weight = Parameter(backend.ones(shape, dt)) if elementwise_affine else None
         use_bias = elementwise_affine and bias
@@ -1077,7 +1077,7 @@ class MultiheadAttention(Module):
         self.dropout = dropout
         self.batch_first = batch_first
         self.head_dim = embed_dim // num_heads
-        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
         e = embed_dim
         if self._qkv_same_embed_dim:
             self.in_proj_weight: Parameter | None = Parameter(backend.empty((3 * e, e), dt))

@@ -43,7 +43,7 @@ class _NormBase(Module):
         self.affine = affine
         self.use_bias = affine and bias
         self.track_running_stats = track_running_stats
-        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
         self.weight = Parameter(backend.ones((num_features,), dt)) if affine else None
         self.bias = Parameter(backend.zeros((num_features,), dt)) if affine and bias else None
         if track_running_stats:
@@ -214,7 +214,7 @@ class GroupNorm(Module):
         self.eps = eps
         self.affine = affine
         self.use_bias = affine and bias
-        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
         self.weight = Parameter(backend.ones((num_channels,), dt)) if affine else None
         self.bias = Parameter(backend.zeros((num_channels,), dt)) if affine and bias else None
         if device is not None:

@@ -58,7 +58,7 @@ class _RNNBase(Module):
         self.dropout = float(dropout)
         self.bidirectional = bidirectional
         self.proj_size = proj_size
-        dt = dtypes.to_dtype(dtype or dtypes.float32)
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
         g = self._gates * hidden_size
         rng = ops.default_generator._rng
         bound = 1.0 / math.sqrt(hidden_size)
