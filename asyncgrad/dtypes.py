@@ -56,8 +56,8 @@ def to_dtype(d: Any) -> np.dtype[Any]:
             return named
         except KeyError:
             raise TypeError(f"unknown dtype {d!r}") from None
-    if d is float:
-        return float32
+    if d is float:  # torch reads the Python type as float64, whatever the default dtype
+        return float64
     if d is int:
         return int64
     if d is bool:

@@ -441,3 +441,11 @@ def test_names_on_a_cuda_device() -> None:
     y.diagonal(1).mul_(3.0)
     (g,) = ag.grad_sync(y.sum(), [leaf])
     assert g.tolist() == (np.ones((3, 3)) + 2 * np.eye(3, k=1)).tolist()
+
+
+def test_python_types_name_torchs_dtypes() -> None:
+    # torch reads dtype=float as float64 (not the default dtype), int as int64, bool as bool.
+    assert ag.zeros(1, dtype=float).dtype == ag.float64
+    assert ag.ones(2).to(float).dtype == ag.float64
+    assert ag.zeros(1, dtype=int).dtype == ag.int64
+    assert ag.zeros(1, dtype=bool).dtype == ag.bool_
