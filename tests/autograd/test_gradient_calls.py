@@ -475,3 +475,27 @@ async def test_an_async_custom_backward_awaits_and_may_not_discard(no_warnings: 
         with pytest.raises(NotAwaitedError, match=r"`await ag\.backward\(\.\.\.\)`"):
             await ag.backward(Twice.apply(x).sum())
     assert x.grad is None
+
+
+@pytest.mark.skipif(not HAVE_ANYIO, reason="anyio is not installed")
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "asyncio",
+        pytest.param(
+            "trio", marks=pytest.mark.skipif(not HAVE_TRIO, reason="trio is not installed")
+        ),
+    ],
+)
+def test_task_groups_start_gradient_calls(backend: str) -> None:
+    # start_soon(fn, *args) calls fn itself and runs what it returns as a task.
+    import anyio
+
+    x, w, y = problem()
+
+    async def body() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ag.backward, y)
+
+    _run_on(backend, body)
+    check(x.grad, w.grad)
