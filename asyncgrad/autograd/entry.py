@@ -35,7 +35,7 @@ from inspect import CORO_CREATED, getcoroutinestate
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from ..graph.local_state import in_user_call
+from ..graph.local_state import in_user_call, user_calls
 
 __all__ = ["NotAwaitedError", "awaitable", "loop_running"]
 
@@ -54,7 +54,7 @@ def loop_running() -> bool:
     variable, and no loop runs in them.
     """
     if _get_running_loop() is not None:
-        return not in_user_call()
+        return not user_calls.depth  # in_user_call(), without a call on the awaited path
     trio = sys.modules.get("trio")
     if trio is None:
         return False
@@ -115,7 +115,10 @@ def awaitable(
         code = caller.f_code
         lasti = caller.f_lasti
         known = _USES.get((id(code), lasti))
-        use = known[1] if known is not None and known[0] is code else _learn(code, lasti)
+        if known is not None and known[0] is code:
+            use = known[1]
+        else:
+            use = _learn(code, lasti)
         if use == _AWAITED:
             return coro
         if use == _DISCARDED:

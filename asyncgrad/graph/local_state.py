@@ -10,7 +10,7 @@ from typing import Any
 from .grad_mode import _grad_enabled, _inference
 from .saved_tensor import saved_hooks
 
-__all__ = ["call_user", "in_user_call"]
+__all__ = ["call_user", "in_user_call", "user_calls"]
 
 
 class _Depth(threading.local):
@@ -20,12 +20,12 @@ class _Depth(threading.local):
 # How many calls of user code by a backward pass are on this thread's stack: while one runs, a
 # gradient call there runs at once (See NOTE [One rule for gradient calls] in
 # asyncgrad/autograd/entry.py): a sync hook or custom backward cannot await it.
-_user = _Depth()
+user_calls = _Depth()
 
 
 def in_user_call() -> bool:
     """Whether this thread is inside user code that a backward pass called (call_user)."""
-    return _user.depth > 0
+    return user_calls.depth > 0
 
 
 # NOTE [User code in a backward leaves no state]
@@ -45,7 +45,7 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     grad = _grad_enabled.get()
     inference = _inference.get()
     hooks = saved_hooks.get()
-    user = _user
+    user = user_calls
     user.depth += 1
     try:
         return fn(*args)
