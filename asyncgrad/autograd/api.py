@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 from .. import backend, engine
 from .._tensor import Tensor
 from ..graph.node import Edge
-from .entry import awaitable, loop_running
+from .entry import AT_ONCE, awaitable, call_use, loop_running
 from .graph import GradientEdge
 
 if TYPE_CHECKING:
@@ -421,19 +421,22 @@ def grad(
         >>> asyncio.run(main())
         (tensor([ 3., 12.]),)
     """
-    if not loop_running():
-        return grad_sync(
-            outputs,
-            inputs,
-            grad_outputs,
-            retain_graph,
-            create_graph,
-            allow_unused,
-            is_grads_batched,
-            materialize_grads,
-            priority,
-        )
-    coro = _grad(
+    if loop_running():
+        use = call_use(sys._getframe(1))
+        if use != AT_ONCE:
+            coro = _grad(
+                outputs,
+                inputs,
+                grad_outputs,
+                retain_graph,
+                create_graph,
+                allow_unused,
+                is_grads_batched,
+                materialize_grads,
+                priority,
+            )
+            return awaitable(coro, use, "ag.grad", "ag.grad_sync")
+    return grad_sync(
         outputs,
         inputs,
         grad_outputs,
@@ -444,7 +447,6 @@ def grad(
         materialize_grads,
         priority,
     )
-    return awaitable(coro, sys._getframe(1), "ag.grad", "ag.grad_sync")
 
 
 async def _grad(
@@ -571,11 +573,13 @@ def backward(
         >>> w.grad
         tensor([12.])
     """
-    if not loop_running():
-        backward_sync(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-        return cast("NoneCall", None)  # torch's value; NoneCall is what type checkers see
-    coro = _backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-    return cast("NoneCall", awaitable(coro, sys._getframe(1), "ag.backward", "ag.backward_sync"))
+    if loop_running():
+        use = call_use(sys._getframe(1))
+        if use != AT_ONCE:
+            coro = _backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
+            return cast("NoneCall", awaitable(coro, use, "ag.backward", "ag.backward_sync"))
+    backward_sync(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
+    return cast("NoneCall", None)  # torch's value; NoneCall is what type checkers see
 
 
 async def _backward(

@@ -13,9 +13,10 @@
 #     ``_sync`` twin: unpacking, indexing, ``len``, ``bool``, reading an attribute, and discarding
 #     it (``ag.backward(loss)`` as a statement), which would otherwise compute nothing and leave
 #     ``.grad`` as it was, with a warning at garbage collection at best.
-# Sync user code that a pass calls (a hook, a custom Function's backward: See NOTE [User code in a
-# backward leaves no state]) cannot await, even on the loop's thread: there a gradient call runs
-# at once, a reentrant blocking pass, as torch's does in a custom backward.
+# Code that cannot await runs a gradient call at once, even on the loop's thread: sync user code
+# that a pass calls (a hook, a custom Function's backward: See NOTE [User code in a backward
+# leaves no state]), a reentrant blocking pass as torch's in a custom backward; and module-level
+# code, a notebook cell say (See NOTE [Module code cannot await]).
 # Discarding is seen at the call, from the caller's next bytecode instruction (``POP_TOP``: the
 # value is thrown away; ``GET_AWAITABLE``: it is awaited at once, and the bare coroutine is returned
 # with no wrapper, so the awaited path costs one frame lookup and one dict lookup). A caller whose
@@ -26,18 +27,18 @@
 from __future__ import annotations
 
 import dis
+import inspect
 import sys
 import warnings
 from asyncio import _get_running_loop
 from bisect import bisect_right
 from collections.abc import Coroutine, Generator
-from inspect import CORO_CREATED, getcoroutinestate
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ..graph.local_state import in_user_call, user_calls
 
-__all__ = ["NotAwaitedError", "awaitable", "loop_running"]
+__all__ = ["AT_ONCE", "NotAwaitedError", "awaitable", "call_use", "loop_running"]
 
 _R = TypeVar("_R")
 
@@ -71,6 +72,7 @@ def loop_running() -> bool:
 _OTHER: Final = 0
 _AWAITED: Final = 1
 _DISCARDED: Final = 2
+AT_ONCE: Final = 3  # not a call site's: See NOTE [Module code cannot await]
 _USES: dict[tuple[int, int], tuple[CodeType, int]] = {}
 _MAX_USES: Final = 4096  # code objects made at run time (exec in a loop) must not pile up
 _INSTRUCTIONS: dict[CodeType, tuple[list[int], list[str]]] = {}
@@ -105,29 +107,73 @@ def _learn(code: CodeType, lasti: int) -> int:
     return use
 
 
+def call_use(caller: FrameType | None) -> int:
+    """What the caller of a gradient call inside a running loop does with its value: AWAITED at
+    once, DISCARDED, OTHER (kept, passed on), or AT_ONCE: the call must run now, as torch's,
+    because the code that made it runs at module level and cannot await (See NOTE [Module code
+    cannot await])."""
+    if caller is None:
+        return _OTHER
+    code = caller.f_code
+    lasti = caller.f_lasti
+    known = _USES.get((id(code), lasti))
+    use = known[1] if known is not None and known[0] is code else _learn(code, lasti)
+    if use == _AWAITED:
+        return use
+    return AT_ONCE if _module_code_above(caller) else use
+
+
+# NOTE [Module code cannot await]
+# Inside a running loop a call is awaitable, but some code running there cannot await anything:
+# a notebook cell or an interactive line (IPython and Jupyter run cells on the loop's thread,
+# inside its task; ``python -m asyncio`` runs lines in its loop), a module imported from a
+# coroutine, and the sync functions these call (``def train_step(): ...`` called from a cell). A
+# PyTorch user writes torch's code there, so a call made there runs at once, as torch's (a cell
+# with a top-level ``await`` compiles to a coroutine: there calls are awaitable). It is told by
+# walking up the caller's sync frames: module-level code (``<module>``) before any coroutine,
+# async generator, or frame of an event loop's package (a loop callback, a task step) means at
+# once. Only a call not awaited where it is made walks (tasks, gather, the misuses), and the
+# walk ends at the first coroutine, usually the caller's own frame.
+_ASYNC_CODE: Final = (
+    inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
+)
+_LOOP_PACKAGES: Final = ("asyncio", "uvloop", "trio", "anyio", "sniffio", "concurrent")
+_MAX_WALK: Final = 64
+
+
+def _module_code_above(frame: FrameType) -> bool:
+    f: FrameType | None = frame
+    for _ in range(_MAX_WALK):
+        if f is None:
+            return False
+        code = f.f_code
+        if code.co_flags & _ASYNC_CODE:
+            return False
+        if code.co_name == "<module>":
+            return True
+        package = f.f_globals.get("__name__", "").partition(".")[0]
+        if package in _LOOP_PACKAGES:
+            return False
+        f = f.f_back
+    return False
+
+
 def awaitable(
-    coro: Coroutine[Any, Any, _R], caller: FrameType | None, name: str, twin: str
+    coro: Coroutine[Any, Any, _R], use: int, name: str, twin: str
 ) -> Coroutine[Any, Any, _R]:
-    """The value of gradient call ``name`` inside a running loop (See NOTE [One rule for gradient
-    calls]): ``coro`` itself where ``caller`` awaits it at once, a guard that refuses any use
-    but awaiting otherwise; a NotAwaitedError where ``caller`` discards it."""
-    if caller is not None:
-        code = caller.f_code
-        lasti = caller.f_lasti
-        known = _USES.get((id(code), lasti))
-        if known is not None and known[0] is code:
-            use = known[1]
-        else:
-            use = _learn(code, lasti)
-        if use == _AWAITED:
-            return coro
-        if use == _DISCARDED:
-            coro.close()
-            raise NotAwaitedError(
-                f"{name}(...) inside a running event loop returns an awaitable, and this call "
-                f"throws it away: nothing was computed. Write `await {name}(...)`, or call "
-                f"{twin}(...) to run it here and block until it is done"
-            )
+    """The value of gradient call ``name`` inside a running loop, given its caller's ``use``
+    (call_use; See NOTE [One rule for gradient calls]): ``coro`` itself where the caller awaits
+    it at once, a guard that refuses any use but awaiting otherwise; a NotAwaitedError where the
+    caller discards it."""
+    if use == _AWAITED:
+        return coro
+    if use == _DISCARDED:
+        coro.close()
+        raise NotAwaitedError(
+            f"{name}(...) inside a running event loop returns an awaitable, and this call "
+            f"throws it away: nothing was computed. Write `await {name}(...)`, or call "
+            f"{twin}(...) to run it here and block until it is done"
+        )
     return _Pending(coro, name, twin)  # type: ignore[abstract]  # slots hold send, throw, close
 
 
@@ -164,7 +210,7 @@ class _Pending(Coroutine[Any, Any, _R]):
         # Only a coroutine that never started is closed: a started one may still be running,
         # awaited through the iterator __await__ gave, after this wrapper was dropped.
         coro = self._coro
-        if getcoroutinestate(coro) == CORO_CREATED:
+        if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
             coro.close()  # closing it keeps Python's "never awaited" warning away
             if not self._said:
                 warnings.warn(

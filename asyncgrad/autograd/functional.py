@@ -31,7 +31,7 @@ from .. import ops
 from .._tensor import Tensor
 from ..graph.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 from .api import grad, grad_sync
-from .entry import awaitable, loop_running
+from .entry import AT_ONCE, awaitable, call_use, loop_running
 
 if TYPE_CHECKING:
     from .entry import TupleCall
@@ -115,10 +115,12 @@ async def _run_async(gen: Steps) -> Any:
 def _call(gen: Steps, caller: FrameType | None, name: str) -> Any:
     """Run ``gen`` at once where no loop runs; inside one, its awaitable (See NOTE [One rule for
     gradient calls] in entry.py)."""
-    if not loop_running():
-        return _run_sync(gen)
-    full = f"ag.autograd.functional.{name}"
-    return awaitable(_run_async(gen), caller, full, f"{full}_sync")
+    if loop_running():
+        use = call_use(caller)
+        if use != AT_ONCE:
+            full = f"ag.autograd.functional.{name}"
+            return awaitable(_run_async(gen), use, full, f"{full}_sync")
+    return _run_sync(gen)
 
 
 def _user(func: Callable[..., Any]) -> Callable[..., Steps]:

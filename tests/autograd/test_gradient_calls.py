@@ -499,3 +499,56 @@ def test_task_groups_start_gradient_calls(backend: str) -> None:
 
     _run_on(backend, body)
     check(x.grad, w.grad)
+
+
+# --------------------------------------------------------- module code in a running loop
+CELL: Final = """
+(gx, gw) = ag.grad(y, [x, w], retain_graph=True)
+
+def step():
+    ag.backward(y, retain_graph=True)  # a statement, in a function the cell calls
+
+step()
+jac = F.jacobian(lambda t: t**3, x.detach())
+"""
+
+
+async def test_module_level_code_in_a_running_loop_runs_at_once(no_warnings: None) -> None:
+    # What a notebook cell or an interactive line does: module-level code run on the loop's
+    # thread, which cannot await (See NOTE [Module code cannot await]).
+    x, w, y = problem()
+    ns: dict[str, Any] = {"ag": ag, "F": F, "x": x, "w": w, "y": y}
+    exec(compile(CELL, "<cell>", "exec"), ns)
+    check(ns["gx"], ns["gw"])
+    check(x.grad, w.grad)
+    np.testing.assert_allclose(ns["jac"].numpy(), np.diag([3.0, 12.0]))
+
+
+async def test_a_cell_with_top_level_await_awaits(no_warnings: None) -> None:
+    # A cell with a top-level await compiles to a coroutine: there the calls are awaitable.
+    import ast
+
+    x, w, y = problem()
+    ns: dict[str, Any] = {"ag": ag, "x": x, "w": w, "y": y}
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    good = compile(
+        "(gx, gw) = await ag.grad(y, [x, w], retain_graph=True)", "<cell>", "exec", flags
+    )
+    async with asyncio.timeout(TIMEOUT_S):
+        await eval(good, ns)
+    check(ns["gx"], ns["gw"])
+    bad = compile("await asyncio.sleep(0)\n(g,) = ag.grad(y, x)", "<cell>", "exec", flags)
+    ns["asyncio"] = asyncio
+    with pytest.raises(NotAwaitedError, match=r"cannot unpack.*`await ag\.grad\(\.\.\.\)`"):
+        await eval(bad, ns)
+
+
+async def test_a_loop_callback_gets_an_awaitable(no_warnings: None) -> None:
+    # A sync callback the loop runs may hand the call to a task: it is not module code.
+    x, w, y = problem()
+    loop = asyncio.get_running_loop()
+    made: asyncio.Future[Any] = loop.create_future()
+    loop.call_soon(lambda: made.set_result(asyncio.ensure_future(ag.backward(y))))
+    async with asyncio.timeout(TIMEOUT_S):
+        await (await made)
+    check(x.grad, w.grad)
