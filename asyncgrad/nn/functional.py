@@ -93,6 +93,15 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return ops.mul_(input, mask) if inplace else ops.mul(input, mask)
 
 
+def _standardize(x: Tensor, dims: Any, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(mean, var, (x - mean) / sqrt(var + eps))`` over ``dims`` (kept), with the biased
+    variance: the normalisation layer_norm, batch_norm, instance_norm and group_norm share."""
+    mean = ops.mean(x, dim=dims, keepdim=True)
+    centred = ops.sub(x, mean)
+    var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
+    return mean, var, ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
+
+
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -108,10 +117,7 @@ def layer_norm(
             f"Given normalized_shape={list(shape)}, expected input with shape "
             f"[*, {', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
         )
-    dims = tuple(range(-k, 0))
-    centred = ops.sub(input, ops.mean(input, dim=dims, keepdim=True))
-    var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
-    out = ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
+    out = _standardize(input, tuple(range(-k, 0)), eps)[2]
     if weight is not None:
         out = ops.mul(out, weight)
     if bias is not None:
@@ -531,14 +537,11 @@ def batch_norm(
                 f"Expected more than 1 value per channel when training, got input size "
                 f"{input.shape}"
             )
-        mean = ops.mean(input, dim=dims, keepdim=True)
-        centred = ops.sub(input, mean)
-        var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
+        mean, var, out = _standardize(input, dims, eps)
         with no_grad():
             _update_running(running_mean, ops.reshape(mean, (c,)), momentum)
             unbiased = ops.mul(ops.reshape(var, (c,)), n / (n - 1))
             _update_running(running_var, unbiased, momentum)
-        out = ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError(
@@ -575,15 +578,12 @@ def instance_norm(
             raise ValueError(
                 f"Expected more than 1 spatial element when training, got input size {input.shape}"
             )
-        mean = ops.mean(input, dim=dims, keepdim=True)
-        centred = ops.sub(input, mean)
-        var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
+        mean, var, out = _standardize(input, dims, eps)
         with no_grad():
             flat = (input.shape[0], c)
             _update_running(running_mean, ops.mean(ops.reshape(mean, flat), dim=0), momentum)
             unbiased = ops.mul(ops.reshape(var, flat), n / (n - 1))
             _update_running(running_var, ops.mean(unbiased, dim=0), momentum)
-        out = ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError(
@@ -617,10 +617,7 @@ def group_norm(
             f"of shape {list(input.shape)} and num_groups={num_groups}"
         )
     grouped = ops.reshape(input, (n, num_groups, -1))
-    mean = ops.mean(grouped, dim=2, keepdim=True)
-    centred = ops.sub(grouped, mean)
-    var = ops.mean(ops.mul(centred, centred), dim=2, keepdim=True)
-    out = ops.reshape(ops.mul(centred, ops.rsqrt(ops.add(var, eps))), tuple(input.shape))
+    out = ops.reshape(_standardize(grouped, 2, eps)[2], tuple(input.shape))
     return _affine(out, weight, bias, (1, c) + (1,) * (input.ndim - 2))
 
 
