@@ -452,14 +452,15 @@ def grad(
 async def _grad(
     outputs: Any,
     inputs: Any,
-    grad_outputs: Any,
-    retain_graph: bool | None,
-    create_graph: bool,
-    allow_unused: bool | None,
-    is_grads_batched: bool,
-    materialize_grads: bool,
-    priority: int,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+    priority: int = 0,
 ) -> tuple[Tensor | None, ...]:
+    """The coroutine of :func:`grad`, always (the library's own awaited calls use it)."""
     ins, allow, task = _prepare_grad(
         outputs,
         inputs,

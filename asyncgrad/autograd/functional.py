@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .. import ops
 from .._tensor import Tensor
 from ..graph.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
-from .api import grad, grad_sync
+from .api import _grad, grad_sync
 from .entry import AT_ONCE, awaitable, call_use, loop_running
 
 if TYPE_CHECKING:
@@ -104,9 +104,9 @@ async def _run_async(gen: Steps) -> Any:
                 req = gen.send(await req.aw)
                 continue
             if len(req) > 1 and _asyncio_running():
-                res = list(await asyncio.gather(*(grad(**c) for c in req)))
+                res = list(await asyncio.gather(*(_grad(**c) for c in req)))
             else:
-                res = [await grad(**c) for c in req]
+                res = [await _grad(**c) for c in req]
             req = gen.send(res)
     except StopIteration as stop:
         return stop.value
