@@ -36,7 +36,7 @@ from collections.abc import Coroutine, Generator
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from ..graph.local_state import in_user_call, user_calls
+from ..graph.local_state import user_calls
 
 __all__ = ["AT_ONCE", "NotAwaitedError", "awaitable", "call_use", "loop_running"]
 
@@ -55,7 +55,7 @@ def loop_running() -> bool:
     variable, and no loop runs in them.
     """
     if _get_running_loop() is not None:
-        return not user_calls.depth  # in_user_call(), without a call on the awaited path
+        return not user_calls.depth
     trio = sys.modules.get("trio")
     if trio is None:
         return False
@@ -63,7 +63,7 @@ def loop_running() -> bool:
         trio.lowlevel.current_trio_token()
     except RuntimeError:
         return False
-    return not in_user_call()
+    return not user_calls.depth
 
 
 # What the caller does with a call's value, by (id(code), f_lasti) of its calling instruction,

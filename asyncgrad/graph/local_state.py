@@ -10,7 +10,7 @@ from typing import Any
 from .grad_mode import _grad_enabled, _inference
 from .saved_tensor import saved_hooks
 
-__all__ = ["call_user", "in_user_call", "user_calls"]
+__all__ = ["call_user", "user_calls"]
 
 
 class _Depth(threading.local):
@@ -21,11 +21,6 @@ class _Depth(threading.local):
 # gradient call there runs at once (See NOTE [One rule for gradient calls] in
 # asyncgrad/autograd/entry.py): a sync hook or custom backward cannot await it.
 user_calls = _Depth()
-
-
-def in_user_call() -> bool:
-    """Whether this thread is inside user code that a backward pass called (call_user)."""
-    return user_calls.depth > 0
 
 
 # NOTE [User code in a backward leaves no state]
