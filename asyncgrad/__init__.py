@@ -7,7 +7,7 @@ The package is built in layers, each importing only the ones below it:
 
     nn, optim        modules, losses, optimisers
     autograd         the public API: backward/grad and their _sync twins, Function, gradcheck
-    engine           GraphTask, ready queues, device workers, reentrant backward
+    engine           GraphTask, scheduler, device workers, reentrant backward
     ops              forward ops, each recording its backward node
     rules            the derivative table
     graph            Node, Edge, hooks, saved tensors, accumulators, grad modes
@@ -30,6 +30,7 @@ from . import autograd, cuda, nn, optim
 from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
+from .engine.settings import configure
 from .graph.grad_mode import (
     enable_grad,
     inference_mode,
@@ -175,6 +176,7 @@ __all__ = [
     "chunk",
     "clamp",
     "clone",
+    "configure",
     "cos",
     "cuda",
     "device",

@@ -38,7 +38,7 @@ def demo() -> Iterator[ModuleType]:
 def compute_threads() -> None:
     """Start all of the engine's compute threads (which ``ag.run`` uses and which outlive a
     test on purpose) before the tests, so the suite's thread-leak check doesn't count them."""
-    from asyncgrad.engine.offload import compute_pool
+    from asyncgrad.engine.pools import compute_pool
 
     n = compute_pool.size
     barrier = threading.Barrier(n)

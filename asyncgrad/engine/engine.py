@@ -1,5 +1,36 @@
-"""Engine.execute: build a GraphTask from its roots, then run it on the loop's device workers
-(``execute``, awaited) or on the calling thread (``execute_sync``, blocking)."""
+"""Engine.execute: how a gradient goes through the engine, file by file.
+
+1. ``ag.grad`` / ``backward`` (autograd/api.py) call ``execute`` (awaited, on the running loop)
+   or ``execute_sync`` (blocking, on the calling thread) here; under trio, foreign.py runs the
+   blocking form on a worker thread.
+2. Admission (scheduler.py): a top-level pass takes a place among the ``max_running`` of its
+   loop, or waits for one; a pass nested in a running one (reentrant.py: ``current_graph_task``,
+   its depth) never waits, and past the depth limit moves to a pool loop or thread (pools.py).
+3. ``build`` makes the GraphTask (graph_task.py: dependencies, input buffers, captures,
+   cancellation links, completion), which its loop's Scheduler enrolls: its turn is its
+   caller's flow's, or now. ``_prepare`` walks the graph from the roots, counting dependencies
+   (and, for ``grad``/``inputs=``, which nodes must run: exec_info), yielding to the loop every
+   few hundred nodes.
+4. The start node goes to the queue of its device (scheduler.py, ReadyQueue). The caller drains
+   it right there if the scheduler lets it (``run_here``), else the device's worker does.
+5. A worker (worker.py) takes slices the scheduler sizes; in each it pops the ready node with the
+   smallest key, evaluates it (evaluate.py: hooks, capture, ``apply``, release; the hot path
+   inline), and routes its gradients (routing.py) into the input buffers of the nodes its
+   edges point at (input_buffer.py: the one place gradients are summed). A node whose last
+   gradient arrived is ready: it goes to its device's queue, or runs next directly when its
+   key sorts first. Each graph task's node time is charged to the scheduler, which moves a
+   large one's key (See NOTE [One scheduler]).
+6. A node that awaits (an async hook or backward) finishes in a task of its own; a large CPU node
+   runs on a compute thread (pools.py), a CUDA node on its forward's stream (streams.py), and
+   its gradients are routed back on the loop.
+7. When a graph task's last node has run, its final callbacks run and its GPU work is awaited;
+   it completes, and the awaiting caller gets its gradients. The caller's flow keeps its turn
+   for its next call. Errors fail that graph task alone; cancelling the caller stops it and its
+   descendants (graph_task.py, NOTE [Cancellation links]).
+8. Every step counts in its loop's stats (metrics.py, prometheus.py); ``configure``
+   (settings.py) holds the few options.
+Why a given node runs next: NOTE [One scheduler] in scheduler.py.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +38,18 @@ import asyncio
 import concurrent.futures
 import contextvars
 from collections.abc import Callable, Generator, Sequence
-from time import perf_counter
 from typing import Any, Final
 
 from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
-from . import admission, metrics, streams
-from .devices import push, queue_for, queues_of
+from . import scheduler, streams
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
-from .ready_queue import ReadyQueue, keep_turn, lane_busy, request_of_caller
-from .reentrant import (
-    blocking,
-    config,
-    current_graph_task,
-    jobs_in_flight,
-    loop_pool,
-    thread_pool,
-)
+from .pools import blocking, jobs_in_flight, loop_pool, thread_pool
+from .reentrant import current_graph_task
+from .scheduler import Scheduler, push
+from .settings import settings
 from .worker import drain, run_here, yield_to_loop
 
 
@@ -188,27 +212,16 @@ def build(
     create_graph: bool,
     priority: int,
     depth: tuple[int, int],
-    loop: asyncio.AbstractEventLoop | None,
+    sched: Scheduler,
     turn: int | None = None,
 ) -> tuple[GraphTask, Generator[None, None, Start | None]]:
-    """The one builder of a GraphTask: the task, and the preparation (a generator that yields
-    every few hundred nodes, so an awaiting caller can let the loop run) whose value is the start
-    node and its input buffer, or None when no output is reachable."""
-    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1], metrics.of(loop), turn)
-    gt.loop = loop
+    """The one builder of a GraphTask: the task (scheduled by ``sched``, in ``turn`` if given),
+    and the preparation (a generator that yields every few hundred nodes, so an awaiting caller
+    can let the loop run) whose value is the start node and its input buffer, or None when no
+    output is reachable."""
+    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1], sched, turn)
     gt.streams = streams.begin(roots)
     return gt, _prepare(gt, roots, root_grads, outputs, accumulate)
-
-
-def _start_queue(gt: GraphTask, node: Node) -> ReadyQueue:
-    device = node._device or CPU
-    if gt.loop is None:
-        q = ReadyQueue(device, None)
-    else:
-        q = queue_for(gt.loop, device)
-    gt.queue = q
-    gt.queues[device] = q
-    return q
 
 
 async def execute(
@@ -232,7 +245,7 @@ async def execute(
         )  # fmt: skip
     parent = current_graph_task.get()
     depth = _depths(parent)
-    if depth[1] > config.max_reentrant_depth:
+    if depth[1] > settings.max_reentrant_depth:
         # See NOTE [Reentrant depth]: this level moves to a pool loop, if one can take it, and
         # its depth on a stack starts again from zero either way.
         depth = (depth[0], 0)
@@ -242,18 +255,17 @@ async def execute(
                 target.loop, parent, roots, root_grads, outputs, accumulate, keep_graph,
                 create_graph, priority, depth,
             )  # fmt: skip
+    sched = scheduler.of(loop)
     # A nested pass is never held back (See NOTE [Admission]) and has its parent's turn order.
-    adm = None if parent is not None else admission.of(loop)
-    if adm is not None and not admission.try_enter(adm):  # no coroutine when there is room
-        await admission.enter(loop, adm, priority)
+    top = parent is None
+    if top and not sched.try_enter():  # no coroutine when there is room
+        await sched.enter(priority)
     try:
-        # A top-level pass takes its request's turn (See NOTE [A request keeps its turn]).
-        req = None if adm is None else request_of_caller()
-        if req is not None and lane_busy(loop, priority, depth[0]):
-            req = None
+        # A top-level pass continues its caller's flow (See NOTE [One scheduler], 2).
+        flow = sched.flow(priority, depth[0]) if top else None
         gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop,
-            None if req is None else req.turn,
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth,
+            sched, None if flow is None else flow.turn,
         )  # fmt: skip
         gt.link(parent)
         run = _run(gt, prep)
@@ -263,15 +275,15 @@ async def execute(
         del roots, root_grads, outputs, prep
         try:
             captured = await run
-            if adm is not None:
-                service = gt.service if req is None else req.service + gt.service
-                keep_turn(req, gt.turn, service, config.quantum_s)
+            if top:
+                service = gt.service if flow is None else flow.service + gt.service
+                sched.returned(flow, gt.turn, service, priority)
             return captured
         finally:
             gt.unlink()
     finally:
-        if adm is not None:
-            admission.leave(adm)
+        if top:
+            sched.leave()
 
 
 async def _execute_on(
@@ -289,8 +301,9 @@ async def _execute_on(
     """Run a graph task on another (pool) loop and await it there, blocking no thread; it runs
     in a copy of this context (grad mode; ``parent`` as current graph task)."""
     gt, prep = build(
-        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, loop
-    )
+        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth,
+        scheduler.of(loop),
+    )  # fmt: skip
     gt.link(parent)
 
     async def run() -> list[Any]:
@@ -320,30 +333,32 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
         gt.cancel()
         raise asyncio.CancelledError("the backward pass was cancelled before it started")
     gt.future = gt.loop.create_future()
+    sched = gt.sched
+    clock = sched.clock
     try:
-        t0 = perf_counter()
-        t_end = t0 + config.slice_s
+        t0 = clock()
+        t_end = t0 + settings.slice_s
         try:
             while True:
                 next(prep)
-                now = perf_counter()
+                now = clock()
                 if now > t_end:
                     gt.stats.stall(now - t0)  # See NOTE [Engine metrics]
                     await yield_to_loop()  # behind due timers, as a worker yields
-                    t0 = perf_counter()
-                    t_end = t0 + config.slice_s * PREP_SLICE_SHARE
+                    t0 = clock()
+                    t_end = t0 + settings.slice_s * PREP_SLICE_SHARE
         except StopIteration as stop:
             start = stop.value
         del prep
-        gt.stats.stall(perf_counter() - t0)
+        gt.stats.stall(clock() - t0)
         if gt.done:  # cancelled through its link while preparing
             raise asyncio.CancelledError("the backward pass was cancelled")
         if start is None:
             gt.finish()
             return gt.captured
-        q = _start_queue(gt, start[0])
-        # Here, if the device is idle and this loop iteration has slice left, else through the
-        # device's worker: See NOTE [Passes in their callers] in worker.py.
+        q = sched.start_queue(gt, start[0]._device or CPU)
+        # In its caller, if the scheduler lets it, else through the device's worker (See NOTE
+        # [One scheduler], 5).
         if not run_here(q, gt, start[0], start[1]):
             push(gt, start[0], start[1])
         del start
@@ -380,11 +395,12 @@ def execute_sync(
     loop = asyncio._get_running_loop()
     if loop is None:
         return _execute_sync(*args)
-    t0 = perf_counter()
+    sched = scheduler.of(loop)
+    t0 = sched.clock()
     try:
         return _execute_sync(*args)
     finally:
-        metrics.of(loop).stall(perf_counter() - t0)
+        sched.stats.stall(sched.clock() - t0)
 
 
 def _execute_sync(
@@ -403,7 +419,7 @@ def _execute_sync(
     # This thread waits here until the pass is done: a pool loop it runs takes no new work
     # meanwhile (See NOTE [Pool loops]).
     with blocking():
-        if depth[1] > config.max_reentrant_depth:
+        if depth[1] > settings.max_reentrant_depth:
             # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
             cf = thread_pool.submit(
                 _execute_sync, roots, root_grads, keep_graph, create_graph, outputs,
@@ -415,8 +431,9 @@ def _execute_sync(
             finally:
                 del cf  # it holds any error, whose traceback holds this frame: no cycle
         gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth, None
-        )
+            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth,
+            scheduler.BLOCKING,
+        )  # fmt: skip
         gt.link(parent)
         if _on_task is not None:
             _on_task(gt)
@@ -440,13 +457,13 @@ def _run_sync(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list[
     if start is None:
         gt.finish()
         return gt.captured
-    queue = _start_queue(gt, start[0])
+    queue = gt.sched.start_queue(gt, start[0]._device or CPU)
     queue.push(gt, start[0], start[1])
     del start
     # Drained in slices, so that a cancellation from another thread (See NOTE [Cancellation
     # links]) is seen within one slice, or when the node running then returns.
     while queue.heap and not gt.cancel_requested:
-        drain(queue, config.slice_s)
+        drain(queue, settings.slice_s)
     if gt.cancel_requested and gt.error is None:  # not failed (failing sets the flag too)
         gt.cancel()
         raise asyncio.CancelledError("the backward pass was cancelled")
@@ -495,7 +512,7 @@ async def _settle(loop: asyncio.AbstractEventLoop) -> bool:
     waited = False
     while True:
         pending: set[asyncio.Task[Any]] = set()
-        for q in queues_of(loop):
+        for q in list(scheduler.of(loop).queues.values()):
             if q.worker is not None:
                 pending.add(q.worker)
             pending.update(q.tasks)

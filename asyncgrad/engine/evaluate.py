@@ -1,8 +1,16 @@
-"""One node's evaluation (hooks, capture, apply, release), shared by every driver.
+"""One node's evaluation (hooks, capture, apply, release, watching), shared by every driver.
 
-``evaluate`` is a generator that yields each awaitable it meets (an async hook, an async
-backward) and receives its result back, so the same body serves a device worker (which finishes
-an awaiting node in its own task) and a blocking caller (which awaits on a helper loop).
+NOTE [Evaluating a node]
+Two functions evaluate a node, whoever runs it (a device worker, a caller running its own pass,
+a compute thread, a task resuming a node that awaited, a blocking caller):
+  - ``run_node`` for a node with no hooks and a synchronous apply: the captures and pruning of
+    exec_info (``grad()``, ``inputs=``), apply, release, and the watch of a watched graph task
+    (See NOTE [Watched graph tasks]). The device worker inlines its plainest case (no
+    exec_info, unwatched: apply and release), the hot path;
+  - ``evaluate`` for a node with hooks or an async apply: a generator that yields each
+    awaitable it meets (an async hook, an async backward) and receives its result back, so the
+    same body serves a device worker (which finishes an awaiting node in its own task) and a
+    blocking caller (which awaits on a helper loop).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Generator
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 from ..backend import cuda
@@ -18,7 +27,8 @@ from ..graph.accumulate_grad import AccumulateGrad
 from ..graph.hooks import from_user, hook_name, post_from_user, retain, to_user
 from ..graph.local_state import call_user
 from . import streams
-from .reentrant import current_graph_task, run_blocking
+from .pools import run_blocking
+from .reentrant import current_graph_task
 
 if TYPE_CHECKING:
     from ..graph.hooks import Hooks
@@ -28,27 +38,46 @@ if TYPE_CHECKING:
 isawaitable = inspect.isawaitable
 
 
-def evaluate_plain(gt: GraphTask, node: Node, buf: list[Any]) -> Any:
-    """A node with no hooks and a synchronous apply, under exec_info (``grad()``/``inputs=``).
-    Returns the gradients to route, or None when the node only captures."""
+def run_node(gt: GraphTask, node: Node, buf: list[Any], off_loop: bool = False) -> Any:
+    """Evaluate a node with no hooks and a synchronous apply (See NOTE [Evaluating a node]);
+    ``off_loop``: on a compute thread. Returns the gradients to route, or None when the node
+    only captures."""
+    w = gt.watch
+    t0 = 0 if w is None else perf_counter_ns()
     exec_info = gt.exec_info
-    assert exec_info is not None
-    info = exec_info[node]
-    if info.captures:
-        for nr, idx in info.captures:
-            gt.captured[idx] = buf[nr]
-    if not info.needed:
-        return None
-    needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+    needed = None
+    if exec_info is not None:
+        info = exec_info[node]
+        if info.captures:
+            for nr, idx in info.captures:
+                gt.captured[idx] = buf[nr]
+        if not info.needed:
+            if w is not None:
+                w.done(gt, node, None, t0, off_loop)
+            return None
+        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
     out = node.apply(buf, needed, gt.create_graph)
     if not gt.keep_graph:
         node.release_variables()
+    if w is not None:
+        w.done(gt, node, out, t0, off_loop)
     return out
 
 
 def evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, Any]:
-    """Evaluate a node with hooks and/or an async apply; returns the gradients to route (None
-    when the node only captures)."""
+    """Evaluate a node with hooks and/or an async apply (See NOTE [Evaluating a node]); returns
+    the gradients to route (None when the node only captures). A watched graph task's node is
+    timed awaits included."""
+    w = gt.watch
+    if w is None:
+        return (yield from _evaluate(gt, node, buf))
+    t0 = perf_counter_ns()
+    out = yield from _evaluate(gt, node, buf)
+    w.done(gt, node, out, t0)
+    return out
+
+
+def _evaluate(gt: GraphTask, node: Node, buf: list[Any]) -> Generator[Any, Any, Any]:
     create = gt.create_graph
     hooks = node._hooks
     if hooks is not None:

@@ -8,15 +8,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..graph.anomaly_mode import anomaly_note
-from .metrics import Stats
-from .ready_queue import key_base, leave_lane, now_us
 from .streams import Streams, release_later
 from .watch import Watch, watch_for
 
 if TYPE_CHECKING:
     from ..backend import Device
     from ..graph.node import Node
-    from .ready_queue import Lane, ReadyQueue
+    from .metrics import Stats
+    from .scheduler import Lane, ReadyQueue, Scheduler
 
 
 class ExecInfo:
@@ -83,6 +82,7 @@ class GraphTask:
         "queue",
         "queues",
         "remote",
+        "sched",
         "service",
         "stats",
         "streams",
@@ -98,7 +98,7 @@ class GraphTask:
         priority: int,
         depth: int,
         local_depth: int,
-        stats: Stats,
+        sched: Scheduler,
         turn: int | None = None,
     ) -> None:
         self.keep_graph = keep_graph
@@ -106,20 +106,24 @@ class GraphTask:
         self.priority = priority
         self.depth = depth
         self.local_depth = local_depth
-        # See NOTE [Fair order]: its turn, the node time it has had, whether it counts as large.
-        self.turn = now_us() if turn is None else turn
+        # See NOTE [One scheduler]: its turn and key (set by its scheduler), the node time it
+        # has had, whether it counts as large, its lane once large, and the node time since its
+        # turn last moved, as a lane's head.
+        self.sched: Scheduler
+        self.turn = 0
+        self.key_base = 0
         self.service = 0.0
         self.large = False
-        self.lane: Lane | None = None  # its lane once large
-        self.unmoved = 0.0  # node time since its turn last moved, as a lane's head
-        self.key_base = key_base(priority, depth, self.turn)
+        self.lane: Lane | None = None
+        self.unmoved = 0.0
+        sched.enroll(self, turn)
         self.dependencies: dict[Node, int] = {}
         self.not_ready: dict[Node, Any] = {}
         self.exec_info: dict[Node, ExecInfo] | None = None
         self.captured: list[Any] = []
         self.outstanding = 0
         self.future: asyncio.Future[None] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = sched.loop
         # The queue the graph task started on, and every device queue it has pushed to.
         self.queue: ReadyQueue | None = None
         self.queues: dict[Device, ReadyQueue] = {}
@@ -141,8 +145,8 @@ class GraphTask:
         # CUDA streams: See NOTE [Streams in the graph] (None in a process without CUDA).
         self.streams: Streams | None = None
         # Its loop's metrics (See NOTE [Engine metrics]); counted as running until it ends.
-        self.stats = stats
-        stats.running += 1
+        self.stats: Stats = sched.stats
+        self.stats.running += 1
         # Anomaly mode and profilers, decided once here (See NOTE [Watched graph tasks]).
         self.watch: Watch | None = watch_for()
 
@@ -212,7 +216,7 @@ class GraphTask:
     def _stop(self) -> None:
         self.done = True
         if self.lane is not None:
-            leave_lane(self)
+            self.sched.ended(self)
         self.stats.running -= 1
         if self.error is not None:
             self.stats.failed += 1
@@ -245,7 +249,7 @@ class GraphTask:
             return
         self.done = True
         if self.lane is not None:
-            leave_lane(self)
+            self.sched.ended(self)
         self.stats.running -= 1
         self.stats.completed += 1
         self._free()

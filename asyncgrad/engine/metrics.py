@@ -1,5 +1,5 @@
-"""Engine metrics per event loop (``ag.autograd.engine.stats()``): counters cheap enough to be
-always on.
+"""Engine metrics per event loop (``ag.autograd.engine.stats()``; each loop's scheduler holds
+its own): counters cheap enough to be always on.
 
 NOTE [Engine metrics]
 Each event loop has one ``Stats``; graph tasks run by blocking callers (no loop) count in one
@@ -16,8 +16,6 @@ afresh.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from typing import Any
 
 
@@ -58,6 +56,12 @@ class Stats:
         if seconds > self.longest_stall_s:
             self.longest_stall_s = seconds
 
+    def reset(self) -> None:
+        """Start the counters afresh; graph tasks still running or waiting stay counted."""
+        running, waiting = self.running, self.waiting
+        self.__init__()  # type: ignore[misc]
+        self.running, self.waiting = running, waiting
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "graph_tasks": {
@@ -73,43 +77,5 @@ class Stats:
         }
 
 
-_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Stats] = weakref.WeakKeyDictionary()
+# Blocking callers' (no loop), and passes awaited from trio (See NOTE [Other event loops]).
 BLOCKING = Stats()
-
-
-def of(loop: asyncio.AbstractEventLoop | None) -> Stats:
-    """The stats of ``loop`` (None: of blocking callers)."""
-    if loop is None:
-        return BLOCKING
-    st = _per_loop.get(loop)
-    if st is None:
-        st = _per_loop[loop] = Stats()
-    return st
-
-
-def stats(loop: asyncio.AbstractEventLoop | None = None) -> dict[str, Any]:
-    """The engine's metrics on ``loop`` (default: the running loop; with none running, those of
-    blocking callers) as a dict: ``graph_tasks`` (running, waiting, completed, failed, cancelled),
-    ``nodes`` and ``time_in_nodes_s`` per device, and ``longest_stall_s``, the longest time the
-    engine held the loop at once. See NOTE [Engine metrics]."""
-    if loop is None:
-        loop = _running_loop()
-    return of(loop).snapshot()
-
-
-def reset_stats(loop: asyncio.AbstractEventLoop | None = None) -> None:
-    """Start the counters of ``loop`` (default: the running one, else blocking callers') afresh;
-    graph tasks still running stay counted as running."""
-    if loop is None:
-        loop = _running_loop()
-    st = of(loop)
-    running, waiting = st.running, st.waiting
-    st.__init__()  # type: ignore[misc]
-    st.running, st.waiting = running, waiting
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from . import metrics
+from . import scheduler
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -111,12 +111,12 @@ class EngineCollector(Collector):
     def _snapshot(self, loop: asyncio.AbstractEventLoop) -> dict[str, Any] | None:
         # See NOTE [Scraping from another thread].
         if not loop.is_running() or _loop_of_this_thread() is loop:
-            return metrics.stats(loop)
+            return scheduler.stats(loop)
         result: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
 
         def take() -> None:
             if result.set_running_or_notify_cancel():
-                result.set_result(metrics.stats(loop))
+                result.set_result(scheduler.stats(loop))
 
         try:
             loop.call_soon_threadsafe(take)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections.abc import Generator
 from contextvars import ContextVar, Token
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -13,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from .._tensor import Tensor
 from ..backend import current_stream, device_of, is_device_array, namespace
 from ..graph.anomaly_mode import OFF, ON_CHECK_NAN, _anomaly, anomaly_mode, anomaly_note
-from .evaluate import evaluate, evaluate_plain
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -21,17 +19,17 @@ if TYPE_CHECKING:
 
 # NOTE [Watched graph tasks]
 # Anomaly mode and the profiler must cost nothing to a backward pass that uses neither. So the
-# decision is made once per graph task, when it is built (GraphTask.__init__ calls `watch_for`):
-# a pass built in anomaly mode or inside a profiler block gets a Watch, the others None. A device
-# worker looks at it once each time it switches to another graph task, not per node; a watched
-# graph task's nodes all go through `run_watched` / `evaluate_watched`, which time each node
-# for the profilers and check its gradients for NaN. A node that runs off the loop (See NOTE
-# [Large nodes]) is watched on its compute thread. While a graph task's nodes run, the worker
-# also takes that graph task's anomaly mode and profilers (`enter_watch`): a worker's task is a
-# copy of the context of whoever started it, and what a node builds (a graph under create_graph,
-# a nested backward pass) must follow the graph task it runs for, not that context. Unless the
-# worker's own context is watched, this too costs nothing for unwatched graph tasks. The forward
-# tracebacks of anomaly mode cost the graph building one context-variable read per node (See
+# decision is made once per graph task, when it is built (GraphTask.__init__ calls `watch_for`): a
+# pass built in anomaly mode or inside a profiler block gets a Watch, the others None. A device
+# worker looks at it once each time it switches to another graph task, not per node; a watched graph
+# task's nodes all go through `run_node` / `evaluate` (See NOTE [Evaluating a node] in evaluate.py),
+# which time each node for the profilers and check its gradients for NaN. A node that runs off the
+# loop (See NOTE [Large nodes]) is watched on its compute thread. While a graph task's nodes run,
+# the worker also takes that graph task's anomaly mode and profilers (`enter_watch`): a worker's
+# task is a copy of the context of whoever started it, and what a node builds (a graph under
+# create_graph, a nested backward pass) must follow the graph task it runs for, not that context.
+# Unless the worker's own context is watched, this too costs nothing for unwatched graph tasks. The
+# forward tracebacks of anomaly mode cost the graph building one context-variable read per node (See
 # NOTE [Anomaly mode is a context variable]).
 
 
@@ -184,26 +182,3 @@ async def _read_nan_flags(flags: list[tuple[Node, int, Any, Any]]) -> None:
         err.add_note(f"(raised while computing the backward of {node.name()})")
         err.add_note(anomaly_note(node))
         raise err
-
-
-def run_watched(gt: GraphTask, w: Watch, node: Node, buf: list[Any]) -> Any:
-    """Evaluate a node with no hooks and a synchronous apply in a watched graph task."""
-    t0 = perf_counter_ns()
-    if gt.exec_info is not None:
-        out = evaluate_plain(gt, node, buf)
-    else:
-        out = node.apply(buf, None, gt.create_graph)
-        if not gt.keep_graph:
-            node.release_variables()
-    w.done(gt, node, out, t0)
-    return out
-
-
-def evaluate_watched(
-    gt: GraphTask, w: Watch, node: Node, buf: list[Any]
-) -> Generator[Any, Any, Any]:
-    """``evaluate`` in a watched graph task (a node that awaits is timed awaits included)."""
-    t0 = perf_counter_ns()
-    out = yield from evaluate(gt, node, buf)
-    w.done(gt, node, out, t0)
-    return out

@@ -358,7 +358,7 @@ async def test_worker_runs_at_most_a_bounded_distance_ahead_of_the_gpu() -> None
         assert y.grad_fn is not None
         y.grad_fn.register_prehook(lambda g: ran.append(1))
     loss = y.sum()
-    old = ag.autograd.engine.config.slice_s
+    old = ag.autograd.engine.slice_s
     ag.autograd.engine.configure(slice_s=1e-9)  # a slice is then the 16 nodes between checks
     try:
         gate = Gate(ag.cuda.current_stream())
@@ -390,7 +390,7 @@ async def test_abackward_resumes_when_grad_fields_are_computed(delays: Delays) -
 async def test_each_device_has_its_own_worker(delays: Delays) -> None:
     """An awaited backward across cuda:0 and cuda:1 runs each node on its device's worker."""
     needs_devices(2)
-    from asyncgrad.engine import devices
+    from asyncgrad.engine import scheduler
 
     seen: dict[str, set[str]] = {"cuda:0": set(), "cuda:1": set()}
 
@@ -414,7 +414,7 @@ async def test_each_device_has_its_own_worker(delays: Delays) -> None:
     assert_close(host(g), np.exp(np.sin(xv)) * np.cos(xv), rtol=1e-12)
     assert seen == {"cuda:0": {"asyncgrad-worker-cuda:0"}, "cuda:1": {"asyncgrad-worker-cuda:1"}}
     loop = asyncio.get_running_loop()
-    assert {str(q.device) for q in devices.queues_of(loop)} >= {"cuda:0", "cuda:1"}
+    assert {str(q.device) for q in scheduler.of(loop).queues.values()} >= {"cuda:0", "cuda:1"}
 
 
 def test_dlpack_exchange_with_torch_shares_memory() -> None:

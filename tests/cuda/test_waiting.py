@@ -67,7 +67,7 @@ async def test_a_device_error_fails_a_pass_whose_worker_runs_ahead(broken: Any) 
     for _ in range(200):
         y = y * 1.0
     loss = y.sum()
-    old = ag.autograd.engine.config.slice_s
+    old = ag.autograd.engine.slice_s
     ag.autograd.engine.configure(slice_s=1e-9)  # a slice is then the 16 nodes between checks
     try:
         broken.inject_fault()

@@ -74,6 +74,34 @@ def engine_setting(name: str) -> Iterator[Callable[[Any], None]]:
         engine.configure(**{name: old})
 
 
+class ManualClock:
+    """A clock for a loop's scheduler that moves only when the test moves it (``now``, in
+    seconds), so that what a test sees of slices, turns and shares does not depend on the
+    machine's pace."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextmanager
+def manual_clock(loop: asyncio.AbstractEventLoop | None = None) -> Iterator[ManualClock]:
+    """Give the scheduler of ``loop`` (default: the running one) a ManualClock, which starts
+    where its clock was (so turns go on from there); its own clock is back on exit."""
+    from asyncgrad.engine import scheduler
+
+    sched = scheduler.of(loop or asyncio.get_running_loop())
+    old = (sched.clock, sched.origin)
+    clock = ManualClock(sched.clock())
+    sched.use_clock(clock)
+    try:
+        yield clock
+    finally:
+        sched.clock, sched.origin = old
+
+
 class Turns:
     """How many turns of the loop another task got (``count``), see ``loop_turns``."""
 

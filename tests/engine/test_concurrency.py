@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine.devices import _queues
+from asyncgrad.engine import scheduler
 from asyncgrad.engine.reentrant import current_graph_task
 
 from .helpers import TIMEOUT_S, assert_close, leaf, scale_chain
@@ -21,7 +21,7 @@ CONCURRENT: Final = 200
 
 
 def _heaps_empty(loop: asyncio.AbstractEventLoop) -> bool:
-    return all(not q.heap for q in _queues.get(loop, {}).values())
+    return all(not q.heap for q in scheduler.of(loop).queues.values())
 
 
 class Boom(Exception):

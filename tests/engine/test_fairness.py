@@ -1,12 +1,15 @@
-"""Order across graph tasks (NOTE [Fair order]): arrival turns, small ones first, no starvation.
+"""Order across graph tasks (NOTE [One scheduler]): arrival turns, small ones first, no
+starvation, priorities' shares, slices.
 
 Driven by the engine's own events (hooks that fire when a pass starts, the order in which awaits
-return), never by sleeps; the engine's quantum and large share are set per test.
+return) and by the scheduler's clock, which the tests drive by hand where timing matters, never
+by sleeps; the policy's quantum and shares are set per test on the loop's scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,8 +17,17 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
+from asyncgrad.engine import scheduler
 
-from .helpers import TIMEOUT_S, assert_close, engine_setting, leaf, scale_chain, turn_recorder
+from .helpers import (
+    TIMEOUT_S,
+    ManualClock,
+    assert_close,
+    leaf,
+    manual_clock,
+    scale_chain,
+    turn_recorder,
+)
 
 engine = ag.autograd.engine
 LONG = 20_000  # nodes: tens of milliseconds of backward, many slices
@@ -23,13 +35,18 @@ LONG = 20_000  # nodes: tens of milliseconds of backward, many slices
 
 @pytest.fixture
 def fair_config() -> Iterator[Any]:
-    old = (engine.quantum_s, engine.large_share)
+    """A setter of the running loop's policy (quantum and large share), restored after the
+    test."""
+    saved: list[tuple[Any, float, float]] = []
 
     def set_(quantum_s: float, large_share: float) -> None:
-        engine.configure(quantum_s=quantum_s, large_share=large_share)
+        sched = scheduler.of(asyncio.get_running_loop())
+        saved.append((sched, sched.quantum_s, sched.large_share))
+        sched.quantum_s, sched.large_share = quantum_s, large_share
 
     yield set_
-    engine.configure(quantum_s=old[0], large_share=old[1])
+    for sched, quantum_s, large_share in reversed(saved):
+        sched.quantum_s, sched.large_share = quantum_s, large_share
 
 
 def chain_loss(n: int, factor: float = 1.0) -> tuple[ag.Tensor, ag.Tensor]:
@@ -152,21 +169,39 @@ async def test_priority_comes_before_turns(fair_config: Any) -> None:
     assert done == ["new-high", "old"]
 
 
-def test_configure_rejects_bad_fairness_settings() -> None:
-    with pytest.raises(ValueError, match="quantum_s must be > 0"):
-        engine.configure(quantum_s=0)
-    for bad in (0, -1, 1.5):
-        with pytest.raises(ValueError, match=r"large_share must be in \(0, 1\]"):
-            engine.configure(large_share=bad)
-    for bad in (-0.1, 1, 2.0):
-        with pytest.raises(ValueError, match=r"lower_share must be in \[0, 1\)"):
-            engine.configure(lower_share=bad)
+@pytest.mark.parametrize(
+    ("name", "replaced_by"),
+    [
+        ("quantum_s", "scheduler.QUANTUM_S"),
+        ("large_share", "scheduler.LARGE_SHARE"),
+        ("lower_share", "scheduler.LOWER_SHARE"),
+    ],
+)
+def test_removed_options_name_what_replaced_them(name: str, replaced_by: str) -> None:
+    before = engine.slice_s
+    with pytest.raises(
+        TypeError, match=rf"configure\({name}=\.\.\.\) was removed: .*{replaced_by}"
+    ):
+        ag.configure(slice_s=0.5, **{name: 0.5})
+    assert engine.slice_s == before  # nothing changed
+    with pytest.raises(AttributeError, match=rf"{name!r} was removed: .*{replaced_by}"):
+        getattr(engine, name)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'slices'"):
+        ag.configure(slices=1)
 
 
 @pytest.fixture
 def lower_share() -> Iterator[Callable[[float], None]]:
-    with engine_setting("lower_share") as set_:
-        yield set_
+    saved: list[tuple[Any, float]] = []
+
+    def set_(share: float) -> None:
+        sched = scheduler.of(asyncio.get_running_loop())
+        saved.append((sched, sched.lower_share))
+        sched.lower_share = share
+
+    yield set_
+    for sched, share in reversed(saved):
+        sched.lower_share = share
 
 
 class _Clients:
@@ -204,12 +239,10 @@ class _Clients:
 async def test_lower_priority_work_progresses_under_a_stream_of_higher_priority_requests(
     lower_share: Callable[[float], None],
 ) -> None:
-    """Serving while training (NOTE [Lower priorities' share]): clients at priority 1 keep
+    """Serving while training (NOTE [One scheduler], 1): clients at priority 1 keep
     every slice busy, and the trainer's passes at priority 0 still finish while they are
     served, at the default share."""
-    from asyncgrad.engine.reentrant import DEFAULT_LOWER_SHARE
-
-    lower_share(DEFAULT_LOWER_SHARE)
+    lower_share(scheduler.LOWER_SHARE)
     clients = _Clients()
     try:
         async with asyncio.timeout(TIMEOUT_S):
@@ -227,7 +260,7 @@ async def test_lower_priority_work_progresses_under_a_stream_of_higher_priority_
 async def test_strict_priority_runs_lower_priority_work_only_when_higher_work_runs_out(
     lower_share: Callable[[float], None],
 ) -> None:
-    """``lower_share=0``: while higher-priority requests keep the worker busy, a lower-priority
+    """A lower share of 0: while higher-priority requests keep the worker busy, a lower-priority
     pass does not run a single node; it runs once they stop."""
     lower_share(0.0)
     clients = _Clients()
@@ -249,86 +282,83 @@ async def test_strict_priority_runs_lower_priority_work_only_when_higher_work_ru
 
 
 # ------------------------------------------------------------------ the lane of large passes
-def _task(turn: int, loop: asyncio.AbstractEventLoop) -> Any:
-    """A graph task built at ``turn``, on ``loop``, with nothing queued."""
-    from asyncgrad.engine import metrics
+def _task(turn: int, sched: Any) -> Any:
+    """A graph task built at ``turn`` by ``sched``, with nothing queued."""
     from asyncgrad.engine.graph_task import GraphTask
 
-    gt = GraphTask(False, False, 0, 0, 0, metrics.of(loop), turn=turn)
-    gt.loop = loop
-    return gt
+    return GraphTask(False, False, 0, 0, 0, sched, turn=turn)
 
 
 def _turn_of(gt: Any) -> int:
-    from asyncgrad.engine import ready_queue
-
-    return (gt.key_base >> ready_queue.SEQ_BITS) & ready_queue.TURN_MAX
+    return scheduler.turn_of(gt.key_base)
 
 
 async def test_the_lane_runs_large_passes_one_at_a_time_oldest_first() -> None:
-    from asyncgrad.engine import ready_queue as rq
+    with manual_clock() as clock, _stride_four() as sched:
+        now = sched.now_us()
+        old, new = _task(now - 50_000, sched), _task(now - 10_000, sched)
+        try:
+            sched.charge(new, 0.002)  # its quantum: it joins the lane, as its head
+            # Its turn starts from now, not from its build time (it may have waited long, in
+            # preparation say, and must not hold newer requests back while catching up), moved
+            # by 4 x its node time.
+            assert _turn_of(new) == now + 8_000
+            sched.charge(old, 0.002)  # older: it takes the head, the newer one waits behind it
+            assert new.lane.tasks == [old, new]
+            assert _turn_of(new) == scheduler.PARKED + new.turn  # behind every other turn
+            assert _turn_of(old) == now + 16_000
+            vturn = new.lane.vturn
+            sched.charge(old, 0.001)  # the head runs on: its turn moves 4 x that
+            assert new.lane.vturn == vturn + 4_000
+            assert _turn_of(old) == vturn + 4_000
+            lane = old.lane
+            clock.now += 1.0  # the lane's virtual turn is behind the clock by now
+            old.finish()  # the next one takes over the lane's virtual turn, from the clock
+            assert lane.tasks == [new]
+            assert old.lane is None
+            assert _turn_of(new) == lane.vturn == sched.now_us()
+        finally:
+            for gt in (old, new):
+                gt.finish()
 
-    loop = asyncio.get_running_loop()
-    now = rq.now_us()
-    old, new = _task(now - 50_000, loop), _task(now - 10_000, loop)
+
+@contextlib.contextmanager
+def _stride_four() -> Iterator[Any]:
+    """The running loop's scheduler with a quantum of 2 ms and a large share of 1/4."""
+    sched = scheduler.of(asyncio.get_running_loop())
+    old = (sched.quantum_s, sched.large_share)
+    sched.quantum_s, sched.large_share = 0.002, 0.25
     try:
-        new.service = 0.002
-        rq.join_lane(new, 4.0)
-        # The head: its turn starts from now, not from its build time (it may have waited
-        # long, in preparation say, and must not hold newer requests back while catching up),
-        # moved by 4 x its node time.
-        assert _turn_of(new) >= now + 8_000
-        old.service = 0.002
-        rq.join_lane(old, 4.0)  # older: it takes the head, the newer one waits behind it
-        assert new.lane.tasks == [old, new]
-        assert _turn_of(new) == rq.PARKED + new.turn  # behind every other turn
-        assert _turn_of(old) < rq.PARKED
-        vturn = new.lane.vturn
-        old.unmoved = 0.001
-        rq.move_head(old, 4.0)
-        assert new.lane.vturn == vturn + 4_000
-        assert _turn_of(old) == vturn + 4_000
-        lane = old.lane
-        old.finish()  # the next one takes over the lane's virtual turn
-        assert lane.tasks == [new]
-        assert old.lane is None
-        assert _turn_of(new) == lane.vturn >= vturn + 4_000
+        yield sched
     finally:
-        for gt in (old, new):
-            gt.finish()
+        sched.quantum_s, sched.large_share = old
 
 
 async def test_an_ended_pass_leaves_the_lane_whichever_way_it_ends() -> None:
-    from asyncgrad.engine import ready_queue as rq
-
-    loop = asyncio.get_running_loop()
-    now = rq.now_us()
-    a, b, c = (_task(now + i, loop) for i in range(3))
-    for gt in (a, b, c):
-        gt.service = 0.002
-        rq.join_lane(gt, 4.0)
-    lane = a.lane
-    assert lane.tasks == [a, b, c]
-    assert rq.PARKED < _turn_of(b) < _turn_of(c)  # waiting behind the head, oldest first
-    b.cancel()  # waiting: the head stays
-    assert lane.tasks == [a, c]
-    a.fail(RuntimeError("boom"))
-    assert lane.tasks == [c]
-    assert _turn_of(c) < rq.PARKED
-    c.finish()
-    assert lane.tasks == []
+    with manual_clock(), _stride_four() as sched:
+        now = sched.now_us()
+        a, b, c = (_task(now + i, sched) for i in range(3))
+        for gt in (a, b, c):
+            sched.charge(gt, 0.002)
+        lane = a.lane
+        assert lane.tasks == [a, b, c]
+        assert scheduler.PARKED < _turn_of(b) < _turn_of(c)  # waiting behind the head, in order
+        b.cancel()  # waiting: the head stays
+        assert lane.tasks == [a, c]
+        a.fail(RuntimeError("boom"))
+        assert lane.tasks == [c]
+        assert _turn_of(c) < scheduler.PARKED
+        c.finish()
+        assert lane.tasks == []
 
 
 async def test_an_ended_pass_never_joins_the_lane() -> None:
     """Node time charged after a pass ended (at the end of a worker's slice, say) must not put
     it in the lane, where it would hold every later large pass back."""
-    from asyncgrad.engine import ready_queue as rq
-    from asyncgrad.engine.worker import charge
-
-    loop = asyncio.get_running_loop()
-    gt = _task(rq.now_us(), loop)
+    sched = scheduler.of(asyncio.get_running_loop())
+    gt = _task(sched.now_us(), sched)
     gt.finish()
-    charge(gt, 10.0)
+    sched.charge(gt, 10.0)
     assert gt.lane is None
     assert not gt.large
 
@@ -338,45 +368,53 @@ NODE_S = 5e-6  # what each node takes on the fake clock
 
 
 class _FakeClock:
-    """The worker's clock (See NOTE [Slices share the loop's turn]), moved by hand: each node of
-    a ``chain`` moves it NODE_S, and the tests' other work moves it as it goes. Records what
-    every slice the worker drained returned: (ran lower priorities, callers answered), and its
-    nodes."""
+    """The running loop's scheduler's clock, moved by hand: each node of a ``chain`` moves it
+    NODE_S, and the tests' other work moves it as it goes, so that what a test sees does not
+    depend on the machine's pace (slices, a pass's preparation, and turns: a virtual turn moved
+    by fake node time must not race a real clock). Records, through the scheduler's observer,
+    every slice the worker ran (nodes, callers answered) and every pass run in its caller ahead
+    of queued work (``ahead_nodes``, called with its nodes)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from asyncgrad.engine import engine as engine_module
-        from asyncgrad.engine import ready_queue, worker
-
-        self.now = 0.0
-        self.slices: list[tuple[int, int]] = []  # (nodes, answered) per slice
-        # Every clock the engine schedules by follows this one, so that what a test sees does
-        # not depend on the machine's pace: the slices, a pass's preparation, and turns (a
-        # virtual turn moved by fake node time must not race a real clock: See NOTE [Fair
-        # order]).
-        monkeypatch.setattr(worker, "perf_counter", lambda: self.now)
-        monkeypatch.setattr(engine_module, "perf_counter", lambda: self.now)
-        t0 = ready_queue._T0
-        monkeypatch.setattr(ready_queue, "perf_counter", lambda: t0 + self.now)
-        real_drain = worker.drain
-
-        def drain(queue: Any, budget: float, *args: Any) -> Any:
-            before = self.nodes
-            lower, answered = real_drain(queue, budget, *args)
-            task = asyncio.current_task()
-            # The worker's slices, not the passes run in their callers (See NOTE [Passes in
-            # their callers]).
-            if task is not None and task.get_name().startswith("asyncgrad-worker"):
-                self.slices.append((self.nodes - before, answered))
-            return lower, answered
-
-        monkeypatch.setattr(worker, "drain", drain)
+        sched = scheduler.of(asyncio.get_running_loop())
+        self.sched = sched
         self.nodes = 0
+        self.slices: list[tuple[int, int]] = []  # (nodes, answered) per slice
+        self.ahead_nodes: Callable[[int], None] | None = None
+        self._seen = 0
+        clock = ManualClock(sched.clock())
+        monkeypatch.setattr(sched, "origin", sched.origin)  # restored after the test
+        monkeypatch.setattr(sched, "clock", sched.clock)
+        sched.use_clock(clock)
+        self._clock = clock
+        self._start = clock.now  # `now` counts from here
+        monkeypatch.setattr(sched, "observer", self._observe)
+
+    @property
+    def now(self) -> float:
+        """Seconds since the test began; set it only forwards."""
+        return self._clock.now - self._start
+
+    @now.setter
+    def now(self, value: float) -> None:
+        assert value >= self.now, "the clock never goes back"
+        self._clock.now = self._start + value
+
+    def _observe(self, kind: str, seconds: float, n: int) -> None:
+        nodes, self._seen = self.nodes - self._seen, self.nodes
+        if kind == "slice":
+            self.slices.append((nodes, n))
+        elif n and self.ahead_nodes is not None:
+            self.ahead_nodes(nodes)
 
     def node(self, g: Any) -> None:
-        self.now += NODE_S
+        self._clock.now += NODE_S
         self.nodes += 1
 
     def chain(self, n: int) -> tuple[ag.Tensor, ag.Tensor]:
+        """A chain of ``n`` nodes that each take NODE_S; building it takes 1 us (so graph
+        tasks built one after another get turns in that order)."""
+        self._clock.now += 1e-6
         x = leaf(np.linspace(0.5, 1.5, 4))
         y = x
         for _ in range(n):
@@ -430,10 +468,8 @@ async def test_a_slice_leaves_time_for_the_callers_it_answers(
     """Callers that take time on the loop once answered (their next forward, say): a slice
     answers fewer of them, as much fewer as they take, so that a turn of the loop (the slice
     and their work after it) stays near ``slice_s``. Each gradient is a request of its own:
-    none keeps the turn of the one before (See NOTE [A request keeps its turn]), so all of
+    none keeps the turn of the one before (See NOTE [One scheduler], 2), so all of
     them go through the worker."""
-    from asyncgrad.engine.ready_queue import request_turn
-
     clock = _FakeClock(monkeypatch)
 
     async def serve(cost_s: float) -> list[int]:
@@ -445,7 +481,7 @@ async def test_a_slice_leaves_time_for_the_callers_it_answers(
             while served < 400:
                 x, loss = clock.chain(8)
                 (g,) = await ag.grad(loss, [x])
-                request_turn.set(None)
+                scheduler.flow_var.set(None)
                 assert_close(g, np.ones(4))
                 clock.now += cost_s
                 served += 1
@@ -465,11 +501,11 @@ async def test_a_slice_leaves_time_for_the_callers_it_answers(
 
 
 def test_a_bad_setting_leaves_every_setting_as_it_was() -> None:
-    before = (engine.slice_s, engine.quantum_s, engine.large_share, engine.lower_share)
-    with pytest.raises(ValueError, match=r"lower_share must be in \[0, 1\)"):
-        engine.configure(slice_s=0.5, quantum_s=0.5, large_share=0.5, lower_share=1.0)
-    after = (engine.slice_s, engine.quantum_s, engine.large_share, engine.lower_share)
-    assert after == before
+    names = ("slice_s", "max_running", "offload_threshold", "executor_size")
+    before = [getattr(engine, n) for n in names]
+    with pytest.raises(ValueError, match=r"executor_size must be an int >= 1"):
+        ag.configure(slice_s=0.5, max_running=3, offload_threshold=10.0, executor_size=0)
+    assert [getattr(engine, n) for n in names] == before
 
 
 # ------------------------------------------------------------------ a request keeps its turn
@@ -479,18 +515,13 @@ async def test_a_requests_gradients_run_back_to_back_under_a_burst(
     """Requests of several gradients each (less than a quantum of node time in all), launched
     at once, with passes of a quarter slice so that the worker always has some queued: each
     request's later passes keep its turn (See
-    NOTE [A request keeps its turn]) and run in their callers ahead of the later requests'
-    (See NOTE [Passes in their callers]), so the requests finish one after another, in the
+    NOTE [One scheduler], 2) and run in their callers ahead of the later requests'
+    (See NOTE [One scheduler], 5), so the requests finish one after another, in the
     order they came, not all late together after taking turns pass by pass."""
-    from asyncgrad.engine import graph_task
-
     clock = _FakeClock(monkeypatch)
-    # Turns in the order graph tasks are built, whatever the machine's clock resolution.
-    turns = iter(range(graph_task.now_us(), 1 << 46))
-    monkeypatch.setattr(graph_task, "now_us", lambda: next(turns))
     nodes = int(engine.slice_s / 4 / NODE_S)
     requests, passes = 8, 5
-    assert passes * nodes * NODE_S < engine.quantum_s
+    assert passes * nodes * NODE_S < scheduler.QUANTUM_S
     done: list[int] = []  # the request of every pass, in the order they finished
     ended: dict[int, int] = {}  # request -> passes finished (all requests) when it ended
 
@@ -520,7 +551,7 @@ async def test_a_request_takes_a_new_turn_after_a_quantum_of_node_time(
     turns: list[int] = []
     record = turn_recorder(turns)
     per_pass = 8 * NODE_S  # the chain's 8 nodes with a hook; the sum has none
-    quantum = engine.quantum_s
+    quantum = scheduler.QUANTUM_S
     async with asyncio.timeout(TIMEOUT_S):
         for _ in range(int(2.5 * quantum / per_pass)):
             x, loss = clock.chain(8)
@@ -539,7 +570,7 @@ async def test_passes_run_in_their_caller_still_leave_lower_priorities_their_sha
 ) -> None:
     """Requests of a high priority whose passes run in their callers, ahead of queued work of
     their own priority and of a lower one, count that node time towards the share the lower
-    priority is owed (See NOTE [Lower priorities' share]): the lower-priority pass goes on
+    priority is owed (See NOTE [One scheduler], 1): the lower-priority pass goes on
     meanwhile."""
     clock = _FakeClock(monkeypatch)
     low_nodes = 0
@@ -576,7 +607,7 @@ async def test_passes_run_in_their_caller_still_leave_lower_priorities_their_sha
         (g_low,) = await low
     assert_close(g_low, np.ones(4))
     # At least its share of the node time, less a slice for the debt not yet paid.
-    expected = elapsed * engine.lower_share - engine.slice_s
+    expected = elapsed * scheduler.LOWER_SHARE - engine.slice_s
     assert low_during * NODE_S >= expected, (low_during, elapsed)
 
 
@@ -584,7 +615,7 @@ async def test_requests_keep_no_turn_beside_a_large_backward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Clients looping over one-gradient requests beside a large backward: while it runs, their
-    calls take turns of their own (See NOTE [A request keeps its turn]), so the large one's
+    calls take turns of their own (See NOTE [One scheduler], 2), so the large one's
     virtual turn keeps giving both sides their share and no small request waits long. (Kept
     turns would pass it every time, then fall far behind it.)"""
     clock = _FakeClock(monkeypatch)
@@ -619,15 +650,10 @@ async def test_passes_ahead_of_queued_work_leave_the_worker_most_of_a_turn(
 ) -> None:
     """The later gradients of requests that keep their turn run in their callers ahead of
     queued work, but in each turn of the loop only within the first AHEAD_SHARE of the slice:
-    the worker, which serves the queue, keeps the rest (See NOTE [Passes in their callers]).
+    the worker, which serves the queue, keeps the rest (See NOTE [One scheduler], 5).
     Without the bound a request's short passes would fill whole slices in its caller, and the
     worker's own share came on top of them."""
-    from asyncgrad.engine import graph_task, worker
-
     clock = _FakeClock(monkeypatch)
-    turns = iter(range(graph_task.now_us(), 1 << 46))
-    monkeypatch.setattr(graph_task, "now_us", lambda: next(turns))
-    clock.now = 1.0  # a turn's start is marked by a nonzero time
     loop = asyncio.get_running_loop()
     turn = 0
     running = True
@@ -639,21 +665,14 @@ async def test_passes_ahead_of_queued_work_leave_the_worker_most_of_a_turn(
             loop.call_soon(next_turn)
 
     ahead: dict[int, int] = {}  # turn of the loop -> nodes run in callers ahead of queued work
-    counted = worker.drain
 
-    def drain(queue: Any, budget: float, *args: Any) -> Any:
-        own = args[2] if len(args) > 2 else None  # a caller drains its own pass only
-        passing = own is not None and any(e[4] is not own for e in queue.heap)
-        before = clock.nodes
-        out = counted(queue, budget, *args)
-        if passing:
-            ahead[turn] = ahead.get(turn, 0) + clock.nodes - before
-        return out
+    def count_ahead(nodes: int) -> None:
+        ahead[turn] = ahead.get(turn, 0) + nodes
 
-    monkeypatch.setattr(worker, "drain", drain)
+    clock.ahead_nodes = count_ahead
     # More queued passes than a slice runs, so that some are always queued.
     requests, passes, nodes = 16, 5, 20
-    assert passes * nodes * NODE_S < engine.quantum_s  # each keeps its turn throughout
+    assert passes * nodes * NODE_S < scheduler.QUANTUM_S  # each keeps its turn throughout
     ended: list[int] = []
 
     async def request(i: int) -> None:
@@ -673,5 +692,5 @@ async def test_passes_ahead_of_queued_work_leave_the_worker_most_of_a_turn(
     assert sum(ahead.values()) > 4 * nodes  # passes did run in their callers ahead of others
     # At most the share, give or take the nodes between two looks at the clock and the sum
     # (whole slices of 200 nodes without the bound).
-    most = worker.AHEAD_SHARE * engine.slice_s / NODE_S + 17
+    most = scheduler.AHEAD_SHARE * engine.slice_s / NODE_S + 17
     assert max(ahead.values()) <= most, ahead

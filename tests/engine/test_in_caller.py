@@ -1,4 +1,4 @@
-"""Passes in their callers (See NOTE [Passes in their callers]): an awaited pass on an idle
+"""Passes in their callers (See NOTE [One scheduler], 5): an awaited pass on an idle
 device runs in the awaiting task, with no loop iteration; the callers of one loop iteration
 share one slice, and what does not fit goes on in the device's worker."""
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine import reentrant
+from asyncgrad.engine import pools
 from asyncgrad.graph.saved_tensor import FREED as _FREED
 
 from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close
@@ -61,7 +61,7 @@ def _settle_engine_threads() -> None:
         if thread.name.startswith("asyncgrad-reentrant-"):
             thread.join(timeout=THREAD_TIMEOUT_S)
             assert not thread.is_alive()
-    pool = reentrant.thread_pool._pool
+    pool = pools.thread_pool._pool
     if pool is not None:
         # Every worker thread takes one barrier job, so each has finished its previous job.
         n = pool._max_workers
@@ -70,7 +70,7 @@ def _settle_engine_threads() -> None:
         barrier.wait()
         for job in jobs:
             job.result(timeout=THREAD_TIMEOUT_S)
-    for helper in list(reentrant.loop_pool._all):
+    for helper in list(pools.loop_pool._all):
         # A round trip: the helper loop has run every callback queued before this one.
         asyncio.run_coroutine_threadsafe(asyncio.sleep(0), helper.loop).result(
             timeout=THREAD_TIMEOUT_S

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine.offload import TurnPool, compute_pool
+from asyncgrad.engine import scheduler
+from asyncgrad.engine.pools import TurnPool, compute_pool
 
 from .helpers import (
     THREAD_TIMEOUT_S,
@@ -22,6 +23,7 @@ from .helpers import (
     assert_close,
     engine_setting,
     leaf,
+    manual_clock,
     turn_recorder,
 )
 
@@ -54,6 +56,8 @@ class GatedPool(TurnPool):
 def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedPool]:
     p = GatedPool()
     monkeypatch.setattr(compute_pool, "_pool", p)
+    # Made for the current setting, so that the next job does not replace it.
+    monkeypatch.setattr(compute_pool, "_made_for", engine.compute_threads)
     yield p
     p.gate.set()
     p.shutdown(wait=True)
@@ -355,10 +359,9 @@ def test_compute_threads_take_jobs_smallest_key_first(held: HeldPool) -> None:
 async def test_a_request_keeps_its_turn(threshold: Any) -> None:
     """The graph task built after ``ag.run`` in one task starts from that call's turn, so its
     large nodes go ahead of the forwards of requests that came after it, and so does the next
-    pass of the same task (See NOTE [A request keeps its turn]); a pass in another task, even
+    pass of the same task (See NOTE [One scheduler], 2); a pass in another task, even
     one started from this one, takes a turn of its own."""
-    from asyncgrad.engine.ready_queue import now_us
-
+    now_us = scheduler.of(asyncio.get_running_loop()).now_us
     turns: list[int] = []
     record = turn_recorder(turns)
 
@@ -389,18 +392,19 @@ async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
     pool: GatedPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under a burst a forward may wait in the compute queue for longer than
-    REQUEST_TURN_MAX_AGE_S: what counts is how long ago it returned, not when it was sent, so
+    FLOW_MAX_GAP_S: what counts is how long ago it returned, not when it was sent, so
     its backward still takes its turn (a new one would queue behind every later forward). A
     pass built long after the forward returned takes a turn of its own. The engine's clock is
     a fake one the test moves."""
-    import asyncgrad.engine.graph_task as graph_task_mod
-    import asyncgrad.engine.offload as offload_mod
-    import asyncgrad.engine.ready_queue as ready_queue_mod
 
-    clock = [1_000]
-    for mod in (offload_mod, ready_queue_mod, graph_task_mod):
-        monkeypatch.setattr(mod, "now_us", lambda: clock[0])
-    age_us = int(ready_queue_mod.REQUEST_TURN_MAX_AGE_S * 1e6)
+    sched = scheduler.of(asyncio.get_running_loop())
+    with manual_clock() as clock:
+        await _forward_waits_long(pool, sched, clock)
+
+
+async def _forward_waits_long(pool: GatedPool, sched: Any, clock: Any) -> None:
+    gap_s = scheduler.FLOW_MAX_GAP_S
+    first = sched.now_us()
     turns: list[int] = []
     record = turn_recorder(turns)
 
@@ -408,7 +412,7 @@ async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
 
     async def hold_the_forward() -> None:
         await wait_entered(pool)
-        clock[0] += 10 * age_us  # the forward waits long...
+        clock.now += 10 * gap_s  # the forward waits long...
         pool.gate.set()
 
     pool.gate.clear()
@@ -420,10 +424,10 @@ async def test_a_forward_that_waited_long_for_a_thread_still_gives_its_turn(
         y.register_hook(record)
         await ag.grad(y, [x])
         y = await ag.run(lambda: (x @ w).sum())
-        clock[0] += 2 * age_us  # a pass built long after the request's last call returned
+        clock.now += 2 * gap_s  # a pass built long after the request's last call returned
         y.register_hook(record)
         await ag.grad(y, [x])
-    assert turns == [1_000, clock[0]]
+    assert turns == [first, sched.now_us()]
 
 
 async def test_a_large_node_is_queued_in_its_graph_task_turn(
@@ -460,3 +464,34 @@ async def test_a_large_node_is_queued_in_its_graph_task_turn(
     (_, a_forward), (_, b_job), (_, a_node) = keys
     assert a_forward < b_job
     assert a_node < b_job  # A's backward goes ahead of B, as its forward did
+
+
+async def test_a_forward_competes_at_the_priority_of_its_requests_last_pass(
+    pool: GatedPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ag.run`` of a request whose last gradient ran at priority 5 goes ahead of a new
+    request's forward on the compute threads, as that request's large nodes would; a new
+    request's forward competes at priority 0."""
+    keys: list[int] = []
+    submit = pool.run_keyed
+
+    def spy(key: int, loop: Any, fn: Any, /, *args: Any) -> Any:
+        keys.append(key)
+        return submit(key, loop, fn, *args)
+
+    monkeypatch.setattr(pool, "run_keyed", spy)
+    x, w, _ = matmul_graph()
+
+    async def new_request() -> None:
+        await ag.run(lambda: None)
+
+    async with asyncio.timeout(TIMEOUT_S):
+        await ag.grad((x @ w).sum(), [x], priority=5)
+        await ag.run(lambda: None)  # the same request's next forward
+        await asyncio.create_task(new_request())  # a request of its own, later
+    high, new = keys
+    assert high < new
+    assert scheduler.turn_of(high) < scheduler.turn_of(new)
+    # The priority, not only the turn, orders them: a key at priority 5 sorts before any turn
+    # at priority 0.
+    assert high < scheduler.key_base(0, 0, 0)

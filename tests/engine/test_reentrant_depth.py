@@ -20,7 +20,7 @@ from typing import Any, Final
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine import reentrant
+from asyncgrad.engine import pools
 from asyncgrad.engine.reentrant import current_graph_task
 
 from .helpers import THREAD_TIMEOUT_S, TIMEOUT_S, assert_close
@@ -142,15 +142,15 @@ async def _task_count() -> int:
 
 async def _assert_pool_idle() -> None:
     """No level is in flight, and no pool loop has a task left."""
-    assert reentrant.jobs_in_flight() == []
-    for lt in reentrant.loop_pool.loops():
+    assert pools.jobs_in_flight() == []
+    for lt in pools.loop_pool.loops():
         cf = asyncio.run_coroutine_threadsafe(_task_count(), lt.loop)
         assert await asyncio.wrap_future(cf) == 0, lt.thread.name
 
 
 def _assert_pool_idle_sync() -> None:
-    assert reentrant.jobs_in_flight() == []
-    for lt in reentrant.loop_pool.loops():
+    assert pools.jobs_in_flight() == []
+    for lt in pools.loop_pool.loops():
         cf = asyncio.run_coroutine_threadsafe(_task_count(), lt.loop)
         assert cf.result(timeout=THREAD_TIMEOUT_S) == 0, lt.thread.name
 
@@ -394,7 +394,7 @@ def test_alternating_chain_releases_its_threads_and_loops() -> None:
     usage.assert_peak_at_most(threads=ALTERNATING_DEPTH, fds=16 * ALTERNATING_DEPTH)
     _assert_pool_idle_sync()
     usage.assert_back_to_start()
-    assert len(reentrant.loop_pool.loops()) <= ag.autograd.engine.executor_size
+    assert len(pools.loop_pool.loops()) <= ag.autograd.engine.executor_size
 
 
 async def test_awaited_chain_at_issue_scale() -> None:

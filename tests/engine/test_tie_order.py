@@ -1,7 +1,7 @@
 """Gradients do not depend on the order of ready nodes with equal keys.
 
-``ready_queue.shuffle_ties(seed)`` breaks ties in a seeded random order instead of push order
-(See NOTE [Ready order]); every graph here must give the same gradients under every seed, alone
+``scheduler.shuffle_ties(seed)`` breaks ties in a seeded random order instead of push order
+(See NOTE [One scheduler], 4); every graph here must give the same gradients under every seed, alone
 and with several graph tasks sharing the device queue.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
-from asyncgrad.engine import ready_queue
+from asyncgrad.engine import scheduler
 
 from .helpers import TIMEOUT_S, arr
 
@@ -24,8 +24,8 @@ SEEDS = [0, 1, 2, 3, 4]
 
 @pytest.fixture
 def shuffled() -> Iterator[Callable[[int | None], None]]:
-    yield ready_queue.shuffle_ties
-    ready_queue.shuffle_ties(None)
+    yield scheduler.shuffle_ties
+    scheduler.shuffle_ties(None)
 
 
 def build(rng: np.random.Generator) -> tuple[list[ag.Tensor], ag.Tensor]:
