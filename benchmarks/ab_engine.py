@@ -72,6 +72,11 @@ ROWS += [
 ]
 
 
+def _value(v: Any) -> float:
+    """A figure of one round: a number, or the median of a worker's blocks."""
+    return H.median([float(x) for x in v]) if isinstance(v, list) else float(v)
+
+
 def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
@@ -104,7 +109,7 @@ def run(rounds: int, quick: bool, trees: Sequence[str]) -> str:
         meds = []
         for t in labels:
             lib = worker if t == "this" else f"{worker}@{t}"
-            vals = [float(r[key]) for r in results[(script, lib)] if r.get(key) is not None]
+            vals = [_value(r[key]) for r in results[(script, lib)] if r.get(key) is not None]
             cells.append(_cell(vals) if vals else "-")
             meds.append(H.median(vals) if vals else float("nan"))
         ratio = meds[0] / meds[1] if len(meds) > 1 and meds[1] else float("nan")

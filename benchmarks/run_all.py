@@ -138,8 +138,10 @@ def main() -> None:
             "",
         ]
     # Written by bench_instructions.py (slow), bench_offload.py (asyncgrad alone) and
-    # bench_anomaly.py (asyncgrad alone, with callgrind counts): run apart.
-    for extra in (H.HERE / "offload.md", H.HERE / "anomaly.md", H.HERE / "instructions.md"):
+    # bench_anomaly.py (asyncgrad alone, with callgrind counts): run apart; engine_design.md,
+    # the measurements behind the engine's design and its A/B runs (ab_engine.py), by hand.
+    extras = ("offload.md", "anomaly.md", "instructions.md", "engine_design.md")
+    for extra in (H.HERE / name for name in extras):
         if extra.exists():
             lines.append(extra.read_text(encoding="utf-8"))
     out = Path(a.out)

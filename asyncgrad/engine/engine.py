@@ -97,7 +97,7 @@ def _prepare(
 VISITS_PER_YIELD: Final = 256
 # A small graph is prepared in one go (its first slice is a whole `slice_s`); a large one goes
 # on a quarter slice per loop turn, beside the device workers' slices rather than doubling them
-# (measured: under small requests, its preparation had stretched each turn of the loop to 3-5 ms).
+# (benchmarks/engine_design.md).
 PREP_SLICE_SHARE: Final = 0.25
 
 

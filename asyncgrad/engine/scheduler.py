@@ -104,7 +104,7 @@ _T0: Final = perf_counter()
 def key_base(priority: int, depth: int, turn: int) -> int:
     """The key of a graph task's nodes, less their sequence number."""
     d = DEPTH_MAX - min(depth, DEPTH_MAX)
-    t = min(max(turn, 0), TURN_MAX)
+    t = turn if turn < TURN_MAX else TURN_MAX
     return (((((-priority) << DEPTH_BITS) + d) << TURN_BITS) + t) << SEQ_BITS
 
 
@@ -211,7 +211,9 @@ class ReadyQueue:
     ) -> Direct | None:
         """A node of ``gt``, the graph task this queue is running, became ready: returns the
         node to run next without a trip through the heap (``direct`` or this one, whichever
-        sorts first, if it sorts before everything queued), queueing the other."""
+        sorts first, if it sorts before everything queued), queueing the other. A node's key is
+        ``gt.key_base - node._sequence_nr``; routing.route inlines the first case (no
+        ``direct`` yet), a chain's, to save a call per node."""
         gt.outstanding += 1
         key = gt.key_base - node._sequence_nr
         heap = self.heap
@@ -362,8 +364,12 @@ class Scheduler:
         return q
 
     def start_queue(self, gt: GraphTask, device: Device) -> ReadyQueue:
-        """The queue ``gt`` starts on."""
-        q = self.queue(device)
+        """The queue ``gt`` starts on (``queue``, inline: once per pass)."""
+        q = self.queues.get(device) if self.loop is not None else None
+        if q is None:
+            q = ReadyQueue(self, device)
+            if self.loop is not None:
+                self.queues[device] = q
         gt.queue = q
         gt.queues[device] = q
         return q
@@ -603,7 +609,7 @@ class Scheduler:
         left = settings.slice_s - (self.clock() - self.iteration_start(queue))
         if ahead:
             left -= settings.slice_s * (1.0 - AHEAD_SHARE)
-        return max(left, 0.0), ahead
+        return (left if left > 0.0 else 0.0), ahead
 
     def ran_here(self, queue: ReadyQueue, seconds: float, ahead: bool) -> None:
         """A caller ran its pass for ``seconds``, ahead of queued work if ``ahead``."""

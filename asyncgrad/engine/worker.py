@@ -153,6 +153,7 @@ def drain(
     clock = sched.clock
     charge = sched.charge
     pop = queue.pop
+    heap = queue.heap
     started = clock()
     deadline = started + budget
     fp_tok = quiet_fp()  # See NOTE [Silent floating point]
@@ -267,7 +268,7 @@ def drain(
                 on_drained(gt)
                 answered += 1
                 deadline -= answer_s  # See NOTE [One scheduler], 5
-                if fair and sched.yields_after(queue, gt):
+                if fair and heap and sched.yields_after(queue, gt):
                     total += count + 1
                     count = 0
                     break

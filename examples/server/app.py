@@ -165,7 +165,7 @@ async def start(settings: Settings) -> Server:
         accuracy=accuracy,
     )
     # The rest wait in the engine, in priority order, and count as waiting in /stats.
-    ag.autograd.engine.configure(max_running=settings.max_running or None)
+    ag.configure(max_running=settings.max_running or None)
     # NOTE [Freeze the start-up heap]
     # A full collection walks every tracked object; with a large heap that takes long enough
     # to stall the loop, and the many small objects of a large backward pass make full
