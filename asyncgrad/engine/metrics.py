@@ -5,7 +5,7 @@ NOTE [Engine metrics]
 Each event loop has one ``Stats``; graph tasks run by blocking callers (no loop) count in one
 more, ``BLOCKING``. A graph task counts as running from when it is built until it ends, and then
 as completed, failed or cancelled; one held back by the cap on running graph tasks counts as
-waiting until it is let in (See NOTE [Admission]). A device worker adds its nodes and the time
+waiting until it is let in (See NOTE [One scheduler], 6). A device worker adds its nodes and the time
 it spent running them once per slice (not per node), and the longest slice is the longest the
 engine held the loop at once; preparing a graph task counts the same way (a node run on a
 compute thread adds its time but holds no loop). A blocking ``backward()`` called on a thread
@@ -33,7 +33,7 @@ class Stats:
 
     def __init__(self) -> None:
         self.running = 0
-        self.waiting = 0  # See NOTE [Admission]
+        self.waiting = 0  # See NOTE [One scheduler], 6
         self.completed = 0
         self.cancelled = 0
         self.failed = 0

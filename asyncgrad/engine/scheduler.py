@@ -41,13 +41,19 @@ The policy, by precedence:
      keeps the rest); its time ahead counts towards what lower priorities are owed. When a
      graph task completes and a large one of its priority is next, the worker yields, so the
      answered caller can send its next request before the large one goes on.
-  6. Admission. At most ``max_running`` top-level graph tasks run at once per loop (See NOTE
-     [Admission]); compute threads take their jobs by the same keys (See NOTE [Turns on compute
-     threads] in pools.py): a large node in its graph task's turn and priority, ``ag.run`` in
-     its flow's (the priority of the flow's last pass; 0 for a new one).
+  6. Admission. At most ``configure(max_running=N)`` top-level graph tasks run at once per loop
+     (default: no cap), so a burst cannot fill memory with the input buffers of thousands of
+     passes in flight; the rest wait, before they are even prepared, by priority then arrival
+     (``stats()`` counts them as ``waiting``; one cancelled while waiting never starts, and
+     counts as cancelled). A nested pass is never held back: its parent holds a place and
+     waits for it, so holding it back could deadlock. Compute threads take their jobs by the
+     same keys (See NOTE [Turns on compute threads] in pools.py): a large node in its graph
+     task's turn and priority, ``ag.run`` in its flow's (the priority of the flow's last pass;
+     0 for a new one).
 Every time the policy reads comes from ``Scheduler.clock`` (``time.perf_counter`` unless a test
 gives another), so tests drive time directly. Tests: tests/engine/test_fairness.py,
-test_in_caller.py, test_admission.py; measurements: benchmarks/RESULTS.md.
+test_in_caller.py, test_admission.py; the measurements behind each rule:
+benchmarks/engine_design.md.
 """
 
 from __future__ import annotations
@@ -283,14 +289,6 @@ class Lane:
 
 
 # ----------------------------------------------------------------------------- admission
-# NOTE [Admission]
-# ``configure(max_running=N)`` caps the graph tasks that run at once on each event loop, so a
-# burst of requests cannot fill memory with the input buffers of thousands of backward passes in
-# flight. The rest wait, before they are even prepared, in priority order (then arrival order);
-# ``stats()`` counts them as ``waiting``. A waiting caller that is cancelled leaves the line,
-# never starts, and counts as cancelled. Nested backward passes (started by a node, a hook or a
-# callback of a running graph task) are never held back: their parent holds a place already and
-# waits for them, so holding them back could deadlock. The default is no cap.
 _arrivals: Final = itertools.count()
 
 
@@ -322,7 +320,7 @@ class Scheduler:
         self.stats = Stats() if stats is None else stats
         self.queues: dict[Device, ReadyQueue] = {}
         self.lanes: dict[tuple[int, int], Lane] = {}
-        self.running = 0  # admitted top-level graph tasks (See NOTE [Admission])
+        self.running = 0  # admitted top-level graph tasks (See NOTE [One scheduler], 6)
         self.waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self.quantum_s = QUANTUM_S
         self.large_share = LARGE_SHARE
@@ -631,7 +629,7 @@ class Scheduler:
         return False
 
     async def enter(self, priority: int) -> None:
-        """Take a place, waiting for one if the cap is reached (See NOTE [Admission])."""
+        """Take a place, waiting for one if the cap is reached (See NOTE [One scheduler], 6)."""
         if self.try_enter():
             return
         assert self.loop is not None

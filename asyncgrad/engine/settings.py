@@ -37,7 +37,7 @@ class Settings:
         self.slice_s = DEFAULT_SLICE_S  # See NOTE [One scheduler]
         self.executor_size = DEFAULT_EXECUTOR_SIZE  # See NOTE [Threads of the engine]
         self.compute_threads = DEFAULT_COMPUTE_THREADS  # See NOTE [Threads of the engine]
-        self.max_running: int | None = None  # See NOTE [Admission] in scheduler.py
+        self.max_running: int | None = None  # See NOTE [One scheduler], 6 in scheduler.py
         self.offload_threshold = DEFAULT_OFFLOAD_THRESHOLD  # See NOTE [Large nodes]
 
 
@@ -92,7 +92,7 @@ def configure(
             (default: one per core; See NOTE [Threads of the engine]). One fewer than the
             cores keeps a core for the loop: lower loop lag, less throughput.
         max_running: the most top-level graph tasks that run at once on each event loop; the
-            rest wait in priority order (See NOTE [Admission]). ``None``: no cap (the default).
+            rest wait in priority order (See NOTE [One scheduler], 6). ``None``: no cap (the default).
         offload_threshold: the estimated work (multiply-adds) from which a CPU node runs on a
             compute thread instead of the loop (default 2**25, about 1 ms; See NOTE [Large
             nodes]). ``float("inf")`` keeps every node on the loop.

@@ -21,7 +21,7 @@ from .routing import route, route_from_task
 from .scheduler import install_waker
 from .settings import settings
 from .streams import Launch, Streams
-from .watch import Watch, enter_watch, exit_watch, recorders
+from .watch import enter_watch, exit_watch, recorders
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -160,13 +160,8 @@ def drain(
     count = 0
     total = 0  # nodes run, for the metrics (See NOTE [Engine metrics])
     cur: GraphTask | None = None
-    mode_tok = gt_tok = watch_toks = None
+    running = _RunningFor(base_watched)
     create = keep = slow = False
-    w: Watch | None = None
-    # Whether this context has anomaly mode or profilers of its own, which a graph task's
-    # replace while its nodes run (See NOTE [Watched graph tasks]).
-    if base_watched is None:
-        base_watched = bool(anomaly_mode() or recorders.get())
     direct: Direct | None = None
     gt: GraphTask
     st: Streams | None = None
@@ -192,12 +187,7 @@ def drain(
                 if gt.done:
                     continue
                 if gt is not cur:
-                    if mode_tok is not None:
-                        _grad_enabled.reset(mode_tok)
-                        current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
-                    if watch_toks is not None:
-                        exit_watch(watch_toks)
-                        watch_toks = None
+                    running.leave()
                     if top is None:
                         top = gt.priority
                     elif gt.priority < top:
@@ -208,17 +198,13 @@ def drain(
                         if cur is not None:
                             charge(cur, now - since)
                         since = now
-                    mode_tok = _grad_enabled.set(gt.create_graph)
-                    gt_tok = current_graph_task.set(gt)
+                    running.enter(gt)
                     cur = gt
                     create = gt.create_graph
                     keep = gt.keep_graph
                     st = gt.streams
                     # See NOTE [Watched graph tasks]: nothing per node for unwatched ones.
-                    w = gt.watch
-                    slow = w is not None or gt.exec_info is not None
-                    if w is not None or base_watched:
-                        watch_toks = enter_watch(w)
+                    slow = gt.watch is not None or gt.exec_info is not None
             try:
                 if st is not None and _on_gpu(queue, gt, st, node, buf, launch):
                     continue  # it waits for the GPU in a task of its own
@@ -292,13 +278,43 @@ def drain(
             charge(cur, end - since)
         if launch is not None:
             launch.leave()
-        if mode_tok is not None:
-            _grad_enabled.reset(mode_tok)
-            current_graph_task.reset(cast("Token[GraphTask | None]", gt_tok))
-        if watch_toks is not None:
-            exit_watch(watch_toks)
+        running.leave()
         restore_fp(fp_tok)
     return lower, answered
+
+
+class _RunningFor:
+    """The context the nodes of the graph task a worker runs see: its grad mode, it as the
+    current graph task, and its anomaly mode and profilers (See NOTE [Watched graph tasks]),
+    set when the worker switches to it and reset when it switches away."""
+
+    __slots__ = ("base_watched", "gt_tok", "mode_tok", "watch_toks")
+
+    def __init__(self, base_watched: bool | None) -> None:
+        # Whether this context has anomaly mode or profilers of its own, which a graph task's
+        # replace while its nodes run.
+        if base_watched is None:
+            base_watched = bool(anomaly_mode() or recorders.get())
+        self.base_watched = base_watched
+        self.mode_tok: Token[bool] | None = None
+        self.gt_tok: Token[GraphTask | None] | None = None
+        self.watch_toks: Any = None
+
+    def enter(self, gt: GraphTask) -> None:
+        self.mode_tok = _grad_enabled.set(gt.create_graph)
+        self.gt_tok = current_graph_task.set(gt)
+        w = gt.watch
+        if w is not None or self.base_watched:  # nothing for unwatched ones in a plain context
+            self.watch_toks = enter_watch(w)
+
+    def leave(self) -> None:
+        if self.mode_tok is not None:
+            _grad_enabled.reset(self.mode_tok)
+            current_graph_task.reset(cast("Token[GraphTask | None]", self.gt_tok))
+            self.mode_tok = None
+        if self.watch_toks is not None:
+            exit_watch(self.watch_toks)
+            self.watch_toks = None
 
 
 def _on_gpu(

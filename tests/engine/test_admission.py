@@ -1,4 +1,4 @@
-"""The cap on graph tasks running at once per loop (NOTE [Admission])."""
+"""The cap on graph tasks running at once per loop (NOTE [One scheduler], 6)."""
 
 from __future__ import annotations
 
