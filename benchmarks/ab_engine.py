@@ -13,7 +13,11 @@ the ratio of the medians (this tree / the other).
     median request latency launched at once vs in turn, small requests' p99 beside a
     20,000-op backward and that backward's time, and two 3,000-op backwards started A then B
     (which ends first);
-  - server_smoothgrad: the SmoothGrad HTTP server (requests/s, p50, p99, its loop's lag).
+  - server_smoothgrad: the SmoothGrad HTTP server (requests/s, p50, p99, its loop's lag);
+  - priorities (this script's own worker): a 5,000-op backward at priority 0 alone, then while
+    8 clients keep the loop busy with one-gradient requests at priority 1; the share of the
+    device it kept (its time alone / its time under load; the policy keeps it at least 0.1),
+    and the requests' p99 meanwhile.
 
 Usage: python benchmarks/ab_engine.py --tree base=PATH [--rounds R] [--quick]
 """
@@ -69,7 +73,68 @@ ROWS += [
     ("server_smoothgrad.py", "asyncgrad", "p50", "SmoothGrad HTTP: p50", "ms", "low"),
     ("server_smoothgrad.py", "asyncgrad", "p99", "SmoothGrad HTTP: p99", "ms", "low"),
     ("server_smoothgrad.py", "asyncgrad", "lag_p99", "SmoothGrad HTTP: loop lag p99", "ms", "low"),
+    ("ab_engine.py", "priority", "low_share", "priority 0 under priority 1: share", "", "high"),
+    ("ab_engine.py", "priority", "high_p99", "priority 1 requests meanwhile: p99", "ms", "low"),
 ]
+ROWS.insert(
+    ROWS.index(("server_load.py", EXTRAS, "big_ms", "the 20,000-op pass beside them", "ms", "low")),
+    ("server_load.py", EXTRAS, "big_alone_ms", "the 20,000-op pass alone", "ms", "low"),
+)
+N_LOW = 5_000
+HIGH_CLIENTS = 8
+
+
+async def _priority_worker(quick: bool) -> dict[str, Any]:
+    """See the module's docstring: the share a priority-0 pass keeps under priority-1 load."""
+    import asyncio
+    import time
+
+    import numpy as np
+
+    import asyncgrad as ag
+
+    def chain(n: int) -> tuple[Any, Any]:
+        x = ag.tensor(np.linspace(0.5, 1.5, 16), requires_grad=True)
+        y = x
+        for _ in range(n):
+            y = y * 1.0
+        return x, y.sum()
+
+    async def low_pass() -> float:
+        x, loss = chain(N_LOW)
+        t = time.perf_counter()
+        await ag.grad(loss, [x], priority=0)
+        return time.perf_counter() - t
+
+    reps = 2 if quick else 5
+    alone = min([await low_pass() for _ in range(reps)])
+    stop = False
+    lat: list[float] = []
+
+    async def client() -> None:
+        x, small = chain(20)
+        while not stop:
+            t = time.perf_counter()
+            await ag.grad(small, [x], priority=1, retain_graph=True)
+            lat.append((time.perf_counter() - t) * 1e3)
+
+    clients = [asyncio.create_task(client()) for _ in range(HIGH_CLIENTS)]
+    await asyncio.sleep(0.05)
+    loaded = [await low_pass() for _ in range(reps)]
+    stop = True
+    await asyncio.gather(*clients)
+    return {
+        "low_share": alone / H.median(loaded),
+        "high_p99": float(np.percentile(lat, 99)),
+    }
+
+
+def worker_main(name: str, argv: Sequence[str]) -> None:
+    import asyncio
+
+    if name != "priority":
+        raise SystemExit(f"unknown worker {name!r}")
+    H.emit({"name": name, **asyncio.run(_priority_worker("--quick" in argv))})
 
 
 def _value(v: Any) -> float:
@@ -85,10 +150,12 @@ def _cell(vals: Sequence[float]) -> str:
     return f"{_fmt(H.median(list(vals)))} [{_fmt(min(vals))}-{_fmt(max(vals))}]"
 
 
-def run(rounds: int, quick: bool, trees: Sequence[str]) -> str:
+def run(rounds: int, quick: bool, trees: Sequence[str], only: Sequence[str] = ()) -> str:
+    """The table; ``only``: the scripts whose rows to run (default: all)."""
     labels = ["this", *trees]
+    rows = [r for r in ROWS if not only or r[0] in only]
     workers: dict[str, list[str]] = {}
-    for script, worker, *_ in ROWS:
+    for script, worker, *_ in rows:
         if worker not in workers.setdefault(script, []):
             workers[script].append(worker)
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -104,7 +171,7 @@ def run(rounds: int, quick: bool, trees: Sequence[str]) -> str:
             results[(script, lib)] = res
     head = "| figure | " + " | ".join(labels) + " | ratio |"
     lines = [head, "|" + "---|" * (len(labels) + 2)]
-    for script, worker, key, label, unit, better in ROWS:
+    for script, worker, key, label, unit, better in rows:
         cells = []
         meds = []
         for t in labels:
@@ -115,6 +182,8 @@ def run(rounds: int, quick: bool, trees: Sequence[str]) -> str:
         ratio = meds[0] / meds[1] if len(meds) > 1 and meds[1] else float("nan")
         arrow = "higher is better" if better == "high" else "lower is better"
         lines.append(f"| {label} ({unit}; {arrow}) | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    if ("server_load.py", EXTRAS) not in results:
+        return "\n".join(lines)
     orders = {
         t: [
             o
@@ -132,13 +201,17 @@ def run(rounds: int, quick: bool, trees: Sequence[str]) -> str:
 
 
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker_main(sys.argv[2], sys.argv[3:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a checkout")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated scripts whose rows to run")
     a = ap.parse_args()
     trees = H.parse_trees(a.tree)
-    print(run(a.rounds, a.quick, trees))
+    print(run(a.rounds, a.quick, trees, [s for s in a.only.split(",") if s]))
 
 
 if __name__ == "__main__":
