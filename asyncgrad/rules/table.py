@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from ..backend import is_basic_index, masked, mm, xp
-from ..graph.node import ELEMENT_PASS, Node, size_work
+from ..graph.node import ELEMENT_PASS, LARGE_ELEMENTS, Node, size_work
 from .formulas import (
     bce_logits_grad_input,
     bce_logits_grad_target,
@@ -427,4 +427,13 @@ def _getitem_work(node: Node, grads: list[Any]) -> float:
     return work if is_basic_index(node._params["index"]) else 16 * work  # type: ignore[attr-defined]
 
 
+def _parts_work(node: Node, grads: list[Any]) -> float:
+    # split and unbind: their one input is the largest array, and there may be many outputs.
+    e = node._next_edges[0]
+    n = 0 if e is None else math.prod(e[0]._input_meta[e[1]][0])
+    return 0.0 if n < LARGE_ELEMENTS else n * node._cost
+
+
 OPS["getitem"].node_cls._work = staticmethod(_getitem_work)
+OPS["split"].node_cls._work = staticmethod(_parts_work)
+OPS["unbind"].node_cls._work = staticmethod(_parts_work)
