@@ -270,6 +270,20 @@ async def test_a_reduction_with_a_small_gradient_runs_on_a_compute_thread(
     assert_close(g, (xv == xv.max(axis=1, keepdims=True)).astype(np.float64))
 
 
+async def test_unbind_into_small_parts_runs_on_a_compute_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    parts = x.unbind(0)  # 300 parts of 300 elements; the backward writes all 90,000
+    (g,) = await asyncio.wait_for(ag.grad((parts[0] + 2.0 * parts[5]).sum(), [x]), TIMEOUT_S)
+    assert pool.nodes == ["UnbindBackward0"]
+    expected = np.zeros(BIG)
+    expected[0] = 1.0
+    expected[5] = 2.0
+    np.testing.assert_array_equal(g.numpy(), expected)
+
+
 async def test_double_backward_through_offloaded_elementwise_nodes(
     pool: GatedPool, threshold: Any
 ) -> None:
