@@ -343,6 +343,20 @@ async def test_a_decomposition_of_a_small_matrix_runs_on_a_compute_thread(
     assert_close(g, -(inv.T @ np.ones((32, 32)) @ inv.T), rtol=1e-10, atol=1e-12)
 
 
+async def test_an_einsum_contraction_is_estimated_as_one(pool: GatedPool, threshold: Any) -> None:
+    rng = np.random.default_rng(0)
+    a, b = leaf(rng.standard_normal((32, 32))), leaf(rng.standard_normal((32, 32)))
+    threshold(2 * 32**3 - 1)  # its two gradients: two (32, 32) @ (32, 32) products
+    ga, gb = await asyncio.wait_for(ag.grad(ag.einsum("ij,jk->ik", a, b).sum(), [a, b]), TIMEOUT_S)
+    assert pool.nodes == ["EinsumBackward0"]
+    ones = np.ones((32, 32))
+    assert_close(ga, ones @ b.detach().numpy().T, rtol=1e-12, atol=1e-12)
+    assert_close(gb, a.detach().numpy().T @ ones, rtol=1e-12, atol=1e-12)
+    threshold(2 * 32**3)
+    await asyncio.wait_for(ag.grad(ag.einsum("ij,jk->ik", a, b).sum(), [a, b]), TIMEOUT_S)
+    assert pool.nodes == ["EinsumBackward0"]
+
+
 async def test_an_inplace_op_on_a_view_of_a_large_tensor_runs_on_a_compute_thread(
     pool: GatedPool, threshold: Any
 ) -> None:
