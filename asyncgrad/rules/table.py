@@ -319,18 +319,33 @@ def _conv_inner(x: Any, w: Any) -> int:
 
 
 mark_heavy(_conv, _conv_inner)
-defvjp(
+_conv_input_grad = defvjp(
     "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
     lambda g, ans, gy, w, **p: conv(g, w, None, **p),
     lambda g, ans, gy, w, **p: conv_weight_grad(g, gy, **p),
     save="gy w",
 )
-defvjp(
+_conv_weight_grad = defvjp(
     "conv_weight_grad",  # gw = conv_weight_grad(x, gy), linear in x and in gy
     lambda g, ans, x, gy, **p: conv_input_grad(gy, g, **p),
     lambda g, ans, x, gy, **p: conv(x, g, None, **p),
     save="x gy",
 )
+
+
+def _conv_input_grad_inner(gy: Any, w: Any) -> int:
+    # per element of gx: C_out * kh * kw (stride ignored); without w, gy's channels
+    return w.shape[0] * math.prod(w.shape[2:]) if w is not None else gy.shape[1]  # type: ignore[no-any-return]
+
+
+def _conv_weight_grad_inner(x: Any, gy: Any) -> int:
+    # per element of gw: N * (the output's spatial size); without gy, the input's instead
+    a = gy if gy is not None else x
+    return a.shape[0] * math.prod(a.shape[2:])  # type: ignore[no-any-return]
+
+
+mark_heavy(_conv_input_grad, _conv_input_grad_inner)
+mark_heavy(_conv_weight_grad, _conv_weight_grad_inner)
 _max_pool = defvjp(
     "max_pool2d_with_indices",
     lambda g, ans, x, *, index, in_shape, unique: max_pool_grad(g, index, in_shape, unique),
@@ -401,8 +416,8 @@ _COSTS: dict[str, float] = {
     "var": 4 * P, "std": 4 * P, "max_dim": 4 * P, "binary_cross_entropy_with_logits": 4 * P,
     "amax": 5 * P, "amin": 5 * P, "prod": 5 * P, "softmax": 5 * P, "abs": 6 * P,
     "norm": 6 * P, "logsumexp": 6 * P, "div": 7 * P, "log_softmax": 7 * P,
-    # transcendental functions, selections, scans, sorts, transposed convolutions
-    "erf": 8 * P, "clamp_tensor": 8 * P, "conv_input_grad": 8 * P, "conv_weight_grad": 8 * P,
+    # transcendental functions, selections, scans, sorts
+    "erf": 8 * P, "clamp_tensor": 8 * P,
     "cumsum": 11 * P, "softplus": 11 * P, "silu": 12 * P, "where": 24 * P, "sin": 32 * P,
     "cos": 40 * P, "maximum": 44 * P, "minimum": 44 * P, "sort": 50 * P, "gelu": 58 * P,
 }  # fmt: skip

@@ -357,6 +357,28 @@ async def test_an_einsum_contraction_is_estimated_as_one(pool: GatedPool, thresh
     assert pool.nodes == ["EinsumBackward0"]
 
 
+async def test_double_backward_through_a_convolution_runs_its_nodes_off_the_loop(
+    pool: GatedPool, threshold: Any
+) -> None:
+    rng = np.random.default_rng(0)
+    x, w = leaf(rng.standard_normal((2, 3, 6, 6))), leaf(rng.standard_normal((4, 3, 3, 3)))
+
+    async def penalty_grad() -> list[ag.Tensor]:
+        loss = (ag.nn.functional.conv2d(x, w) ** 2).sum()
+        (gx,) = await ag.grad(loss, [x], create_graph=True)
+        return list(await ag.grad((gx**2).sum(), [x, w]))
+
+    threshold(float("inf"))
+    inline = await asyncio.wait_for(penalty_grad(), TIMEOUT_S)
+    assert pool.nodes == []
+    threshold(0)
+    off = await asyncio.wait_for(penalty_grad(), TIMEOUT_S)
+    # gx = conv_input_grad(gy, w): its backward runs convolutions, estimated like conv's.
+    assert "ConvInputGradBackward0" in pool.nodes
+    for a, b in zip(inline, off, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 async def test_an_inplace_op_on_a_view_of_a_large_tensor_runs_on_a_compute_thread(
     pool: GatedPool, threshold: Any
 ) -> None:
