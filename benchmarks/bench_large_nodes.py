@@ -95,6 +95,9 @@ def estimates() -> list[list[str]]:
     f = ag.nn.functional
     cases = {
         "x @ w (1024 x 1024 x 1024)": lambda x: x @ ag.tensor(rng.standard_normal((1024, 1024))),
+        "einsum ij,jk->ik (1024 x 1024 x 1024)": lambda x: ag.einsum(
+            "ij,jk->ik", x, ag.tensor(rng.standard_normal((1024, 1024)))
+        ),
         "x * x": lambda x: x * x,
         "x / (x + 1)": lambda x: x / (x + 1),
         "tanh": lambda x: x.tanh(),
