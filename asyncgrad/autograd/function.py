@@ -14,7 +14,7 @@ from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.grad_mode import _grad_enabled, no_grad
 from ..graph.hooks import move_retain
 from ..graph.local_state import call_user
-from ..graph.node import Edge, Node
+from ..graph.node import Edge, Node, outputs_meta
 from ..graph.saved_tensor import FREED as _FREED
 from ..graph.saved_tensor import SavedTensor, raise_detached, raise_freed
 from ..rules import sum_to
@@ -204,7 +204,13 @@ class _FunctionMeta(type):
         cls._backward_cls = type(
             f"{name}Backward",
             (BackwardCFunction,),
-            {"__slots__": (), "_async_apply": is_async, "_special": is_async},
+            {
+                "__slots__": (),
+                "_async_apply": is_async,
+                "_special": is_async,
+                # An async backward runs on the loop (See NOTE [Work estimates]).
+                **({"_work": None} if is_async else {}),
+            },
         )
 
 
@@ -320,7 +326,7 @@ class Function(metaclass=_FunctionMeta):
             if len(tensor_outs) == len(outs)
             else (len(outs), tuple(i for i, o in enumerate(outs) if isinstance(o, Tensor)))
         )
-        node._input_meta = tuple((o.shape, o.dtype) for o in tensor_outs)
+        node._input_meta = outputs_meta(tuple((o.shape, o.dtype) for o in tensor_outs))
         node._set_device(tensor_outs[0].device if tensor_outs else None)
         for nr, o in enumerate(tensor_outs):
             if id(o) in non_diff or o.dtype.kind not in "fc":

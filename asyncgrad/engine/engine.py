@@ -256,7 +256,8 @@ async def execute(
                 create_graph, priority, depth,
             )  # fmt: skip
     sched = scheduler.of(loop)
-    # A nested pass is never held back (See NOTE [One scheduler], 6) and has its parent's turn order.
+    # A nested pass is never held back (See NOTE [One scheduler], 6) and has its parent's turn
+    # order.
     top = parent is None
     if top and not sched.try_enter():  # no coroutine when there is room
         await sched.enter(priority)

@@ -5,8 +5,8 @@ NOTE [Engine metrics]
 Each event loop has one ``Stats``; graph tasks run by blocking callers (no loop) count in one
 more, ``BLOCKING``. A graph task counts as running from when it is built until it ends, and then
 as completed, failed or cancelled; one held back by the cap on running graph tasks counts as
-waiting until it is let in (See NOTE [One scheduler], 6). A device worker adds its nodes and the time
-it spent running them once per slice (not per node), and the longest slice is the longest the
+waiting until it is let in (See NOTE [One scheduler], 6). A device worker adds its nodes and the
+time it spent running them once per slice (not per node), and the longest slice is the longest the
 engine held the loop at once; preparing a graph task counts the same way (a node run on a
 compute thread adds its time but holds no loop). A blocking ``backward()`` called on a thread
 whose loop is running holds that loop for the whole pass, which counts as a stall of that loop

@@ -92,10 +92,12 @@ def configure(
             (default: one per core; See NOTE [Threads of the engine]). One fewer than the
             cores keeps a core for the loop: lower loop lag, less throughput.
         max_running: the most top-level graph tasks that run at once on each event loop; the
-            rest wait in priority order (See NOTE [One scheduler], 6). ``None``: no cap (the default).
-        offload_threshold: the estimated work (multiply-adds) from which a CPU node runs on a
+            rest wait in priority order (See NOTE [One scheduler], 6). ``None``: no cap (the
+            default).
+        offload_threshold: the estimated work (multiply-adds) above which a CPU node of an
+            awaited pass (a matmul, an elementwise op over a large array, any node) runs on a
             compute thread instead of the loop (default 2**25, about 1 ms; See NOTE [Large
-            nodes]). ``float("inf")`` keeps every node on the loop.
+            nodes] and NOTE [Work estimates]). ``float("inf")`` keeps every node on the loop.
 
     Example:
         >>> import asyncgrad as ag

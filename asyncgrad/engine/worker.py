@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from ..backend import cuda, quiet_fp, restore_fp
 from ..graph.anomaly_mode import anomaly_mode
 from ..graph.grad_mode import _grad_enabled
+from ..graph.node import LargeMeta
 from .evaluate import complete, evaluate, finish_blocking, own_cancellation, run_node
 from .input_buffer import InputBuffer
 from .pools import compute_pool
@@ -210,11 +211,11 @@ def drain(
                     continue  # it waits for the GPU in a task of its own
                 special = node._hooks is not None or node._special
                 if (
-                    special
-                    and offload
+                    offload
+                    and (special or type(node._input_meta) is LargeMeta)
                     and node._hooks is None
                     and (work := node._work) is not None
-                    and work(node, buf) >= threshold
+                    and work(node, buf) > threshold
                 ):
                     _spawn_off_loop(queue, gt, node, buf)  # See NOTE [Large nodes]
                     continue
@@ -342,19 +343,23 @@ def _on_gpu(
 
 
 # NOTE [Large nodes]
-# A CPU node whose work is large (a matmul of big operands: `Node._work` estimates its
-# multiply-adds from the shapes) would hold the loop for its whole duration. From
-# `configure(offload_threshold=...)` multiply-adds on, the worker hands such a node to a compute
-# thread (See NOTE [Work off the loop] in offload.py) in a task of its own and goes on with the
-# other ready nodes: the loop keeps serving, and independent branches and other graph tasks run
-# on the other cores meanwhile (NumPy releases the GIL in BLAS). The node runs in the worker's
-# context (grad mode, current graph task); its gradients are routed back on the loop. Nodes
-# with hooks stay on the loop (hooks are user code), and so does everything of a blocking
-# caller, which has no loop to keep free. The hand-off is not free: measured on a 2-core VM
-# (benchmarks/bench_offload.py), it adds 0.15-0.6 ms to an awaited pass. So the default
-# threshold, 2**25 multiply-adds, is about 1 ms of single-threaded BLAS work: a node shorter
-# than that holds the loop no longer than one worker slice does anyway, and a longer one pays
-# a hand-off that is small against its own time.
+# A CPU node whose work is large (a matmul of big operands, an elementwise op over a big array:
+# `Node._work` estimates its multiply-adds, See NOTE [Work estimates] in graph/node.py) would
+# hold the loop for its whole duration. Above `configure(offload_threshold=...)` multiply-adds,
+# the worker hands such a node to a compute thread (See NOTE [Work off the loop] in
+# offload.py) in a task of its own and goes on with the other ready nodes: the loop keeps
+# serving, and independent branches and other graph tasks run on the other cores meanwhile
+# (NumPy releases the GIL in its loops and in BLAS). The node runs in the worker's context
+# (grad mode, current graph task); its gradients are routed back on the loop. The worker asks
+# for the estimate only where the node's gradient has a large shape (a `LargeMeta`) or its
+# class is `_special`, so a small plain node costs an awaited pass one type check more and a
+# blocking one nothing. Nodes with hooks stay on the loop (hooks are user code), and so does
+# everything of a blocking caller, which has no loop to keep free. The hand-off is not free (a
+# fraction of a millisecond: benchmarks/bench_offload.py, numbers in benchmarks/RESULTS.md), so
+# the default threshold, 2**25 multiply-adds, is about 1 ms of single-threaded BLAS work: a
+# node shorter than that holds the loop no longer than one worker slice does anyway, and a
+# longer one pays a hand-off that is small against its own time. An estimate of 0 (a
+# node under `LARGE_ELEMENTS` elements) stays on the loop whatever the threshold.
 def _spawn_off_loop(queue: ReadyQueue, gt: GraphTask, node: Node, buf: list[Any]) -> None:
     assert queue.loop is not None
     # The worker's context: grad mode and the current graph task are set for gt.

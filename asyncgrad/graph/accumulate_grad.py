@@ -9,7 +9,7 @@ from typing import Any, Final
 from .. import backend
 from .._tensor import Tensor
 from .hooks import Hooks
-from .node import ACCUMULATE_SEQUENCE_NR, Edge, Node, one_output_meta
+from .node import ACCUMULATE_SEQUENCE_NR, ELEMENT_PASS, Edge, Node, one_output_meta, size_work
 
 __all__ = ["AccumulateGrad"]
 
@@ -25,6 +25,27 @@ _meta_lock = threading.Lock()
 _LOCKS: Final = tuple(threading.Lock() for _ in range(64))
 
 
+def _accumulate_work(node: Node, grads: list[Any]) -> float:
+    """AccumulateGrad's work estimate (See NOTE [Work estimates] in node.py): a pass over the
+    gradient where it copies or adds it, none where it will take the array over."""
+    n = size_work(node, grads)
+    g = grads[0]
+    var = node._var_ref()  # type: ignore[attr-defined]
+    if not n or g is None or var is None:
+        return 0.0
+    if (
+        var._grad is None
+        and type(g) is backend.ndarray
+        and g.base is None
+        and g.flags.c_contiguous
+        and g.dtype == var.dtype
+    ):
+        return 0.0  # most likely a fresh array, which apply takes without a copy
+    # Under grad() the node only hands the gradient over (the engine does not call apply), but
+    # the estimate cannot tell: a large leaf's may then pay a hand-off for nothing.
+    return n
+
+
 class AccumulateGrad(Node):
     """The sink of a leaf tensor: sums every gradient that reaches it into ``variable.grad``.
 
@@ -36,6 +57,9 @@ class AccumulateGrad(Node):
     """
 
     __slots__ = ("_var_ref",)
+
+    _cost = ELEMENT_PASS
+    _work = staticmethod(_accumulate_work)
 
     def __init__(self, variable: Tensor) -> None:
         arr = variable._array

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
-from .node import Edge, Node
+from .node import Edge, Node, one_output_meta
 
 __all__ = ["CopySlices", "ViewChain", "replay_view"]
 
@@ -62,7 +62,7 @@ class CopySlices(Node):
         self._init_node(edges)
         self._chain = chain
         self._fn = fn
-        self._input_meta = ((base.shape, base.dtype),)
+        self._input_meta = one_output_meta(base.shape, base.dtype)
         self._set_device(base.device)
 
     def apply(self, grads: list[Any], needed: list[bool] | None, create: bool) -> list[Any]:

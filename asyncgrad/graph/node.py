@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from .._tensor import Tensor
 from ..backend import current_stream, quiet_fp, restore_fp
@@ -51,8 +52,75 @@ def one_output_meta(shape: tuple[int, ...], dtype: Any) -> tuple[tuple[tuple[int
     if m is None or m[0][1] is not dtype:
         if len(metas) >= META_SHAPES_MAX:
             metas.clear()
-        m = metas[shape] = ((shape, dtype),)
+        # A LargeMeta for a large shape (See NOTE [Work estimates]).
+        m = metas[shape] = cast(
+            "tuple[tuple[tuple[int, ...], Any]]", outputs_meta(((shape, dtype),))
+        )
     return m
+
+
+# NOTE [Work estimates]
+# The engine moves a CPU node whose work is large off the event loop (See NOTE [Large nodes] in
+# asyncgrad/engine/worker.py), so every node has an estimate of its work: ``_work(node, grads)``,
+# in multiply-adds, the unit of the matmul estimate. Matmul, linear and convolution keep their
+# exact count (``mark_heavy`` in asyncgrad/rules/registry.py) and the linear algebra
+# decompositions a cubic one; every other node does about ``_cost`` multiply-adds' worth of
+# work per element of the largest array it reads or writes (its gradients in and out, read
+# from the shapes, so a Tensor gradient under create_graph needs no array). ``_cost`` is set
+# per op (the table at the end of asyncgrad/rules/table.py) in units of ``ELEMENT_PASS``: one
+# pass over an array's elements costs about as long as 8 multiply-adds of a single-threaded
+# matmul (benchmarks/bench_large_nodes.py measures both). A node under ``LARGE_ELEMENTS``
+# elements is estimated at 0 and never leaves the loop: its work is tens of microseconds, less
+# than the hand-off.
+#
+# Asking every node for its estimate would cost the worker a call per node, most of them tiny.
+# Instead the shared metadata of a large shape is a ``LargeMeta`` (a tuple like any other, made
+# once per shape, see NOTE [Shared input metadata]), and the worker asks for the estimate only
+# where the node's gradient has such a shape or its class is ``_special``: matmul-like ops and
+# decompositions, whose work is large at modest sizes, and the ops whose gradient is smaller
+# than what their backward writes (reductions, indexing, pooling), whose outputs may be small.
+ELEMENT_PASS: Final = 8.0
+LARGE_ELEMENTS: Final = 1 << 16
+
+
+class LargeMeta(tuple[tuple[tuple[int, ...], Any], ...]):
+    """The ``_input_meta`` of a node with an output of at least ``LARGE_ELEMENTS`` elements
+    (See NOTE [Work estimates])."""
+
+    __slots__ = ()
+
+
+def outputs_meta(
+    items: tuple[tuple[tuple[int, ...], Any], ...],
+) -> tuple[tuple[tuple[int, ...], Any], ...]:
+    """The ``_input_meta`` for outputs of these ``(shape, dtype)``: a ``LargeMeta`` when one of
+    them is large (See NOTE [Work estimates])."""
+    for shape, _ in items:
+        if math.prod(shape) >= LARGE_ELEMENTS:
+            return LargeMeta(items)
+    return items
+
+
+def largest_shape(node: Node) -> tuple[int, ...]:
+    """The shape of the largest gradient ``node`` receives or computes."""
+    n = -1
+    largest: tuple[int, ...] = ()
+    for shape, _ in node._input_meta:
+        if math.prod(shape) > n:
+            n, largest = math.prod(shape), shape
+    for e in node._next_edges:
+        if e is not None:
+            shape = e[0]._input_meta[e[1]][0]
+            if math.prod(shape) > n:
+                n, largest = math.prod(shape), shape
+    return largest
+
+
+def size_work(node: Node, grads: list[Any]) -> float:
+    """The work estimate of most nodes: ``_cost`` per element of the largest array the node
+    reads or writes, 0 under ``LARGE_ELEMENTS`` (See NOTE [Work estimates])."""
+    n = math.prod(largest_shape(node))
+    return 0.0 if n < LARGE_ELEMENTS else n * node._cost
 
 
 class Edge(NamedTuple):
@@ -84,11 +152,14 @@ class Node:
 
     # Whether ``apply`` may return an awaitable (custom Functions with an ``async def backward``).
     _async_apply = False
-    # For nodes whose work can be large (matmuls): an estimate of the multiply-adds ``apply``
-    # would do with these gradients (See NOTE [Large nodes] in asyncgrad/engine/worker.py).
-    _work: Callable[[Node, list[Any]], float] | None = None
+    # An estimate of the multiply-adds ``apply`` would do with these gradients (See NOTE [Work
+    # estimates]); None for nodes that must run on the loop (an ``async def backward``).
+    _work: Callable[[Node, list[Any]], float] | None = staticmethod(size_work)
+    # Multiply-adds per element for ``size_work``: by default two passes over the arrays.
+    _cost = 2 * ELEMENT_PASS
     # Whether the device worker must look closer before running the node inline: set when
-    # ``_async_apply`` is or ``_work`` is given, so a plain node costs the worker one check.
+    # ``_async_apply`` is, or when the node's work may be large while its gradient's shape is
+    # not (See NOTE [Work estimates]), so a plain node costs the worker one check.
     _special = False
     # Whether ``apply`` copies a CUDA gradient to the host (the backward of a copy to a CUDA
     # device, when its ``device`` parameter is the CPU): See NOTE [Host reads wait off the loop].

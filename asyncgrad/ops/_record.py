@@ -16,7 +16,7 @@ from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
 from ..graph.node import _next_sequence_nr as next_sequence_nr
-from ..graph.node import metas, one_output_meta
+from ..graph.node import metas, one_output_meta, outputs_meta
 from ..graph.saved_tensor import SavedTensor
 from ..rules import OPS, SAVES_NO_TENSOR, FunctionNode, OpDef
 
@@ -148,7 +148,9 @@ def record(
     node._op = op
     node._params = params
     a = outs[0]._array
-    node._input_meta = tuple(one_output_meta(o._array.shape, o._array.dtype)[0] for o in outs)
+    node._input_meta = outputs_meta(
+        tuple(one_output_meta(o._array.shape, o._array.dtype)[0] for o in outs)
+    )
     if type(a) is ndarray:
         node._device = CPU
     else:

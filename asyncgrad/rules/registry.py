@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import dis
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
 from .. import backend
 from ..backend import xp
-from ..graph.node import Node
+from ..graph.node import ELEMENT_PASS, Node, largest_shape
 from ..graph.saved_tensor import FREED as _FREED
 from ..graph.saved_tensor import SavedTensor, raise_freed, unpack_saved
 
@@ -39,6 +40,7 @@ __all__ = [
     "OpDef",
     "defvjp",
     "keeps_for_backward",
+    "set_costs",
     "sum_to",
 ]
 
@@ -216,6 +218,33 @@ def mark_heavy(op: OpDef, inner: Callable[[Any, Any], int]) -> None:
     cls._special = True
 
 
+def _cubic_work(node: Node, grads: list[Any]) -> float:
+    """A decomposition's backward: ``_cost`` times (matrix elements) x (the smaller side) per
+    matrix of its largest input or output, a few matrix products' worth."""
+    shape = largest_shape(node)
+    if len(shape) < 2:
+        return 0.0
+    return math.prod(shape) * min(shape[-2], shape[-1]) * node._cost
+
+
+def set_costs(
+    costs: dict[str, float], *, special: tuple[str, ...] = (), cubic: dict[str, float] | None = None
+) -> None:
+    """Give the table's ops their work estimates (See NOTE [Work estimates] in graph/node.py):
+    ``costs[name]`` multiply-adds per element of the largest array the node reads or writes;
+    the ops in ``special``, whose gradient may be small while that array is large, are checked
+    in every awaited pass; ``cubic[name]`` is a decomposition's cost per (elements x side)."""
+    for name, cost in costs.items():
+        OPS[name].node_cls._cost = cost
+    for name in special:
+        OPS[name].node_cls._special = True
+    for name, cost in (cubic or {}).items():
+        cls = OPS[name].node_cls
+        cls._cost = cost
+        cls._work = staticmethod(_cubic_work)
+        cls._special = True
+
+
 # NOTE [Saved values that are not tensors]
 # torch frees what a node saved once a backward through it has run (without retain_graph), and a
 # second backward through that node raises "Trying to backward through the graph a second time".
@@ -253,6 +282,8 @@ class FunctionNode(Node):
 
     __slots__ = ("_op", "_params", "_saved", "_spos")
 
+    # An op missing from the table of costs (asyncgrad/rules/table.py) counts two passes.
+    _cost = 2 * ELEMENT_PASS
     _op: OpDef
     _saved: Any
     _spos: tuple[int, ...]

@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..backend import masked, mm, xp
+from ..backend import is_basic_index, masked, mm, xp
+from ..graph.node import ELEMENT_PASS, LARGE_ELEMENTS, Node, size_work
 from .formulas import (
     bce_logits_grad_input,
     bce_logits_grad_target,
@@ -59,7 +60,7 @@ from .formulas import (
     unstack_grad,
     var_grad,
 )
-from .registry import defvjp, mark_heavy
+from .registry import OPS, defvjp, mark_heavy, set_costs
 
 # ----- Binary arithmetic -----
 defvjp("add", lambda g, ans, x, y: g, lambda g, ans, x, y: g)
@@ -318,18 +319,33 @@ def _conv_inner(x: Any, w: Any) -> int:
 
 
 mark_heavy(_conv, _conv_inner)
-defvjp(
+_conv_input_grad = defvjp(
     "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
     lambda g, ans, gy, w, **p: conv(g, w, None, **p),
     lambda g, ans, gy, w, **p: conv_weight_grad(g, gy, **p),
     save="gy w",
 )
-defvjp(
+_conv_weight_grad = defvjp(
     "conv_weight_grad",  # gw = conv_weight_grad(x, gy), linear in x and in gy
     lambda g, ans, x, gy, **p: conv_input_grad(gy, g, **p),
     lambda g, ans, x, gy, **p: conv(x, g, None, **p),
     save="x gy",
 )
+
+
+def _conv_input_grad_inner(gy: Any, w: Any) -> int:
+    # per element of gx: C_out * kh * kw (stride ignored); without w, gy's channels
+    return w.shape[0] * math.prod(w.shape[2:]) if w is not None else gy.shape[1]  # type: ignore[no-any-return]
+
+
+def _conv_weight_grad_inner(x: Any, gy: Any) -> int:
+    # per element of gw: N * (the output's spatial size); without gy, the input's instead
+    a = gy if gy is not None else x
+    return a.shape[0] * math.prod(a.shape[2:])  # type: ignore[no-any-return]
+
+
+mark_heavy(_conv_input_grad, _conv_input_grad_inner)
+mark_heavy(_conv_weight_grad, _conv_weight_grad_inner)
 _max_pool = defvjp(
     "max_pool2d_with_indices",
     lambda g, ans, x, *, index, in_shape, unique: max_pool_grad(g, index, in_shape, unique),
@@ -376,3 +392,72 @@ defvjp(
     outputs=-1,
 )
 defvjp("linalg_eigh", lambda g, ans, a, *, uplo: eigh_grad(g, ans), save="ans", outputs=-1)
+
+# ----- Work estimates (See NOTE [Work estimates] in asyncgrad/graph/node.py) -----
+# Multiply-adds per element of the largest array a node reads or writes, in passes over the
+# elements (P): about the arrays its rule makes, a transcendental function counting several
+# (benchmarks/bench_large_nodes.py times each against its estimate). Ops whose rule returns the
+# gradient or a view of it cost nothing; ops missing here count 2 P (FunctionNode._cost).
+P = ELEMENT_PASS
+_COSTS: dict[str, float] = {
+    # the gradient itself, a view of it, or views of its parts
+    "clone": 0, "reshape": 0, "transpose": 0, "permute": 0, "cat": 0, "stack": 0, "sum": 0,
+    # a reduction where broadcasting undoes itself, else nothing
+    "add": P / 2, "expand": P / 2,
+    # about one pass
+    "sub": P, "neg": P, "exp": P, "log": P, "sign": P, "fill": P, "copy": P, "cast": P,
+    "to_copy": P, "split": P, "topk": P, "diagonal": P, "outer": P, "repeat": P, "remainder": P,
+    "nll_loss": P, "index_put": P, "index_add_zeros": P, "max_pool2d_with_indices": P,
+    "getitem": P,  # basic indexing; advanced indexing scatters (See _getitem_work)
+    # a few passes
+    "log1p": 2 * P, "expm1": 2 * P, "sqrt": 2 * P, "tan": 2 * P, "sigmoid": 2 * P,
+    "unbind": 2 * P, "mean": 2 * P, "dot": 2 * P, "mul": 3 * P, "tanh": 3 * P,
+    "relu": 3 * P, "reciprocal": 3 * P, "pow": 4 * P, "rsqrt": 4 * P, "clamp": 4 * P,
+    "var": 4 * P, "std": 4 * P, "max_dim": 4 * P, "binary_cross_entropy_with_logits": 4 * P,
+    "amax": 5 * P, "amin": 5 * P, "prod": 5 * P, "softmax": 5 * P, "abs": 6 * P,
+    "norm": 6 * P, "logsumexp": 6 * P, "div": 7 * P, "log_softmax": 7 * P,
+    # transcendental functions, selections, scans, sorts
+    "erf": 8 * P, "clamp_tensor": 8 * P,
+    "cumsum": 11 * P, "softplus": 11 * P, "silu": 12 * P, "where": 24 * P, "sin": 32 * P,
+    "cos": 40 * P, "maximum": 44 * P, "minimum": 44 * P, "sort": 50 * P, "gelu": 58 * P,
+}  # fmt: skip
+# The gradient is smaller than the array the rule writes (reductions, indexing, pooling).
+_SPECIAL = (
+    "mean", "amax", "amin", "max_dim", "logsumexp", "var", "std", "prod", "norm", "dot",
+    "getitem", "diagonal", "topk", "unbind", "split", "nll_loss", "einsum",
+    "binary_cross_entropy_with_logits", "max_pool2d_with_indices",
+)  # fmt: skip
+# A decomposition's backward, per (matrix elements x its smaller side): a few matrix products,
+# at LAPACK's pace.
+_CUBIC: dict[str, float] = {
+    "linalg_inv_ex": 2, "linalg_det": 4, "linalg_slogdet": 4, "linalg_eigh": 4, "linalg_svd": 5,
+    "linalg_qr": 8, "linalg_solve_ex": 9, "linalg_cholesky_ex": 9,
+}  # fmt: skip
+set_costs(_COSTS, special=_SPECIAL, cubic=_CUBIC)
+
+
+def _getitem_work(node: Node, grads: list[Any]) -> float:
+    # Advanced indexing scatters with np.add.at, about 16 times the work of a basic index.
+    work = size_work(node, grads)
+    return work if is_basic_index(node._params["index"]) else 16 * work  # type: ignore[attr-defined]
+
+
+def _parts_work(node: Node, grads: list[Any]) -> float:
+    # split and unbind: their one input is the largest array, and there may be many outputs.
+    e = node._next_edges[0]
+    n = 0 if e is None else math.prod(e[0]._input_meta[e[1]][0])
+    return 0.0 if n < LARGE_ELEMENTS else n * node._cost
+
+
+def _einsum_work(node: Node, grads: list[Any]) -> float:
+    # Each gradient is a contraction over every index, like a matmul's: one multiply-add per
+    # point of the index space.
+    e = node._next_edges
+    wanted = (e[0] is not None) + (e[1] is not None)
+    return wanted * math.prod(node._params["sizes"].values())  # type: ignore[attr-defined]
+
+
+OPS["getitem"].node_cls._work = staticmethod(_getitem_work)
+OPS["einsum"].node_cls._work = staticmethod(_einsum_work)
+OPS["split"].node_cls._work = staticmethod(_parts_work)
+OPS["unbind"].node_cls._work = staticmethod(_parts_work)

@@ -16,6 +16,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.engine import scheduler
 from asyncgrad.engine.pools import TurnPool, compute_pool
+from asyncgrad.graph.node import LARGE_ELEMENTS, Node
 
 from .helpers import (
     THREAD_TIMEOUT_S,
@@ -39,12 +40,16 @@ class GatedPool(TurnPool):
         self.gate.set()
         self.entered = threading.Event()
         self.threads: list[str] = []
+        self.nodes: list[str] = []  # the names of the backward nodes it ran
 
     def _enqueue(self, key: int, fut: Any, loop: Any, job: Any) -> None:
         fn, args, kwargs = job
 
         def gated() -> Any:
             self.threads.append(threading.current_thread().name)
+            # A large node comes as ctx.run(_run_off_loop, graph_task, node, buf).
+            if len(args) == 4 and isinstance(args[2], Node):
+                self.nodes.append(args[2].name())
             self.entered.set()
             assert self.gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
             return fn(*args, **(kwargs or {}))
@@ -189,6 +194,242 @@ async def test_small_matmuls_stay_on_the_loop(pool: GatedPool) -> None:
     _, _, loss = matmul_graph()  # 24 multiply-adds, far below the default threshold
     await asyncio.wait_for(ag.backward(loss), TIMEOUT_S)
     assert pool.threads == []
+
+
+# A (300, 300) float64 array has more than LARGE_ELEMENTS elements: an elementwise node over it
+# has a work estimate (See NOTE [Work estimates]); over an (8, 8) one it has none.
+BIG = (300, 300)
+assert BIG[0] * BIG[1] >= LARGE_ELEMENTS
+
+
+def big_leaf(seed: int = 0) -> ag.Tensor:
+    return leaf(np.random.default_rng(seed).uniform(-2.0, 2.0, BIG))
+
+
+def elementwise_loss(x: ag.Tensor) -> ag.Tensor:
+    return (x.tanh() * x.exp()).sum()
+
+
+def elementwise_grad(x: np.ndarray) -> np.ndarray:
+    t = np.tanh(x)
+    return (1.0 - t * t) * np.exp(x) + t * np.exp(x)
+
+
+async def test_large_elementwise_nodes_run_on_a_compute_thread_and_match_inline(
+    pool: GatedPool, threshold: Any
+) -> None:
+    x = big_leaf()
+    threshold(float("inf"))
+    (inline,) = await asyncio.wait_for(ag.grad(elementwise_loss(x), [x]), TIMEOUT_S)
+    assert pool.nodes == []
+    threshold(0)
+    small = leaf(np.linspace(-1.0, 1.0, 64).reshape(8, 8))
+    loss = elementwise_loss(x) + small.tanh().sum()
+    off, g_small = await asyncio.wait_for(ag.grad(loss, [x, small]), TIMEOUT_S)
+    # The large ones left the loop; the sums (views of the gradient) and the small tanh did not.
+    assert sorted(pool.nodes) == ["ExpBackward0", "MulBackward0", "TanhBackward0"]
+    assert all(t.startswith("asyncgrad-compute") for t in pool.threads)
+    np.testing.assert_array_equal(off.numpy(), inline.numpy())
+    (blocking,) = ag.grad_sync(elementwise_loss(x), [x])
+    np.testing.assert_array_equal(off.numpy(), blocking.numpy())
+    assert_close(off, elementwise_grad(x.detach().numpy()), rtol=1e-12, atol=1e-12)
+    assert_close(g_small, 1.0 - np.tanh(small.detach().numpy()) ** 2, rtol=1e-12, atol=1e-12)
+
+
+async def test_offloaded_elementwise_gradients_match_torch(pool: GatedPool, threshold: Any) -> None:
+    torch = pytest.importorskip("torch", reason="compares with PyTorch's gradients")
+    threshold(0)
+    x = big_leaf()
+    (g,) = await asyncio.wait_for(ag.grad(elementwise_loss(x), [x]), TIMEOUT_S)
+    assert pool.nodes
+    tx = torch.tensor(x.detach().numpy(), requires_grad=True)
+    ((tx.tanh() * tx.exp()).sum()).backward()
+    assert_close(g, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+async def test_a_large_leaf_accumulates_on_a_compute_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    # The sum's gradient is a broadcast view: AccumulateGrad copies it into x.grad.
+    await asyncio.wait_for(ag.backward(x.sum()), TIMEOUT_S)
+    assert pool.nodes == ["AccumulateGrad"]
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones(BIG))
+    # A second backward adds into x.grad, there too.
+    await asyncio.wait_for(ag.backward((x * 2.0).sum()), TIMEOUT_S)
+    assert pool.nodes == ["AccumulateGrad", "MulBackward0", "AccumulateGrad"]
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(BIG, 3.0))
+
+
+async def test_a_reduction_with_a_small_gradient_runs_on_a_compute_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    # amax's gradient has 300 elements; its backward writes 90,000.
+    (g,) = await asyncio.wait_for(ag.grad(x.amax(1).sum(), [x]), TIMEOUT_S)
+    assert pool.nodes == ["AmaxBackward0"]
+    xv = x.detach().numpy()
+    assert_close(g, (xv == xv.max(axis=1, keepdims=True)).astype(np.float64))
+
+
+async def test_unbind_into_small_parts_runs_on_a_compute_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    parts = x.unbind(0)  # 300 parts of 300 elements; the backward writes all 90,000
+    (g,) = await asyncio.wait_for(ag.grad((parts[0] + 2.0 * parts[5]).sum(), [x]), TIMEOUT_S)
+    assert pool.nodes == ["UnbindBackward0"]
+    expected = np.zeros(BIG)
+    expected[0] = 1.0
+    expected[5] = 2.0
+    np.testing.assert_array_equal(g.numpy(), expected)
+
+
+async def test_double_backward_through_offloaded_elementwise_nodes(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    (gx,) = await asyncio.wait_for(ag.grad(x.tanh().sum(), [x], create_graph=True), TIMEOUT_S)
+    assert "TanhBackward0" in pool.nodes
+    (ggx,) = await asyncio.wait_for(ag.grad(gx.sum(), [x]), TIMEOUT_S)
+    t = np.tanh(x.detach().numpy())
+    assert_close(ggx, -2.0 * t * (1.0 - t * t), rtol=1e-12, atol=1e-12)
+    assert pool.nodes.count("TanhBackward0") > 1, "the second backward's stayed on the loop"
+
+
+async def test_custom_function_nodes_leave_the_loop_unless_their_backward_is_async(
+    pool: GatedPool, threshold: Any
+) -> None:
+    class Double(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+            return x * 2.0
+
+        @staticmethod
+        def backward(ctx: Any, g: ag.Tensor) -> ag.Tensor:
+            return g * 2.0
+
+    class AsyncDouble(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+            return x * 2.0
+
+        @staticmethod
+        async def backward(ctx: Any, g: ag.Tensor) -> ag.Tensor:
+            await asyncio.sleep(0)
+            return g * 2.0
+
+    threshold(0)
+    x = big_leaf()
+    (g,) = await asyncio.wait_for(ag.grad(Double.apply(x).tanh().sum(), [x]), TIMEOUT_S)
+    assert sorted(pool.nodes) == ["DoubleBackward", "TanhBackward0"]
+    (ga,) = await asyncio.wait_for(ag.grad(AsyncDouble.apply(x).tanh().sum(), [x]), TIMEOUT_S)
+    assert pool.nodes.count("TanhBackward0") == 2
+    assert "AsyncDoubleBackward" not in pool.nodes
+    expected = 2.0 * (1.0 - np.tanh(2.0 * x.detach().numpy()) ** 2)
+    assert_close(g, expected, rtol=1e-12, atol=1e-12)
+    assert_close(ga, expected, rtol=1e-12, atol=1e-12)
+
+
+async def test_a_decomposition_of_a_small_matrix_runs_on_a_compute_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    # 32 x 32 is far below LARGE_ELEMENTS, but inv's backward is cubic, like a matmul's.
+    a = leaf(np.random.default_rng(0).standard_normal((32, 32)) + 10.0 * np.eye(32))
+    (g,) = await asyncio.wait_for(ag.grad(ag.linalg.inv(a).sum(), [a]), TIMEOUT_S)
+    assert pool.nodes == ["LinalgInvExBackward0"]
+    inv = np.linalg.inv(a.detach().numpy())
+    assert_close(g, -(inv.T @ np.ones((32, 32)) @ inv.T), rtol=1e-10, atol=1e-12)
+
+
+async def test_an_einsum_contraction_is_estimated_as_one(pool: GatedPool, threshold: Any) -> None:
+    rng = np.random.default_rng(0)
+    a, b = leaf(rng.standard_normal((32, 32))), leaf(rng.standard_normal((32, 32)))
+    threshold(2 * 32**3 - 1)  # its two gradients: two (32, 32) @ (32, 32) products
+    ga, gb = await asyncio.wait_for(ag.grad(ag.einsum("ij,jk->ik", a, b).sum(), [a, b]), TIMEOUT_S)
+    assert pool.nodes == ["EinsumBackward0"]
+    ones = np.ones((32, 32))
+    assert_close(ga, ones @ b.detach().numpy().T, rtol=1e-12, atol=1e-12)
+    assert_close(gb, a.detach().numpy().T @ ones, rtol=1e-12, atol=1e-12)
+    threshold(2 * 32**3)
+    await asyncio.wait_for(ag.grad(ag.einsum("ij,jk->ik", a, b).sum(), [a, b]), TIMEOUT_S)
+    assert pool.nodes == ["EinsumBackward0"]
+
+
+async def test_double_backward_through_a_convolution_runs_its_nodes_off_the_loop(
+    pool: GatedPool, threshold: Any
+) -> None:
+    rng = np.random.default_rng(0)
+    x, w = leaf(rng.standard_normal((2, 3, 6, 6))), leaf(rng.standard_normal((4, 3, 3, 3)))
+
+    async def penalty_grad() -> list[ag.Tensor]:
+        loss = (ag.nn.functional.conv2d(x, w) ** 2).sum()
+        (gx,) = await ag.grad(loss, [x], create_graph=True)
+        return list(await ag.grad((gx**2).sum(), [x, w]))
+
+    threshold(float("inf"))
+    inline = await asyncio.wait_for(penalty_grad(), TIMEOUT_S)
+    assert pool.nodes == []
+    threshold(0)
+    off = await asyncio.wait_for(penalty_grad(), TIMEOUT_S)
+    # gx = conv_input_grad(gy, w): its backward runs convolutions, estimated like conv's.
+    assert "ConvInputGradBackward0" in pool.nodes
+    for a, b in zip(inline, off, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+async def test_an_inplace_op_on_a_view_of_a_large_tensor_runs_on_a_compute_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    y = x * 1.0
+    y[:10].mul_(3.0)  # CopySlices over y's 90,000 elements
+    (g,) = await asyncio.wait_for(ag.grad(y.sum(), [x]), TIMEOUT_S)
+    assert pool.nodes == ["CopySlices", "MulBackward0"]
+    expected = np.ones(BIG)
+    expected[:10] = 3.0
+    np.testing.assert_array_equal(g.numpy(), expected)
+
+
+def test_a_blocking_backward_keeps_large_elementwise_nodes_on_its_thread(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    elementwise_loss(x).backward()
+    assert pool.threads == []
+    assert_close(x.grad, elementwise_grad(x.detach().numpy()), rtol=1e-12, atol=1e-12)
+
+
+async def test_the_loop_serves_while_a_large_elementwise_node_runs(
+    pool: GatedPool, threshold: Any
+) -> None:
+    threshold(0)
+    x = big_leaf()
+    pool.gate.clear()
+    big = asyncio.create_task(ag.grad(x.tanh().sum(), [x]))
+    entered = asyncio.create_task(wait_entered(pool))
+    try:
+        done, _ = await asyncio.wait(
+            {big, entered}, timeout=TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        assert entered in done, "the tanh node ran on the loop, not on a compute thread"
+        # The node is held on its thread; the loop and the CPU worker go on.
+        z = leaf(np.array([1.0, 2.0]))
+        (gz,) = await asyncio.wait_for(ag.grad((z * z).sum(), [z]), TIMEOUT_S)
+        assert_close(gz, [2.0, 4.0])
+        assert not big.done()
+    finally:
+        pool.gate.set()
+        entered.cancel()
+    (g,) = await asyncio.wait_for(big, TIMEOUT_S)
+    assert_close(g, 1.0 - np.tanh(x.detach().numpy()) ** 2, rtol=1e-12, atol=1e-12)
 
 
 def test_configure_checks_offload_settings() -> None:
