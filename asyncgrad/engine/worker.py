@@ -84,6 +84,7 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
     # When it last yielded to the loop, or was started: the loop's other work before its first
     # step counts against its first slice too.
     yielded = started
+    queue.answer_s = 0.0  # learnt afresh by each worker: callers change between busy spells
     try:
         while heap:
             budget, aside = sched.begin_slice(queue, yielded)

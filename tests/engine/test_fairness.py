@@ -363,6 +363,28 @@ async def test_an_ended_pass_never_joins_the_lane() -> None:
     assert not gt.large
 
 
+async def test_the_scheduler_reads_time_from_the_clock_it_is_given() -> None:
+    """Turns, slices and shares all read one clock, the scheduler's: a test (or a tool) that
+    gives it another drives the policy's time directly, and turns go on from where they were."""
+    import time
+
+    sched = scheduler.of(asyncio.get_running_loop())
+    assert sched.clock is time.perf_counter
+    before = sched.now_us()
+    turns: list[int] = []
+    with manual_clock() as clock:
+        start = sched.now_us()
+        assert start >= before  # no jump back
+        clock.now += 0.25
+        assert sched.now_us() == start + 250_000
+        x, loss = chain_loss(10)
+        loss.register_hook(turn_recorder(turns))
+        async with asyncio.timeout(TIMEOUT_S):
+            await ag.grad(loss, [x])
+        assert turns == [start + 250_000]  # built at the clock's time
+    assert sched.clock is time.perf_counter
+
+
 # ------------------------------------------------------------------ slices and the loop's turn
 NODE_S = 5e-6  # what each node takes on the fake clock
 
