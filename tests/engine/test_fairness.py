@@ -520,6 +520,11 @@ async def test_a_slice_leaves_time_for_the_callers_it_answers(
     # than their work fills a turn with, give or take the 16 nodes between two looks at the
     # clock (without the estimate: as many as a quarter slice of nodes answers, 7 here).
     assert max(costly[4:]) <= engine.slice_s / 300e-6 + 1
+    # The queue ran dry in between: a new busy spell learns its callers afresh, and free
+    # callers get whole slices again from the start (an estimate kept from the costly ones
+    # cut them short until it wore off).
+    free = await serve(0.0)
+    assert min(free) >= engine.slice_s / (9 * NODE_S), free[:8]
 
 
 def test_a_bad_setting_leaves_every_setting_as_it_was() -> None:
