@@ -229,6 +229,10 @@ class Tensor:
         n: _int = self._array.ndim
         return n
 
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a floating-point type (float16, float32, float64)."""
+        return dtypes.is_floating(self._array.dtype)
+
     def size(self, dim: _int | None = None) -> Any:
         if dim is None:
             return Size(self._array.shape)

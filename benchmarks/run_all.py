@@ -22,9 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
+import bench_batching
 import bench_chain
 import bench_checkpoint
 import bench_cnn
+import bench_coalesce
 import bench_cuda
 import bench_loop
 import bench_mlp
@@ -41,6 +43,9 @@ BENCHES = {
     "cuda": bench_cuda,
     "server_load": server_load,
     "smoothgrad": server_smoothgrad,
+    # ----- serving: what batching buys, and concurrent requests coalesced -----
+    "batching": bench_batching,
+    "coalesce": bench_coalesce,
     # ----- checkpointing -----
     "checkpoint": bench_checkpoint,
 }

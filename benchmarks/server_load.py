@@ -125,7 +125,7 @@ class Lib:
 
         self.lib = lib
         w, _ = init()
-        if lib == "asyncgrad":
+        if lib.startswith("asyncgrad"):
             import asyncgrad as ag
             import asyncgrad.nn.functional as F
 
@@ -134,6 +134,8 @@ class Lib:
             self.tensor = lambda a: ag.tensor(a, requires_grad=True)
             self.tanh = ag.tanh
             self.F = F
+            if lib == "asyncgrad-coalesced":  # benchmarks/bench_coalesce.py
+                self.coalescer = ag.serving.Coalescer(self.per_sample, max_batch=CLIENTS * BATCH)
         else:
             import torch
             import torch.nn.functional as F
@@ -146,11 +148,14 @@ class Lib:
             self.F = F
         self.np = np
 
-    def forward(self, x: Any) -> Any:
+    def per_sample(self, x: Any) -> Any:
         F, p = self.F, self.p
         h = F.relu(F.linear(x, p[0], p[1]))
         h = F.relu(F.linear(h, p[2], p[3]))
-        return F.linear(h, p[4], p[5]).sum()
+        return F.linear(h, p[4], p[5])
+
+    def forward(self, x: Any) -> Any:
+        return self.per_sample(x).sum()
 
     def _torch_grad(self, x: Any) -> Any:
         # Grad mode is thread-local in PyTorch: say it explicitly for pool threads.
@@ -160,6 +165,8 @@ class Lib:
     async def grad_call(self, x: Any) -> Any:
         if self.lib == "asyncgrad":
             return (await self.ag.grad(self.forward(x), [x]))[0]
+        if self.lib == "asyncgrad-coalesced":
+            return await self.coalescer.grad(x)
         if self.lib == "torch-inline":
             return self._torch_grad(x)
         import asyncio
@@ -173,7 +180,7 @@ class Lib:
         return chain(leaf, n, self.tanh).sum(), leaf
 
     async def big_backward(self, loss: Any, leaf: Any) -> Any:
-        if self.lib == "asyncgrad":
+        if self.lib.startswith("asyncgrad"):
             return (await self.ag.grad(loss, [leaf]))[0]
         if self.lib == "torch-inline":
             return self.torch.autograd.grad(loss, [leaf])[0]
@@ -231,7 +238,9 @@ async def load(lib: str, t: dict[str, float]) -> dict[str, Any]:
     await tick_task
     lat = [(b - a) * 1e3 for a, b in records if t0 <= a < t1]
     lags = [v * 1e3 for v in ticker.lags(t0, t1)]
+    extra = {"coalescer": L.coalescer.stats()} if hasattr(L, "coalescer") else {}
     return {
+        **extra,
         "gps": (d1 - d0) / (t1 - t0),
         "p50": percentile(lat, 50),
         "p99": percentile(lat, 99),

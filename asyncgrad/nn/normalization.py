@@ -89,6 +89,12 @@ class _NormBase(Module):
 
 
 class _BatchNorm(_NormBase):
+    @property
+    def _uses_batch_statistics(self) -> bool:
+        """Whether forward normalizes with the batch's own statistics (in training mode, or
+        without running statistics), so that one sample's output depends on the others'."""
+        return self.training or (self.running_mean is None and self.running_var is None)
+
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum

@@ -1,0 +1,259 @@
+"""ag.serving.Coalescer: concurrent gradient requests coalesced into batched passes (NOTE
+[Coalesced gradients]). Every coalesced gradient is checked against the same gradient computed
+alone; order and batching are read from the coalescer's own counters, never from timing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad.serving import Coalescer
+
+from .engine.helpers import THREAD_TIMEOUT_S, TIMEOUT_S
+
+RTOL = 1e-12
+
+
+def mlp(seed: int = 0) -> ag.nn.Module:
+    ag.manual_seed(seed)
+    return ag.nn.Sequential(
+        ag.nn.Linear(5, 16, dtype=ag.float64),
+        ag.nn.Tanh(),
+        ag.nn.Linear(16, 3, dtype=ag.float64),
+    )
+
+
+def alone(model: Any, x: ag.Tensor, g: ag.Tensor | None = None) -> np.ndarray[Any, Any]:
+    """The input gradient of one request, computed by itself."""
+    xx = x.detach().requires_grad_(True)
+    out = model(xx)
+    (gx,) = ag.grad_sync(out, xx, grad_outputs=ag.ones_like(out) if g is None else g)
+    return gx.numpy()
+
+
+def rows(n: int, seed: int) -> ag.Tensor:
+    rng = np.random.default_rng(seed)
+    return ag.tensor(rng.standard_normal((n, 5)), dtype=ag.float64)
+
+
+async def gather(*aws: Any) -> list[Any]:
+    async with asyncio.timeout(TIMEOUT_S):
+        return await asyncio.gather(*aws)
+
+
+async def test_each_caller_gets_its_own_gradient_from_one_batch() -> None:
+    model = mlp()
+    c = Coalescer(model)
+    xs = [rows(n, i) for i, n in enumerate((1, 3, 2, 4))]
+    gs = [None, ag.tensor(np.arange(9.0).reshape(3, 3)), None, None]
+    # Requests with and without grad_output go to batches of their own.
+    got = await gather(*(c.grad(x, grad_output=g) for x, g in zip(xs, gs, strict=True)))
+    for x, g, r in zip(xs, gs, got, strict=True):
+        assert r.shape == x.shape
+        np.testing.assert_allclose(r.numpy(), alone(model, x, g), rtol=RTOL, atol=1e-14)
+    st = c.stats()
+    assert st["requests"] == 4
+    # The first of each kind runs at once, alone; the two that came meanwhile together (those
+    # without grad_output: the one with it is of another kind).
+    assert st["batches"] == 3
+    assert st["largest_batch"] == 2 + 4
+
+
+async def test_gradients_of_per_sample_losses_match_torch() -> None:
+    torch = pytest.importorskip("torch", reason="the reference values come from PyTorch")
+    model = mlp(3)
+    target = ag.tensor([0, 2, 1, 1, 0])
+
+    def per_sample_loss(x: ag.Tensor, t: ag.Tensor) -> ag.Tensor:
+        return ag.nn.functional.cross_entropy(model(x), t, reduction="none")
+
+    c = Coalescer(per_sample_loss)
+    x = rows(5, 7)
+    # Each request its own sample and target: the first runs at once, the four behind it as
+    # one batch, each target stacked with its sample.
+    got = await gather(*(c.grad(x[i : i + 1], target[i : i + 1]) for i in range(5)))
+    assert c.stats()["batches"] == 2
+    assert c.stats()["largest_batch"] == 4
+    tm = torch.nn.Sequential(
+        torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)
+    ).double()
+    with torch.no_grad():
+        for tl, al in zip((tm[0], tm[2]), (model[0], model[2]), strict=True):
+            tl.weight.copy_(torch.from_numpy(al.weight.detach().numpy()))
+            tl.bias.copy_(torch.from_numpy(al.bias.detach().numpy()))
+    # Sample i pairs with target i in the batch, as in one torch call over all five.
+    xt = torch.from_numpy(x.numpy()).requires_grad_(True)
+    losses = torch.nn.functional.cross_entropy(
+        tm(xt), torch.tensor([0, 2, 1, 1, 0]), reduction="none"
+    )
+    (ref,) = torch.autograd.grad(losses.sum(), xt)
+    np.testing.assert_allclose(
+        np.concatenate([g.numpy() for g in got]), ref.numpy(), rtol=1e-10, atol=1e-12
+    )
+
+
+async def test_requests_that_arrive_during_a_batch_form_the_next_one() -> None:
+    model = mlp()
+    c = Coalescer(model, max_batch=6)
+    xs = [rows(3, i) for i in range(10)]
+    got = await gather(*(c.grad(x) for x in xs))
+    for x, r in zip(xs, got, strict=True):
+        np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+    st = c.stats()
+    assert st["requests"] == 10
+    assert st["largest_batch"] <= 6  # the cap, with requests never split
+    assert st["rows"] == 30
+    assert st["batches"] >= 5
+
+
+async def test_one_request_alone_runs_at_once_in_one_batch() -> None:
+    model = mlp()
+    c = Coalescer(model)
+    x = rows(2, 0)
+    (r,) = await gather(c.grad(x))
+    np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+    assert c.stats()["batches"] == 1
+
+
+async def test_a_request_cancelled_before_its_batch_starts_is_dropped() -> None:
+    """The first batch's forward runs on a compute thread and waits there for a gate, so the
+    loop goes on: two requests queue behind it, one is cancelled, then the gate opens."""
+    model = mlp()
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def held(x: ag.Tensor) -> ag.Tensor:
+        entered.set()
+        assert gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
+        return model(x)
+
+    c = Coalescer(held, forward_off_loop=True)
+    x0, x1, x2 = rows(1, 0), rows(2, 1), rows(3, 2)
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            first = asyncio.create_task(c.grad(x0))
+            assert await asyncio.to_thread(entered.wait, THREAD_TIMEOUT_S)
+            dropped = asyncio.create_task(c.grad(x1))
+            kept = asyncio.create_task(c.grad(x2))
+            await asyncio.sleep(0)  # both have joined the queue behind the running batch
+            dropped.cancel()
+            gate.set()
+            g_first, g_kept = await asyncio.gather(first, kept)
+            with pytest.raises(asyncio.CancelledError):
+                await dropped
+    finally:
+        gate.set()
+    np.testing.assert_allclose(g_first.numpy(), alone(model, x0), rtol=RTOL, atol=1e-14)
+    np.testing.assert_allclose(g_kept.numpy(), alone(model, x2), rtol=RTOL, atol=1e-14)
+    st = c.stats()
+    assert st["rows"] == 1 + 3  # the cancelled request's rows never ran
+    assert st["requests"] == 2
+
+
+async def test_an_error_reaches_only_the_callers_whose_rows_cause_it() -> None:
+    model = mlp()
+
+    def checked(x: ag.Tensor) -> ag.Tensor:
+        if (x.detach().numpy() > 100).any():
+            raise ValueError("a sample is out of range")
+        return model(x)
+
+    c = Coalescer(checked)
+    good = [rows(2, i) for i in range(3)]
+    bad = ag.full((1, 5), 1000.0, dtype=ag.float64)
+    results = await _gather_exceptions(c, [*good[:2], bad, good[2]])
+    assert isinstance(results[2], ValueError)
+    assert "out of range" in str(results[2])
+    for x, r in zip([*good[:2], good[2]], [results[0], results[1], results[3]], strict=True):
+        np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+    assert c.stats()["alone"] >= 1
+
+
+async def _gather_exceptions(c: Coalescer, xs: list[ag.Tensor]) -> list[Any]:
+    async with asyncio.timeout(TIMEOUT_S):
+        return await asyncio.gather(*(c.grad(x) for x in xs), return_exceptions=True)
+
+
+async def test_bad_requests_are_rejected_before_they_join_a_batch() -> None:
+    c = Coalescer(mlp(), max_batch=4)
+    with pytest.raises(TypeError, match="x must be a Tensor, got list"):
+        await c.grad([[1.0] * 5])
+    with pytest.raises(ValueError, match=r"at least one row, got shape \(\)"):
+        await c.grad(ag.tensor(1.0))
+    with pytest.raises(ValueError, match=r"at least one row, got shape \(0, 5\)"):
+        await c.grad(ag.zeros(0, 5))
+    with pytest.raises(ValueError, match="has 5 rows, more than max_batch=4"):
+        await c.grad(rows(5, 0))
+    with pytest.raises(TypeError, match="x must be floating point, got int64"):
+        await c.grad(ag.tensor([[1, 2, 3, 4, 5]]))
+    with pytest.raises(ValueError, match=r"one row per row of x \(2\), got shape \(3, 3\)"):
+        await c.grad(rows(2, 0), grad_output=ag.ones(3, 3))
+    with pytest.raises(ValueError, match=r"argument 1 after x must have one row per row of x"):
+        await c.grad(rows(2, 0), ag.ones(3))
+    with pytest.raises(TypeError, match="argument 1 after x must be a Tensor"):
+        await c.grad(rows(2, 0), [1, 2])
+    assert c.stats() == {"requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0}
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(TypeError, match="model must be callable, got int"):
+        Coalescer(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_batch must be an int >= 1, got 0"):
+        Coalescer(mlp(), max_batch=0)
+    with pytest.raises(ValueError, match="max_wait_s must be >= 0, got -1"):
+        Coalescer(mlp(), max_wait_s=-1)
+
+
+def test_a_call_outside_an_event_loop_is_refused() -> None:
+    c = Coalescer(mlp())
+    coro = c.grad(rows(1, 0))
+    with pytest.raises(RuntimeError, match="needs a running asyncio event loop"):
+        coro.send(None)
+
+
+async def test_batch_statistics_are_refused_with_the_module_named() -> None:
+    model = ag.nn.Sequential(ag.nn.Linear(5, 4, dtype=ag.float64), ag.nn.BatchNorm1d(4))
+    c = Coalescer(model)
+    with pytest.raises(RuntimeError, match="BatchNorm1d normalizes with statistics of the batch"):
+        await gather(c.grad(rows(2, 0)))
+    model.eval()  # running statistics: each sample alone
+    x = rows(2, 0)
+    (g,) = await gather(c.grad(x))
+    np.testing.assert_allclose(g.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+
+
+async def test_an_output_that_is_not_per_sample_is_refused() -> None:
+    model = mlp()
+    c = Coalescer(lambda x: model(x).sum(0, keepdim=True))
+    results = await _gather_exceptions(c, [rows(2, 0), rows(3, 1)])
+    for r in results:
+        assert isinstance(r, RuntimeError)
+        assert "not one row per input row" in str(r)
+
+
+async def test_a_forward_off_the_loop_gives_the_same_gradients() -> None:
+    model = mlp()
+    c = Coalescer(model, forward_off_loop=True, max_wait_s=1e-4)
+    xs = [rows(2, i) for i in range(4)]
+    got = await gather(*(c.grad(x) for x in xs))
+    for x, r in zip(xs, got, strict=True):
+        np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+
+
+async def test_one_callers_requests_one_after_another_each_run_in_the_caller() -> None:
+    """Nothing is concurrent: every request runs at once in its caller (no runner task, no
+    waiting), as a batch of its own."""
+    model = mlp()
+    c = Coalescer(model)
+    async with asyncio.timeout(TIMEOUT_S):
+        for i in range(5):
+            x = rows(2, i)
+            g = await c.grad(x)
+            np.testing.assert_allclose(g.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+            assert not [t for t in asyncio.all_tasks() if t.get_name() == "asyncgrad-coalescer"]
+    assert c.stats()["batches"] == 5
