@@ -21,30 +21,18 @@ from __future__ import annotations
 
 import sys
 import time
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H
+from bench_small import init
 
 MODELS = {"serving": (32, 64, 64, 1), "smoothgrad": (64, 1024, 1024, 1024, 10)}
 BATCHES = {"serving": (1, 8, 16, 32, 64, 128, 256, 512), "smoothgrad": (1, 8, 32, 64, 128, 256)}
 LIBS = ["asyncgrad", "torch"]
 LABELS = {"asyncgrad": "asyncgrad await ag.grad", "torch": "PyTorch CPU (1 thread)"}
 TARGET_S = 0.05  # time per measurement, about
-
-
-def init(sizes: tuple[int, ...], batch: int) -> tuple[list[Any], Any]:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    params = []
-    for fan_in, fan_out in pairwise(sizes):
-        bound = 1.0 / np.sqrt(fan_in)
-        params.append(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32))
-        params.append(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32))
-    return params, rng.standard_normal((batch, sizes[0])).astype(np.float32)
 
 
 def _reps(one_s: float, quick: bool) -> int:

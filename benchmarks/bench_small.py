@@ -38,17 +38,18 @@ LABELS = {
 BASELINE = "torch"
 
 
-def init() -> tuple[list[Any], Any]:
-    """Shared weights (torch's Linear init) and input batch."""
+def init(sizes: tuple[int, ...] = SIZES, batch: int = BATCH) -> tuple[list[Any], Any]:
+    """Shared weights of an MLP of these layer sizes (torch's Linear init), and an input
+    batch."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     params = []
-    for fan_in, fan_out in pairwise(SIZES):
+    for fan_in, fan_out in pairwise(sizes):
         bound = 1.0 / np.sqrt(fan_in)
         params.append(rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32))
         params.append(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32))
-    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
     return params, x
 
 
