@@ -45,6 +45,7 @@ from . import ops
 from ._tensor import Tensor
 from .autograd.api import _grad
 from .engine.offload import run as run_off_loop
+from .engine.worker import yield_to_loop
 from .graph.grad_mode import enable_grad
 
 __all__ = ["Coalescer"]
@@ -221,8 +222,11 @@ class Coalescer:
         batch: list[_Request] = []
         try:
             while True:
-                if self.max_wait_s:
-                    await asyncio.sleep(self.max_wait_s)
+                # Each batch starts in a turn of the loop of its own, behind due timers: a
+                # batch the engine finishes without yielding must not run the next one in the
+                # same turn (the loop would wait for all of them), and callers answered by the
+                # last one join the next.
+                await (asyncio.sleep(self.max_wait_s) if self.max_wait_s else yield_to_loop())
                 batch = self._take(key)
                 if not batch:
                     return
