@@ -5,6 +5,7 @@ alone; order and batching are read from the coalescer's own counters, never from
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Any
 
@@ -41,6 +42,40 @@ def rows(n: int, seed: int) -> ag.Tensor:
     return ag.tensor(rng.standard_normal((n, 5)), dtype=ag.float64)
 
 
+class Held:
+    """A model whose first call waits on its compute thread until the test opens the gate, so
+    that the requests made meanwhile queue behind it: which requests share a batch is then
+    fixed by construction, not by timing."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.first = True
+
+    def __call__(self, *args: Any) -> Any:
+        if self.first:
+            self.first = False
+            self.entered.set()
+            assert self.gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
+        return self.fn(*args)
+
+
+async def first_then_the_rest(held: Held, calls: list[Any]) -> list[Any]:
+    """Run ``calls[0]()``; once its forward is held, start the others (they queue), then let it
+    go; the results in order."""
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            first = asyncio.create_task(calls[0]())
+            assert await asyncio.to_thread(held.entered.wait, THREAD_TIMEOUT_S)
+            rest = [asyncio.create_task(f()) for f in calls[1:]]
+            await asyncio.sleep(0)  # each has made its request
+            held.gate.set()
+            return await asyncio.gather(first, *rest)
+    finally:
+        held.gate.set()
+
+
 async def gather(*aws: Any) -> list[Any]:
     async with asyncio.timeout(TIMEOUT_S):
         return await asyncio.gather(*aws)
@@ -48,11 +83,13 @@ async def gather(*aws: Any) -> list[Any]:
 
 async def test_each_caller_gets_its_own_gradient_from_one_batch() -> None:
     model = mlp()
-    c = Coalescer(model)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
     xs = [rows(n, i) for i, n in enumerate((1, 3, 2, 4))]
     gs = [None, ag.tensor(np.arange(9.0).reshape(3, 3)), None, None]
     # Requests with and without grad_output go to batches of their own.
-    got = await gather(*(c.grad(x, grad_output=g) for x, g in zip(xs, gs, strict=True)))
+    calls = [functools.partial(c.grad, x, grad_output=g) for x, g in zip(xs, gs, strict=True)]
+    got = await first_then_the_rest(held, calls)
     for x, g, r in zip(xs, gs, got, strict=True):
         assert r.shape == x.shape
         np.testing.assert_allclose(r.numpy(), alone(model, x, g), rtol=RTOL, atol=1e-14)
@@ -72,11 +109,13 @@ async def test_gradients_of_per_sample_losses_match_torch() -> None:
     def per_sample_loss(x: ag.Tensor, t: ag.Tensor) -> ag.Tensor:
         return ag.nn.functional.cross_entropy(model(x), t, reduction="none")
 
-    c = Coalescer(per_sample_loss)
+    held = Held(per_sample_loss)
+    c = Coalescer(held, forward_off_loop=True)
     x = rows(5, 7)
     # Each request its own sample and target: the first runs at once, the four behind it as
     # one batch, each target stacked with its sample.
-    got = await gather(*(c.grad(x[i : i + 1], target[i : i + 1]) for i in range(5)))
+    calls = [functools.partial(c.grad, x[i : i + 1], target[i : i + 1]) for i in range(5)]
+    got = await first_then_the_rest(held, calls)
     assert c.stats()["batches"] == 2
     assert c.stats()["largest_batch"] == 4
     tm = torch.nn.Sequential(
