@@ -46,7 +46,7 @@ from ._tensor import Tensor
 from .autograd.api import _grad
 from .engine.offload import run as run_off_loop
 from .engine.worker import yield_to_loop
-from .graph.grad_mode import enable_grad
+from .graph.grad_mode import enable_grad, is_grad_enabled, no_grad
 
 __all__ = ["Coalescer"]
 
@@ -185,7 +185,7 @@ class Coalescer:
                     f"Coalescer.grad: argument {i + 1} after x must have one row per row of x "
                     f"({rows}), got shape {tuple(a.shape)}"
                 )
-            out.append(a.detach())
+            out.append(a)
         return out
 
     def _check(self, x: Any, grad_output: Any) -> tuple[Tensor, Tensor | None]:
@@ -215,7 +215,7 @@ class Coalescer:
                     f" got shape {tuple(grad_output.shape)}"
                 )
             g = grad_output.detach()
-        return x.detach(), g
+        return x, g
 
     async def _serve(self, key: Any) -> None:
         """Run batches of ``key``'s requests until none wait."""
@@ -299,15 +299,17 @@ class Coalescer:
     ) -> list[Tensor]:
         """One forward and one backward over the stacked rows; each request's rows back."""
         n = sum(rows)
-        stacked = [
-            xs[0][i] if len(xs) == 1 else ops.cat([p[i] for p in xs], 0) for i in range(len(xs[0]))
-        ]
-        x = stacked[0].detach().requires_grad_(True)
-        if self.forward_off_loop:
-            out = await run_off_loop(_forward, self.model, x, stacked[1:])
+        if len(xs) == 1:
+            parts = xs[0]
         else:
-            with enable_grad():
-                out = self.model(x, *stacked[1:])
+            with no_grad():  # the requests' tensors may require grad: stacking records nothing
+                parts = tuple(ops.cat([p[i] for p in xs], 0) for i in range(len(xs[0])))
+        x = parts[0].detach().requires_grad_(True)
+        args = [a.detach() for a in parts[1:]]
+        if self.forward_off_loop:
+            out = await run_off_loop(_forward, self.model, x, args)
+        else:
+            out = _forward(self.model, x, args)
         if not isinstance(out, Tensor):
             raise TypeError(
                 f"Coalescer: the model returned {type(out).__name__}, not a Tensor of "
@@ -347,7 +349,7 @@ class Coalescer:
         modules = getattr(self.model, "modules", None)
         if modules is None:
             return
-        for m in modules():
+        for m in modules():  # read each time: a module may be added, or switch modes
             if getattr(m, "_uses_batch_statistics", False):
                 raise RuntimeError(
                     f"Coalescer: {type(m).__name__} normalizes with statistics of the batch "
@@ -358,6 +360,9 @@ class Coalescer:
 
 
 def _forward(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Tensor:
+    """``model(x, *args)`` recording a graph, whatever the caller's grad mode."""
+    if is_grad_enabled():
+        return model(x, *args)
     with enable_grad():
         return model(x, *args)
 
