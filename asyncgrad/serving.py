@@ -147,10 +147,10 @@ class Coalescer:
         now, task = loop.time(), asyncio.current_task()
         concurrent = self._last_task is not task and now - self._last_at < CONCURRENT_S
         self._last_task, self._last_at = task, now
-        if key not in self._runners and not concurrent:
-            return await self._alone(loop, key, parts, g)
         if key not in self._runners:
-            self._runners[key] = loop.create_task(self._serve(key), name="asyncgrad-coalescer")
+            if not concurrent:
+                return await self._alone(loop, key, parts, g)
+            self._start_runner(loop, key)
         fut: asyncio.Future[Tensor] = loop.create_future()
         self._pending.setdefault(key, []).append(_Request(parts, g, fut))
         return await fut  # cancelling it before its batch starts drops the request
@@ -169,7 +169,11 @@ class Coalescer:
         finally:
             del self._runners[key]
             if self._pending.get(key):
-                self._runners[key] = loop.create_task(self._serve(key), name="asyncgrad-coalescer")
+                self._start_runner(loop, key)
+
+    def _start_runner(self, loop: asyncio.AbstractEventLoop, key: Any) -> None:
+        """A task that runs batches of ``key``'s waiting requests until none wait."""
+        self._runners[key] = loop.create_task(self._serve(key), name="asyncgrad-coalescer")
 
     @staticmethod
     def _check_args(args: tuple[Any, ...], rows: int) -> list[Tensor]:

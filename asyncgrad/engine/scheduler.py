@@ -362,12 +362,8 @@ class Scheduler:
         return q
 
     def start_queue(self, gt: GraphTask, device: Device) -> ReadyQueue:
-        """The queue ``gt`` starts on (``queue``, inline: once per pass)."""
-        q = self.queues.get(device) if self.loop is not None else None
-        if q is None:
-            q = ReadyQueue(self, device)
-            if self.loop is not None:
-                self.queues[device] = q
+        """The queue ``gt`` starts on."""
+        q = self.queue(device)
         gt.queue = q
         gt.queues[device] = q
         return q
