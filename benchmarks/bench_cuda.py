@@ -13,7 +13,8 @@ Workloads (the issue's sizes; ``--quick`` shrinks them for a smoke test or ``--d
          weights, batch 4096, fp32).
 
 Libraries, each in a fresh process per round (rounds interleaved, medians over rounds):
-asyncgrad (``await ag.backward`` / ``await ag.grad``), PyTorch eager (inline in the coroutine,
+asyncgrad (``await ag.backward`` / ``await ag.grad``; for serve also with the requests
+coalesced by ``ag.serving.Coalescer``), PyTorch eager (inline in the coroutine,
 and for serve and stall also through ``asyncio.to_thread``) and CuPy written out by hand with no
 engine: the floor for a CuPy-based engine (for serve: with a few requests in flight, and with
 all of them). A library that cannot run here is skipped with the reason printed; a worker
@@ -57,7 +58,14 @@ QUICK = SimpleNamespace(
 WORKLOADS = {
     "mlp": ["asyncgrad", "torch", "cupy", "asyncgrad-tf32", "torch-tf32", "cupy-tf32"],
     "chain": ["asyncgrad", "torch", "cupy"],
-    "serve": ["asyncgrad", "torch-inline", "torch-thread", "cupy-bounded", "cupy-all"],
+    "serve": [
+        "asyncgrad",
+        "asyncgrad-coalesced",
+        "torch-inline",
+        "torch-thread",
+        "cupy-bounded",
+        "cupy-all",
+    ],
     "stall": ["idle", "asyncgrad", "torch-inline", "torch-thread", "cupy"],
 }
 PARAMS = ["w1", "b1", "w2", "b2", "w3", "b3"]
@@ -449,7 +457,16 @@ def serve_worker(lib: str, variant: str, device: str, cfg: Any, quick: bool) -> 
             x = k.put(xi, True)
             return mlp_forward(k.F, p, x).sum(), x
 
-        if lib == "asyncgrad":
+        if lib == "asyncgrad" and variant == "coalesced":
+            import asyncgrad as ag
+
+            # The requests waiting at once run as one forward and one backward (NOTE
+            # [Coalesced gradients]); each gets its own rows.
+            coalescer = ag.serving.Coalescer(lambda x: mlp_forward(k.F, p, x))
+
+            async def grad_one(xi: Any, _: Any) -> Any:
+                return host(await coalescer.grad(k.put(xi)))
+        elif lib == "asyncgrad":
 
             async def grad_one(xi: Any, _: Any) -> Any:
                 out, x = forward(xi)
@@ -709,6 +726,7 @@ class Summary:
             "thread": "asyncio.to_thread",
             "bounded": f"{self.cfg.in_flight} requests in flight",
             "all": f"all {self.cfg.requests} in flight",
+            "coalesced": "coalesced (ag.serving.Coalescer)",
         }.get(variant)
         return f"{base}, {extra}" if extra else base
 
@@ -789,7 +807,10 @@ class Summary:
                 self.row(f"chain {what}", lib, value, H.fmt_ratio(paired), spread(vals), target, v)
 
     def serve(self, res: dict[str, list[dict]]) -> None:
-        refs = ["torch-thread", "torch-inline", "cupy-all", "cupy-bounded", "asyncgrad"]
+        refs = [
+            "torch-thread", "torch-inline", "cupy-all", "cupy-bounded", "asyncgrad",
+            "asyncgrad-coalesced",
+        ]  # fmt: skip
         self.check("serving", res, refs, lambda lib: 2e-3)
         rate = {
             lib: [H.median([x["rate"] for x in r["reps"]]) for r in rs] for lib, rs in res.items()

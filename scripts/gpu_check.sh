@@ -2,13 +2,15 @@
 # One call on a machine with an NVIDIA GPU: a preflight, the CUDA tests, the examples on cuda,
 # then the GPU benchmarks.
 #
-#   bash scripts/gpu_check.sh [--quick] [--wheels DIR] [-- BENCH_ARGS...]
+#   bash scripts/gpu_check.sh [--quick] [--wheels DIR] [--steps LIST] [-- BENCH_ARGS...]
 #
 # --quick        fits one 10-minute command (aimed at under 5 minutes; not yet timed on a GPU):
 #                the CNN example for one epoch and `bench_cuda.py --quick --rounds 1`, every
 #                step under a time limit and all of them within QUICK_BUDGET_S (default 540) s.
 # --wheels DIR   wheels to install first (default: .whl in the repository root, if present),
 #                into a temporary folder put on PYTHONPATH; nothing is downloaded.
+# --steps LIST   the steps to run after the preflight, comma-separated (default: all of
+#                tests,cnn,saliency,bench); the preflight always runs.
 # BENCH_ARGS     passed to benchmarks/bench_cuda.py (e.g. -- --rounds 1 --only mlp,stall).
 #
 # Steps, each reported as passed, failed or skipped, and listed in a summary at the end:
@@ -34,11 +36,13 @@ out=${OUT:-/tmp/gpu_check}
 wheels=""
 [[ -d $repo/.whl ]] && wheels=$repo/.whl
 quick=0
+steps=",tests,cnn,saliency,bench,"
 bench_args=()
 while (($#)); do
     case $1 in
         --quick) quick=1; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
+        --steps) steps=",${2:?--steps needs a list such as tests,bench},"; shift 2 ;;
         --) shift; bench_args=("$@"); break ;;
         -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -51,10 +55,15 @@ results=()
 failed=0
 
 # step NAME LIMIT_S COMMAND...: runs COMMAND under a time limit (in quick mode no longer than
-# what is left of the budget), and records passed, failed or skipped (exit status 3).
+# what is left of the budget), and records passed, failed or skipped (exit status 3); a step
+# not in --steps is not run and not recorded.
 step() {
     local name=$1 limit=$2 rc=0 result start=$SECONDS
     shift 2
+    if [[ $name != preflight && $steps != *",$name,"* ]]; then
+        echo "== $name: not run (not in --steps)"
+        return 0
+    fi
     if ((quick)); then
         local left=$((budget - SECONDS))
         ((left < limit)) && limit=$left

@@ -175,6 +175,14 @@ def test_a_failed_step_fails_the_run_and_the_others_still_run(
     assert "GPU check FAILED" in output
 
 
+def test_steps_runs_only_the_steps_it_names(tmp_path: Path, fake_path: str) -> None:
+    rc, output = _run(tmp_path, "--quick", "--steps", "tests,bench", path=fake_path)
+    assert rc == 0, output
+    assert list(_summary(output)) == ["preflight", "tests", "bench"]
+    assert "== cnn: not run (not in --steps)" in output
+    assert "scripts/gpu_check.py saliency" not in output
+
+
 def test_a_failed_preflight_runs_nothing_else(tmp_path: Path, fake_path: str) -> None:
     rc, output = _run(tmp_path, path=fake_path, FAKE_PREFLIGHT="1")
     assert rc == 1, output

@@ -296,3 +296,29 @@ async def test_one_callers_requests_one_after_another_each_run_in_the_caller() -
             np.testing.assert_allclose(g.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
             assert not [t for t in asyncio.all_tasks() if t.get_name() == "asyncgrad-coalescer"]
     assert c.stats()["batches"] == 5
+
+
+@pytest.mark.cuda
+async def test_requests_on_a_cuda_device_are_coalesced_there() -> None:
+    """On a GPU one batch is one larger kernel per layer: the requests on ``cuda:0`` share a
+    batch (the one made while the first is held), computed on the device, and each caller's
+    rows match the gradient computed alone on the CPU."""
+    from .cuda.conftest import assert_close, host
+
+    if not ag.cuda.is_available():
+        pytest.skip(f"no CUDA device: {ag.backend.cuda.why()}")
+    cpu_model = mlp(5)
+    model = mlp(5).to("cuda:0")
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+    xs = [rows(n, 10 + i) for i, n in enumerate((2, 1, 3, 4, 2))]
+    calls = [functools.partial(c.grad, x.to("cuda:0")) for x in xs]
+    got = await first_then_the_rest(held, calls)
+    for x, r in zip(xs, got, strict=True):
+        assert r.device == ag.device("cuda:0")
+        assert_close(host(r), alone(cpu_model, x), rtol=1e-12, atol=1e-14)
+    st = c.stats()
+    assert st["requests"] == 5
+    # The first alone, the four behind it as one batch.
+    assert st["batches"] == 2
+    assert st["largest_batch"] == 1 + 3 + 4 + 2

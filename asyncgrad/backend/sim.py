@@ -896,10 +896,12 @@ class _Block:
         self.memory = memory
         self.queue = queue
 
-    def __del__(self) -> None:
+    # The limits are bound here: at interpreter exit the module's globals may be gone (None)
+    # before the last arrays are.
+    def __del__(self, _keep: int = _POOL_KEEP_BYTES, _pending_max: int = _POOL_PENDING_MAX) -> None:
         memory, queue = self.memory, self.queue
         freed = queue.pool.freed
-        if memory.nbytes <= _POOL_KEEP_BYTES and len(freed) < _POOL_PENDING_MAX:
+        if memory.nbytes <= _keep and len(freed) < _pending_max:
             freed.append((memory, queue.submitted))
 
 

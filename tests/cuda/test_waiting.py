@@ -21,7 +21,7 @@ import pytest
 import asyncgrad as ag
 from asyncgrad.backend import cuda as runtime
 
-from .conftest import host, leaf
+from .conftest import host, leaf, needs_devices
 
 # An await that has not finished by then hangs.
 WAIT_S: Final = 5.0
@@ -115,6 +115,7 @@ async def test_a_device_broken_mid_pass_fails_the_pass_and_the_engine_goes_on(
     """The kernels after the failed one cannot even be launched: the awaited pass fails with the
     CUDA error (never hangs); the other device keeps serving on the same loop, and so does the
     broken one once repaired."""
+    needs_devices(2)
     x = leaf(np.linspace(-1.0, 1.0, 8))
     h = x * 2.0
     h.register_hook(_break_device_now(broken))
