@@ -750,8 +750,14 @@ class Summary:
         self.rows.append([wl, self.label(lib), value, ratio, details, target, v])
 
     def mlp(self, res: dict[str, list[dict]]) -> None:
-        tol = lambda lib: 5e-2 if "tf32" in lib else 2e-3  # noqa: E731
-        self.check("MLP", res, ["torch", "cupy", "asyncgrad"], tol)
+        # fp32 rows against PyTorch fp32; TF32 rows against PyTorch TF32, more loosely: TF32
+        # rounds the matmuls' inputs to 10-bit mantissas, and on an H100 every TF32 row's w1
+        # gradient differed from fp32's by 7% of its scale (2026-11-27). A wrong gradient (a
+        # missing term, a sign) is off by its whole scale.
+        fp32 = {lib: rs for lib, rs in res.items() if "tf32" not in lib}
+        tf32 = {lib: rs for lib, rs in res.items() if "tf32" in lib}
+        self.check("MLP", fp32, ["torch", "cupy", "asyncgrad"], lambda lib: 2e-3)
+        self.check("MLP", tf32, ["torch-tf32", "cupy-tf32", "asyncgrad-tf32"], lambda lib: 0.2)
         ms = {lib: [H.median(r["times"]) * 1e3 for r in rs] for lib, rs in res.items()}
         for lib, vals in ms.items():
             prec = "TF32" if "tf32" in lib else "fp32"

@@ -591,14 +591,8 @@ def index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> A
     z = xp.zeros(shape, dtype=g.dtype)
     if is_basic_index(index):
         z[index] = g
-    elif xp is np:
-        np.add.at(z, index, g)
-    elif xp.__name__ != "cupy":  # the simulator
-        xp.scatter_add(z, index, g)
-    else:
-        import cupyx
-
-        cupyx.scatter_add(z, index, g)
+    else:  # CuPy 14 deprecates cupyx.scatter_add for this
+        xp.add.at(z, index, g)
     return z
 
 

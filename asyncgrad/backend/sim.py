@@ -84,6 +84,7 @@ import random as _stdrandom
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Final
@@ -2972,8 +2973,18 @@ def _add_at_wrapped(a: _Array, key: tuple[Any, ...], value: Any) -> None:
 
 
 def scatter_add(a: ndarray, slices: Any, value: Any) -> None:
-    """``cupyx.scatter_add``: ``np.add.at(a, slices, value)`` as a launch, the indices wrapped
-    (See NOTE [Wrapped indices])."""
+    """``cupyx.scatter_add``, deprecated in CuPy 14 (it warns, as CuPy's does): ``add.at``."""
+    warnings.warn(
+        "`ndarray.scatter_add` is deprecated. Please use `cupy.add.at` instead.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    _scatter_add(a, slices, value)
+
+
+def _scatter_add(a: ndarray, slices: Any, value: Any) -> None:
+    """``add.at(a, slices, value)``: ``np.add.at`` as a launch, the indices wrapped (See NOTE
+    [Wrapped indices])."""
     if type(a) is not ndarray:
         raise TypeError(f"scatter_add expects an array of the simulated device, got {type(a)}")
     key, _ = _advanced_key(slices if type(slices) is tuple else (slices,), [])
@@ -3552,6 +3563,9 @@ class _Ufunc:
         return self._apply("outer", args, kwargs)
 
     def at(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ufunc is np.add and len(args) == 3 and not kwargs and type(args[0]) is ndarray:
+            _scatter_add(*args)  # CuPy's add.at is its scatter_add: indices wrapped
+            return None
         return self._apply("at", args, kwargs)
 
     # CuPy's ufunc attributes; its ``name`` is ``cupy_<NumPy's name>``.

@@ -17,6 +17,8 @@ Settings come from the environment, so that ``uvicorn app:app`` needs no argumen
     ASYNCGRAD_SERVER_DEVICE    auto (default: cuda when available, else cpu), cpu or cuda
     ASYNCGRAD_SERVER_LR        /adapt's default learning rate (default 0.05)
     ASYNCGRAD_SERVER_MAX_RUNNING  most gradient computations at once (default 0: no limit)
+    ASYNCGRAD_SERVER_COALESCE  1 (default): concurrent saliency requests run as one batched
+                               pass (ag.serving.Coalescer); 0: one pass per request
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ log = logging.getLogger("asyncgrad.server")
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 MAX_SAMPLES: Final = 65536
+# The most rows one coalesced saliency pass holds (a request with more SmoothGrad samples runs
+# by itself, in chunks): a pass over them takes well under a millisecond on one core.
+MAX_BATCH: Final = 256
 PNG_SCALE: Final = 24  # each of the 8x8 saliency cells becomes 24x24 pixels in the PNG
 
 
@@ -68,6 +73,7 @@ class Settings:
     device: str = "auto"
     lr: float = 0.05
     max_running: int = 0
+    coalesce: bool = True
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -78,6 +84,7 @@ class Settings:
             device=env.get("ASYNCGRAD_SERVER_DEVICE", "auto"),
             lr=float(env.get("ASYNCGRAD_SERVER_LR", "0.05")),
             max_running=int(env.get("ASYNCGRAD_SERVER_MAX_RUNNING", "0")),
+            coalesce=_flag(env.get("ASYNCGRAD_SERVER_COALESCE", "1"), "ASYNCGRAD_SERVER_COALESCE"),
         )
 
     def resolve_device(self) -> str:
@@ -86,6 +93,12 @@ class Settings:
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"ASYNCGRAD_SERVER_DEVICE must be auto, cpu or cuda: {self.device!r}")
         return self.device
+
+
+def _flag(value: str, name: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1: {value!r}")
+    return value == "1"
 
 
 # ----------------------------------------------------------------------------- requests
@@ -128,6 +141,14 @@ class Snapshot:
 
     version: int
     model: ag.nn.Sequential
+    # Its saliency requests made at once run as one forward and one backward over their
+    # stacked rows (NOTE [Coalesced gradients]); None: one pass per request.
+    coalescer: ag.serving.Coalescer | None
+
+    @classmethod
+    def of(cls, version: int, model: ag.nn.Sequential, coalesce: bool) -> Snapshot:
+        coalescer = ag.serving.Coalescer(model, max_batch=MAX_BATCH) if coalesce else None
+        return cls(version, model, coalescer)
 
 
 @dataclass
@@ -159,7 +180,7 @@ async def start(settings: Settings) -> Server:
     server = Server(
         settings=settings,
         device=device,
-        current=Snapshot(0, digits.copy_model(model, device)),
+        current=Snapshot.of(0, digits.copy_model(model, device), settings.coalesce),
         master=model,
         optimizer=ag.optim.SGD(model.parameters(), lr=settings.lr),
         accuracy=accuracy,
@@ -189,15 +210,23 @@ async def stop(server: Server) -> None:
 async def saliency(server: Server, req: SaliencyRequest) -> dict[str, Any]:
     snap = server.current
     image = np.asarray(req.image, dtype=np.float32)
-    # The forward pass runs on one of the engine's threads; the loop keeps serving meanwhile.
-    graph = await ag.run(
-        digits.saliency_forward, snap.model, image, req.target, req.samples, req.noise, req.seed
-    )
-    (grad,) = await ag.grad(graph.score, [graph.image])
-    probabilities = digits.to_numpy(ag.nn.functional.softmax(graph.logits.detach(), dim=1))[0]
+    args = (snap.model, image, req.target, req.samples, req.noise, req.seed)
+    if snap.coalescer is not None and req.samples <= MAX_BATCH:
+        # The request's rows (the image, or its noisy copies) join those of the requests made
+        # meanwhile; each gets the gradient of its own rows back.
+        rows = await ag.run(digits.saliency_rows, *args)
+        grad = await snap.coalescer.grad(rows.rows, grad_output=rows.grad_output)
+        grad = grad.sum(dim=0)
+        logits, target = rows.logits, rows.target
+    else:
+        # The forward pass runs on one of the engine's threads; the loop keeps serving.
+        graph = await ag.run(digits.saliency_forward, *args)
+        (grad,) = await ag.grad(graph.score, [graph.image])
+        logits, target = graph.logits.detach(), graph.target
+    probabilities = digits.to_numpy(ag.nn.functional.softmax(logits, dim=1))[0]
     return {
         "prediction": int(probabilities.argmax()),
-        "target": graph.target,
+        "target": target,
         "probabilities": probabilities.tolist(),
         "saliency": digits.to_numpy(grad).reshape(digits.SIDE, digits.SIDE).tolist(),
         "samples": req.samples,
@@ -236,7 +265,8 @@ async def _commit(server: Server, grads: tuple[Any, ...], lr: float) -> Snapshot
             return digits.copy_model(server.master, server.device)
 
         model = await ag.run(update)
-        server.current = Snapshot(server.current.version + 1, model)
+        version = server.current.version + 1
+        server.current = Snapshot.of(version, model, server.settings.coalesce)
         return server.current
 
 
@@ -370,6 +400,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def get_stats(request: Request) -> dict[str, Any]:
         """Engine metrics of the server's event loop, and what the model is."""
         server: Server = request.app.state.server
+        snap = server.current
         return {
             "engine": ag.autograd.engine.stats(),
             "model": {
@@ -378,6 +409,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "test_accuracy": server.accuracy,
                 "lr": server.settings.lr,
             },
+            # The current version's coalescer (None: ASYNCGRAD_SERVER_COALESCE=0).
+            "coalescer": None if snap.coalescer is None else snap.coalescer.stats(),
             # See NOTE [Freeze the start-up heap]
             "gc": {"frozen_objects": gc.get_freeze_count(), "collections": gc.get_stats()},
         }
@@ -406,8 +439,11 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, help="the .npz to load, or to train and save")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--lr", type=float, default=0.05, help="/adapt's default learning rate")
+    parser.add_argument("--no-coalesce", action="store_true", help="one pass per saliency request")
     args = parser.parse_args()
-    settings = Settings(weights=args.weights, device=args.device, lr=args.lr)
+    settings = Settings(
+        weights=args.weights, device=args.device, lr=args.lr, coalesce=not args.no_coalesce
+    )
     uvicorn.run(create_app(settings), host=args.host, port=args.port)
 
 

@@ -159,6 +159,45 @@ def saliency_forward(
 
 
 @dataclass
+class SaliencyRows:
+    """A saliency request as rows for a coalescer (``ag.serving.Coalescer``): the gradient of
+    ``<grad_output, model(rows)>`` with respect to ``rows``, summed over the rows, is the
+    request's saliency map (the mean over SmoothGrad's noisy copies of their maps)."""
+
+    rows: ag.Tensor  # (samples, 64): the image, or its noisy copies
+    grad_output: ag.Tensor  # (samples, 10): 1 / samples at the target's column, else 0
+    logits: ag.Tensor  # (1, 10): the clean image's, no graph
+    target: int
+
+
+def saliency_rows(
+    model: ag.nn.Module,
+    image: np.ndarray,
+    target: int | None,
+    samples: int,
+    noise: float,
+    seed: int,
+) -> SaliencyRows:
+    """What ``saliency_forward`` computes, as rows for a coalescer: the clean image's logits
+    (and the predicted class, when no target is given), and the rows to differentiate; blocking
+    array work, for ``ag.run``. The same noise as ``saliency_forward``'s."""
+    device = next(model.parameters()).device
+    x = image.reshape(1, PIXELS)
+    with ag.no_grad():
+        logits = model(ag.tensor(x, device=device))
+    if target is None:
+        target = int(to_numpy(logits.argmax(dim=1))[0])
+    if samples > 1:
+        jitter = np.random.default_rng(seed).normal(0.0, noise, size=(samples, PIXELS))
+        x = x + jitter.astype(np.float32)
+    weight = np.zeros((samples, CLASSES), dtype=np.float32)
+    weight[:, target] = 1.0 / samples
+    return SaliencyRows(
+        ag.tensor(x, device=device), ag.tensor(weight, device=device), logits, target
+    )
+
+
+@dataclass
 class StepGraph:
     loss: ag.Tensor
     params: list[ag.Tensor]

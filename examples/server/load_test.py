@@ -36,7 +36,8 @@ async def run(url: str, requests: int, concurrency: int, samples: int) -> None:
         queue.put_nowait(k)
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=60.0))
-        before = (await client.get("/stats")).json()["engine"]
+        stats_before = (await client.get("/stats")).json()
+        before = stats_before["engine"]
         # A client (and its one keep-alive connection) per simulated user: one client shared by
         # many connections spends its own CPU checking every connection of its pool on every
         # request, and then measures itself more than the server. Each is made, and connects,
@@ -65,7 +66,8 @@ async def run(url: str, requests: int, concurrency: int, samples: int) -> None:
             for user in users:
                 tg.create_task(worker(user))
         wall = time.perf_counter() - start
-        after = (await client.get("/stats")).json()["engine"]
+        stats_after = (await client.get("/stats")).json()
+        after = stats_after["engine"]
 
     ms = np.percentile(np.asarray(latencies), [50, 90, 99]) * 1e3
     print(f"requests:     {requests} at concurrency {concurrency}, samples {samples}")
@@ -77,6 +79,14 @@ async def run(url: str, requests: int, concurrency: int, samples: int) -> None:
     print(
         f"engine:       {nodes} nodes, longest loop stall {after['longest_stall_s'] * 1e3:.1f} ms"
     )
+    c0, c1 = stats_before.get("coalescer"), stats_after.get("coalescer")
+    if c1 is None:
+        print("coalescer:    off (one pass per request)")
+    elif c0 is None or stats_after["model"]["version"] != stats_before["model"]["version"]:
+        print("coalescer:    on (the weights changed during the run: not counted)")
+    else:
+        served, batches = c1["requests"] - c0["requests"], c1["batches"] - c0["batches"]
+        print(f"coalescer:    {served} requests in {batches} passes")
 
 
 def start_server(weights: Path | None) -> tuple[subprocess.Popen[bytes], str]:

@@ -196,8 +196,8 @@ IN_PLACE: Final[dict[str, Callable[[Any, Any], None]]] = {
     "copyto a view": lambda xp, a: xp.copyto(a[0], xp.asarray(np.array([4, 3, 2, 1]))),
     "np.copyto with where": lambda xp, a: np.copyto(a, 1, where=a > 4),
     "add.at": lambda xp, a: np.add.at(a, (xp.asarray(np.array([0, 0, 2])), 1), 5),
-    "scatter_add": lambda xp, a: (
-        xp.scatter_add(a, xp.asarray(np.array([1, 1])), 1)
+    "add.at of the module (CuPy's scatter_add)": lambda xp, a: (
+        xp.add.at(a, xp.asarray(np.array([1, 1])), 1)
         if xp is sim
         else np.add.at(a, np.array([1, 1]), 1)
     ),
@@ -367,7 +367,7 @@ def test_host_functions_run_on_the_stream_thread_in_order() -> None:
 
 def queue_error(a: sim.ndarray, index: int) -> None:
     """Queue a kernel that fails when it runs: ``np.add.at`` with an index out of range (unlike
-    ``scatter_add``, which wraps indices as CuPy does, ufunc.at keeps NumPy's check)."""
+    ``sim.add.at``, which wraps indices as CuPy's does, NumPy's ufunc.at keeps its check)."""
     np.add.at(a, sim.asarray([index]), 1.0)
 
 
@@ -641,3 +641,12 @@ def test_numpy_names_and_dtypes() -> None:
     assert sim.result_type(x, np.float32) == np.float64
     with pytest.raises(AttributeError):
         sim.no_such_function  # noqa: B018
+
+
+def test_scatter_add_warns_as_cupys_deprecated_one_does() -> None:
+    """CuPy 14 deprecates ``cupyx.scatter_add`` (``ndarray.scatter_add``) for ``cupy.add.at``;
+    the simulator warns the same, so code still calling it fails the tests here too."""
+    a = sim.zeros(3)
+    with pytest.warns(DeprecationWarning, match=r"Please use `cupy.add.at` instead"):
+        sim.scatter_add(a, sim.asarray(np.array([0, 0, 4])), 1.0)
+    np.testing.assert_array_equal(a.get(), [2.0, 1.0, 0.0])

@@ -76,8 +76,8 @@ WRITES: Final[dict[str, tuple[Callable[[Any], None], Callable[[np.ndarray], None
         lambda a: a.__setitem__((slice(None), sim.asarray(np.array([-6]))), sim.zeros((3, 1))),
         lambda h: h.__setitem__((slice(None), [2]), 0.0),
     ),
-    "scatter_add": (
-        lambda a: sim.scatter_add(a, (sim.asarray(np.array([3, 3, -1])), 0), 1.0),
+    "add.at (CuPy's scatter_add)": (
+        lambda a: sim.add.at(a, (sim.asarray(np.array([3, 3, -1])), 0), 1.0),
         lambda h: np.add.at(h, ([0, 0, 2], 0), 1.0),
     ),
     "put, default mode": (
@@ -119,7 +119,7 @@ def test_integer_index_arrays_are_launches_and_masks_synchronise() -> None:
         with sim.forbid_host_sync():
             picked = a[i]
             a[i] = 1.0
-            sim.scatter_add(a, i, 1.0)
+            sim.add.at(a, i, 1.0)
             taken = a.take(i)
             with pytest.raises(sim.HostSyncError, match="__getitem__"):
                 a[a > 3]

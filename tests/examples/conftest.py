@@ -44,6 +44,21 @@ def weights_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(weights_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The server as ``uvicorn app:app`` starts it (saliency requests coalesced)."""
+    yield from _serve(weights_path, tmp_path_factory, {})
+
+
+@pytest.fixture(scope="module")
+def uncoalesced_server(
+    weights_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The server with one pass per saliency request (ASYNCGRAD_SERVER_COALESCE=0)."""
+    yield from _serve(weights_path, tmp_path_factory, {"ASYNCGRAD_SERVER_COALESCE": "0"})
+
+
+def _serve(
+    weights_path: Path, tmp_path_factory: pytest.TempPathFactory, settings: dict[str, str]
+) -> Iterator[Server]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -54,6 +69,7 @@ def server(weights_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["ASYNCGRAD_SERVER_WEIGHTS"] = str(weights_path)
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(settings)
     log = tmp_path_factory.mktemp("server-log") / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
