@@ -24,12 +24,22 @@ backward, and gives each caller its own rows of the input gradient:
     (default 0) holds such a batch that long for more requests. So under load a request waits
     at most for the batch in flight, plus ``max_wait_s``. (Running every request in its caller
     would batch nothing under load: each finishes before the next caller runs.)
+    ``max_concurrent`` batches of a kind may be in flight at once. By default that is one per
+    compute thread on the CPU: a batch is a chain of layers, one node after another, so one
+    batch at a time keeps one core busy (SmoothGrad of an MLP 64-1024x3-10 on 2 cores over
+    HTTP, benchmarks/server_smoothgrad.py: 230-240 req/s with one, 356-373 with two); and one
+    on a GPU, where one batch at a time makes the largest kernels.
   - isolation: a request is checked before it joins (a tensor of at least one row, no more
     rows than ``max_batch``, a ``grad_output`` of as many rows); requests whose rows have
     other shapes, dtypes or devices go to batches of their own. A caller cancelled before its
     batch starts is dropped from it; one cancelled later has its rows discarded. When a batch
-    fails, each of its requests runs alone, so an error reaches only the callers whose rows
-    cause it.
+    fails (a faulty row, or a ``grad_output`` function that raises or returns another
+    shape), each of its requests runs alone, so an error reaches only the callers that cause
+    it.
+  - outputs: ``grad_output`` may be a function of the request's own output rows (computed
+    after the batch's forward, before its backward: the predicted class's one-hot, say), and
+    ``vjp`` returns the request's output rows with its gradient, so a caller that needs the
+    prediction too pays no second forward.
   - the engine: a batch is one backward pass, so ``configure(max_running=N)`` counts it once,
     and it runs at the priority given to the coalescer.
 Needs an asyncio event loop (uvloop included): under trio a call raises RuntimeError.
@@ -39,11 +49,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from . import ops
 from ._tensor import Tensor
 from .autograd.api import _grad
+from .engine import settings
 from .engine.offload import run as run_off_loop
 from .engine.worker import yield_to_loop
 from .graph.grad_mode import enable_grad, is_grad_enabled, no_grad
@@ -54,11 +65,18 @@ __all__ = ["Coalescer"]
 CONCURRENT_S = 0.002
 
 
+# A request's grad_output: none (ones), rows, or a function of its output rows.
+_GradOutput = Tensor | Callable[[Tensor], Tensor] | None
+
+
 class _Request:
     __slots__ = ("future", "grad_output", "rows", "x")
 
     def __init__(
-        self, x: tuple[Tensor, ...], grad_output: Tensor | None, fut: asyncio.Future[Tensor]
+        self,
+        x: tuple[Tensor, ...],
+        grad_output: _GradOutput,
+        fut: asyncio.Future[tuple[Tensor, Tensor]],
     ) -> None:
         self.x = x  # the input, then the model's other per-row arguments
         self.grad_output = grad_output
@@ -80,6 +98,9 @@ class Coalescer:
         forward_off_loop: run each batch's forward on the engine's compute threads
             (``ag.run``), for models whose forward would hold the loop.
         priority: the engine priority of the batches' backward passes.
+        max_concurrent: how many batches may run at once (each takes the requests waiting
+            when it starts); default: one on a GPU, one per compute thread on the CPU
+            (``ag.configure(compute_threads=...)``).
 
     Example:
         >>> import asyncio, asyncgrad as ag
@@ -102,6 +123,7 @@ class Coalescer:
         max_wait_s: float = 0.0,
         forward_off_loop: bool = False,
         priority: int = 0,
+        max_concurrent: int | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(f"Coalescer(model): model must be callable, got {type(model).__name__}")
@@ -109,15 +131,24 @@ class Coalescer:
             raise ValueError(f"Coalescer: max_batch must be an int >= 1, got {max_batch!r}")
         if not max_wait_s >= 0:
             raise ValueError(f"Coalescer: max_wait_s must be >= 0, got {max_wait_s!r}")
+        if max_concurrent is not None and (
+            not isinstance(max_concurrent, int) or max_concurrent < 1
+        ):
+            raise ValueError(
+                f"Coalescer: max_concurrent must be an int >= 1, got {max_concurrent!r}"
+            )
         self.model = model
         self.max_batch = max_batch
         self.max_wait_s = float(max_wait_s)
         self.forward_off_loop = forward_off_loop
         self.priority = priority
-        # Waiting requests per kind of row (shape, dtype, device), and the runner serving each.
+        self.max_concurrent = max_concurrent
+        # Waiting requests per kind of row (shape, dtype, device).
         self._pending: dict[Any, list[_Request]] = {}
-        # None: a request running alone in its caller.
-        self._runners: dict[Any, asyncio.Task[None] | None] = {}
+        # Per kind: the runner tasks serving it and the request running alone in its caller,
+        # if any (how many batches may be in flight), and the runners between two batches.
+        self._runners: dict[Any, int] = {}
+        self._idle: dict[Any, int] = {}
         # The task of the last request and when it came (See NOTE [Coalesced gradients]).
         self._last_task: Any = None
         self._last_at = float("-inf")
@@ -132,48 +163,71 @@ class Coalescer:
         """The gradient of ``<grad_output, model(x, *args)>`` with respect to ``x``, row by
         row: for each row of ``x`` (a sample), the vector-Jacobian product of its own output
         row. ``args`` are the model's other per-row inputs (a per-sample loss's targets, say),
-        stacked with the other requests' as ``x`` is; ``grad_output`` defaults to ones (the
-        gradient of each output row's sum)."""
+        stacked with the other requests' as ``x`` is. ``grad_output`` defaults to ones (the
+        gradient of each output row's sum); it may be a function of the request's own output
+        rows (detached) that returns them, for a weighting that depends on the output, such as
+        the predicted class's one-hot."""
+        return (await self.vjp(x, *args, grad_output=grad_output))[1]
+
+    async def vjp(self, x: Any, *args: Any, grad_output: Any = None) -> tuple[Tensor, Tensor]:
+        """``(output, gradient)``: the request's rows of ``model(x, *args)`` (detached), and
+        the gradient ``grad`` returns, from the same batched pass."""
         loop = asyncio._get_running_loop()
         if loop is None:
             raise RuntimeError("Coalescer.grad needs a running asyncio event loop (or uvloop)")
         xt, g = self._check(x, grad_output)
         parts = (xt, *self._check_args(args, int(xt.shape[0])))
-        key = (
-            tuple((tuple(p.shape[1:]), p.dtype, p.device) for p in parts),
-            None if g is None else tuple(g.shape[1:]),
+        # What each row of grad_output is: none, its shape, or a function of the output.
+        kind: Any = (
+            None if g is None else tuple(g.shape[1:]) if isinstance(g, Tensor) else "function"
         )
+        key = (tuple((tuple(p.shape[1:]), p.dtype, p.device) for p in parts), kind)
         # See NOTE [Coalesced gradients]: alone, or concurrent with another caller's request.
         now, task = loop.time(), asyncio.current_task()
         concurrent = self._last_task is not task and now - self._last_at < CONCURRENT_S
         self._last_task, self._last_at = task, now
-        if key not in self._runners:
-            if not concurrent:
-                return await self._alone(loop, key, parts, g)
-            self._start_runner(loop, key)
-        fut: asyncio.Future[Tensor] = loop.create_future()
+        if key not in self._runners and not concurrent:
+            return await self._alone(loop, key, parts, g)
+        fut: asyncio.Future[tuple[Tensor, Tensor]] = loop.create_future()
         self._pending.setdefault(key, []).append(_Request(parts, g, fut))
+        self._start_runner(loop, key)
         return await fut  # cancelling it before its batch starts drops the request
 
     async def _alone(
-        self, loop: asyncio.AbstractEventLoop, key: Any, x: tuple[Tensor, ...], g: Tensor | None
-    ) -> Tensor:
+        self, loop: asyncio.AbstractEventLoop, key: Any, x: tuple[Tensor, ...], g: _GradOutput
+    ) -> tuple[Tensor, Tensor]:
         """Nothing of its kind runs or waits: the request runs at once, in its caller, as a
         batch of one (no task hop); those that arrive meanwhile wait for the batch after it."""
-        self._runners[key] = None
+        self._runners[key] = self._runners.get(key, 0) + 1
         try:
             self._check_exact()
-            (gx,) = await self._vjp([x], [g], [int(x[0].shape[0])])
+            (result,) = await self._vjp([x], [g], [int(x[0].shape[0])])
             self._stats["requests"] += 1
-            return gx
+            return result
         finally:
-            del self._runners[key]
+            self._leave(key)
             if self._pending.get(key):
                 self._start_runner(loop, key)
 
     def _start_runner(self, loop: asyncio.AbstractEventLoop, key: Any) -> None:
-        """A task that runs batches of ``key``'s waiting requests until none wait."""
-        self._runners[key] = loop.create_task(self._serve(key), name="asyncgrad-coalescer")
+        """A task that runs batches of ``key``'s waiting requests until none wait, unless a
+        runner is about to take the next batch, or max_concurrent batches are in flight."""
+        limit = self.max_concurrent
+        if limit is None:  # one on a GPU; on the CPU, one per compute thread
+            device = key[0][0][2]
+            limit = 1 if device.type != "cpu" else int(settings.get("compute_threads"))
+        if self._idle.get(key, 0) or self._runners.get(key, 0) >= limit:
+            return
+        self._runners[key] = self._runners.get(key, 0) + 1
+        self._idle[key] = self._idle.get(key, 0) + 1
+        loop.create_task(self._serve(key), name="asyncgrad-coalescer")
+
+    def _leave(self, key: Any) -> None:
+        left = self._runners[key] - 1
+        if left:
+            self._runners[key] = left
+        else:
+            del self._runners[key]
 
     @staticmethod
     def _check_args(args: tuple[Any, ...], rows: int) -> list[Tensor]:
@@ -192,7 +246,7 @@ class Coalescer:
             out.append(a)
         return out
 
-    def _check(self, x: Any, grad_output: Any) -> tuple[Tensor, Tensor | None]:
+    def _check(self, x: Any, grad_output: Any) -> tuple[Tensor, _GradOutput]:
         if not isinstance(x, Tensor):
             raise TypeError(f"Coalescer.grad: x must be a Tensor, got {type(x).__name__}")
         if x.dim() < 1 or x.shape[0] < 1:
@@ -206,12 +260,14 @@ class Coalescer:
             )
         if not x.is_floating_point():
             raise TypeError(f"Coalescer.grad: x must be floating point, got {x.dtype}")
-        g = None
+        g: _GradOutput = None
+        if callable(grad_output) and not isinstance(grad_output, Tensor):
+            return x, cast("Callable[[Tensor], Tensor]", grad_output)
         if grad_output is not None:
             if not isinstance(grad_output, Tensor):
                 raise TypeError(
-                    "Coalescer.grad: grad_output must be a Tensor or None, got "
-                    f"{type(grad_output).__name__}"
+                    "Coalescer.grad: grad_output must be a Tensor, a function of the output "
+                    f"rows or None, got {type(grad_output).__name__}"
                 )
             if grad_output.dim() < 1 or grad_output.shape[0] != x.shape[0]:
                 raise ValueError(
@@ -222,8 +278,10 @@ class Coalescer:
         return x, g
 
     async def _serve(self, key: Any) -> None:
-        """Run batches of ``key``'s requests until none wait."""
+        """Run batches of ``key``'s requests until none wait (counted idle from its start
+        until it takes a batch, and between batches)."""
         batch: list[_Request] = []
+        idle = True
         try:
             while True:
                 # Each batch starts in a turn of the loop of its own, behind due timers: a
@@ -234,15 +292,27 @@ class Coalescer:
                 batch = self._take(key)
                 if not batch:
                     return
+                self._idle[key] = self._idle.get(key, 1) - 1
+                idle = False
+                if self._pending.get(key):  # more than this batch holds: another may start
+                    self._start_runner(asyncio.get_running_loop(), key)
                 await self._run_batch(batch)
+                batch = []
+                self._idle[key] = self._idle.get(key, 0) + 1
+                idle = True
         except asyncio.CancelledError:
             # Stopped from outside (the loop is closing): so are the requests it would serve.
             for r in batch + self._pending.get(key, []):
                 r.future.cancel()
             raise
         finally:
-            del self._runners[key]
-            self._pending.pop(key, None)
+            if idle:
+                self._idle[key] = self._idle.get(key, 1) - 1
+            if not self._idle.get(key, 0):
+                self._idle.pop(key, None)
+            self._leave(key)
+            if key not in self._runners:
+                self._pending.pop(key, None)
 
     def _take(self, key: Any) -> list[_Request]:
         """The next batch: waiting requests in arrival order, up to max_batch rows; cancelled
@@ -285,23 +355,24 @@ class Coalescer:
                     continue
                 self._stats["alone"] += 1
                 try:
-                    (g,) = await self._vjp([r.x], [r.grad_output], [r.rows])
+                    (one,) = await self._vjp([r.x], [r.grad_output], [r.rows])
                 except asyncio.CancelledError:
                     raise
                 except BaseException as e1:
                     _deliver_error(r.future, e1)
                 else:
                     self._stats["requests"] += 1
-                    _deliver(r.future, g)
+                    _deliver(r.future, one)
             return
         self._stats["requests"] += len(batch)
-        for r, g in zip(batch, grads, strict=True):
-            _deliver(r.future, g)
+        for r, result in zip(batch, grads, strict=True):
+            _deliver(r.future, result)
 
     async def _vjp(
-        self, xs: list[tuple[Tensor, ...]], gs: list[Tensor | None], rows: list[int]
-    ) -> list[Tensor]:
-        """One forward and one backward over the stacked rows; each request's rows back."""
+        self, xs: list[tuple[Tensor, ...]], gs: list[_GradOutput], rows: list[int]
+    ) -> list[tuple[Tensor, Tensor]]:
+        """One forward and one backward over the stacked rows; each request's output rows
+        (detached) and gradient rows back."""
         n = sum(rows)
         if len(xs) == 1:
             parts = xs[0]
@@ -325,12 +396,13 @@ class Coalescer:
                 f"input row ({n} rows): its outputs are not per-sample, so the batched "
                 "gradient would not be each request's own"
             )
+        outs = _split(out.detach(), rows)
         # A batch's requests all give grad_output or none does (they share a key). Without,
         # the gradient of the outputs' sum is the same as with ones, one op cheaper.
         if gs[0] is None:
             (gx,) = await _grad(out.sum(), x, priority=self.priority)
         else:
-            given = [g for g in gs if g is not None]
+            given = [_grad_output_of(g, o) for g, o in zip(gs, outs, strict=True)]
             go = given[0] if len(given) == 1 else ops.cat(given, 0)
             (gx,) = await _grad(out, x, grad_outputs=go, priority=self.priority)
         st = self._stats
@@ -339,14 +411,7 @@ class Coalescer:
         if n > st["largest_batch"]:
             st["largest_batch"] = n
         assert gx is not None
-        if len(rows) == 1:
-            return [gx]
-        out_rows: list[Tensor] = []
-        start = 0
-        for k in rows:
-            out_rows.append(gx[start : start + k])
-            start += k
-        return out_rows
+        return list(zip(outs, _split(gx, rows), strict=True))
 
     def _check_exact(self) -> None:
         """Refuse a model that uses batch statistics (See NOTE [Coalesced gradients])."""
@@ -371,11 +436,39 @@ def _forward(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Ten
         return model(x, *args)
 
 
-def _deliver(fut: asyncio.Future[Tensor], g: Tensor) -> None:
+def _split(t: Tensor, rows: list[int]) -> list[Tensor]:
+    """Each request's rows of ``t``."""
+    if len(rows) == 1:
+        return [t]
+    parts: list[Tensor] = []
+    start = 0
+    for k in rows:
+        parts.append(t[start : start + k])
+        start += k
+    return parts
+
+
+def _grad_output_of(g: _GradOutput, out: Tensor) -> Tensor:
+    """A request's grad_output rows: given, or computed from its output rows."""
+    if g is None or isinstance(g, Tensor):
+        assert g is not None  # a batch mixes no request without one (their keys differ)
+        return g
+    with no_grad():
+        got = g(out)
+    if not isinstance(got, Tensor) or tuple(got.shape) != tuple(out.shape):
+        what = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+        raise RuntimeError(
+            f"Coalescer: grad_output returned {what} for output rows of shape "
+            f"{tuple(out.shape)}: it must return a Tensor of the output rows' shape"
+        )
+    return got.detach()
+
+
+def _deliver(fut: asyncio.Future[tuple[Tensor, Tensor]], result: tuple[Tensor, Tensor]) -> None:
     if not fut.done():  # a caller cancelled meanwhile: its rows are discarded
-        fut.set_result(g)
+        fut.set_result(result)
 
 
-def _deliver_error(fut: asyncio.Future[Tensor], e: BaseException) -> None:
+def _deliver_error(fut: asyncio.Future[tuple[Tensor, Tensor]], e: BaseException) -> None:
     if not fut.done():
         fut.set_exception(e)

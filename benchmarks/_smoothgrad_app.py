@@ -10,6 +10,10 @@ require grad, as nn.Linear parameters do.
 
   - asyncgrad: the noisy batch and the forward with ``await ag.run(forward, x, seed)`` (on the
     engine's compute threads), then ``await ag.grad(score, [xb])``;
+  - asyncgrad-coalesced: ``await coalescer.vjp(xb, grad_output=predicted)`` with an
+    ``ag.serving.Coalescer(model, max_batch=256, forward_off_loop=True)``: the noisy
+    batches of the requests waiting at once go through one forward and one backward (the
+    predicted class of each row picked from its own logits);
   - torch-inline: forward and ``torch.autograd.grad`` in the handler, blocking the loop;
   - torch-thread: the whole computation in ``await asyncio.to_thread(...)``.
 
@@ -46,7 +50,9 @@ SIZES = (64, 1024, 1024, 1024, 10)
 SAMPLES = 32
 SIGMA = 0.15
 TICK = 0.001
-LIBS = ("asyncgrad", "torch-inline", "torch-thread")
+# asyncgrad-coalesced: the most rows (noisy copies) in one batch.
+COALESCED_ROWS = 256
+LIBS = ("asyncgrad", "asyncgrad-coalesced", "torch-inline", "torch-thread")
 
 
 class SaliencyRequest(BaseModel):
@@ -81,7 +87,7 @@ def one_hot(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def make_saliency(lib: str, compute_threads: int | None = None) -> Any:
     """An ``async def saliency(x, seed) -> (saliency, classes)`` for the library."""
     w = weights()
-    if lib == "asyncgrad":
+    if lib.startswith("asyncgrad"):
         import asyncgrad as ag
         import asyncgrad.nn.functional as F
 
@@ -106,7 +112,25 @@ def make_saliency(lib: str, compute_threads: int | None = None) -> Any:
             (g,) = await ag.grad((logits * ag.tensor(mask)).sum(), [xb])
             return g.numpy().mean(axis=0), cls
 
-        return saliency
+        if lib == "asyncgrad":
+            return saliency
+
+        def predicted(logits: Any) -> Any:
+            return ag.tensor(one_hot(logits.numpy())[0])
+
+        # Batches in flight at once: the default, one per compute thread.
+        coalescer = ag.serving.Coalescer(model, max_batch=COALESCED_ROWS, forward_off_loop=True)
+
+        def noisy_rows(x: np.ndarray, seed: int) -> Any:
+            return ag.tensor(noisy(x, seed))
+
+        async def coalesced(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+            # The noise is array work: off the loop, as in the first server.
+            rows = await ag.run(noisy_rows, x, seed)
+            logits, g = await coalescer.vjp(rows, grad_output=predicted)
+            return g.numpy().mean(axis=0), logits.numpy().argmax(axis=1)
+
+        return coalesced
 
     import torch
     import torch.nn.functional as F
@@ -202,7 +226,7 @@ def make_app(lib: str, freeze: bool = False, compute_threads: int | None = None)
     saliency = make_saliency(lib, compute_threads)
     ticker = Ticker()
     engine = None
-    if lib == "asyncgrad":
+    if lib.startswith("asyncgrad"):
         import asyncgrad as ag
 
         engine = ag.autograd.engine

@@ -8,6 +8,9 @@ predicted class's score averaged over 32 noisy copies, batched in one forward an
 backward of an MLP 64-1024-1024-1024-10 (float32). Servers:
 
   - asyncgrad: ``await ag.run(model, x)`` for the forward, then ``await ag.grad(...)``;
+  - asyncgrad coalesced: ``await coalescer.vjp(x, grad_output=predicted)``: the noisy copies of
+    the requests waiting at once go through one forward and one backward (up to 256 rows, one
+    batch in flight per compute thread; NOTE [Coalesced gradients]);
   - PyTorch inline: forward and ``torch.autograd.grad`` in the async handler (blocks the loop);
   - PyTorch via ``asyncio.to_thread``: the whole computation on the loop's default thread pool.
 
@@ -48,11 +51,15 @@ from _smoothgrad_app import SAMPLES, SIZES
 APP = H.HERE / "_smoothgrad_app.py"
 CONCURRENCY = 200
 WARMUP_REQUESTS = 24
-LIBS = ["asyncgrad", "asyncgrad-frozen", "asyncgrad-spare", "torch-inline", "torch-thread"]
+LIBS = [
+    "asyncgrad", "asyncgrad-coalesced", "asyncgrad-frozen", "asyncgrad-spare", "torch-inline",
+    "torch-thread",
+]  # fmt: skip
 # One core left to the loop (and the client): See NOTE [A core for the loop].
 SPARE_THREADS = max(1, (os.cpu_count() or 1) - 1)
 LABELS = {
     "asyncgrad": "asyncgrad await ag.run + await ag.grad",
+    "asyncgrad-coalesced": "asyncgrad, requests coalesced (ag.serving.Coalescer)",
     "asyncgrad-frozen": "asyncgrad, as above, gc.freeze() after start-up",
     "asyncgrad-spare": f"asyncgrad, as above, compute_threads={SPARE_THREADS} (cores - 1)",
     "torch-inline": "PyTorch inline (blocks the loop)",

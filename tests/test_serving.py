@@ -213,6 +213,70 @@ async def test_an_error_reaches_only_the_callers_whose_rows_cause_it() -> None:
     assert c.stats()["alone"] >= 1
 
 
+def predicted_one_hot(out: ag.Tensor) -> ag.Tensor:
+    """Each output row's one-hot of its largest entry: the predicted class's score."""
+    return ag.nn.functional.one_hot(out.argmax(dim=1), out.shape[1]).to(out.dtype)
+
+
+def alone_predicted(model: Any, x: ag.Tensor) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """A request's output and the gradient of each row's predicted-class score, alone."""
+    xx = x.detach().requires_grad_(True)
+    out = model(xx)
+    (gx,) = ag.grad_sync(out, xx, grad_outputs=predicted_one_hot(out.detach()))
+    return out.detach().numpy(), gx.numpy()
+
+
+async def test_a_grad_output_computed_from_each_requests_own_output_rows() -> None:
+    """``grad_output`` as a function of the request's output rows (the predicted class of
+    each row, as saliency and SmoothGrad use), and ``vjp``'s output rows: each request's own,
+    from one batch."""
+    model = mlp(2)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+    xs = [rows(n, 30 + i) for i, n in enumerate((2, 3, 1, 4))]
+    calls = [functools.partial(c.vjp, x, grad_output=predicted_one_hot) for x in xs]
+    got = await first_then_the_rest(held, calls)
+    for x, (out, g) in zip(xs, got, strict=True):
+        want_out, want_g = alone_predicted(model, x)
+        assert not out.requires_grad
+        np.testing.assert_allclose(out.numpy(), want_out, rtol=RTOL, atol=1e-14)
+        np.testing.assert_allclose(g.numpy(), want_g, rtol=RTOL, atol=1e-14)
+    assert c.stats()["batches"] == 2
+    assert c.stats()["largest_batch"] == 3 + 1 + 4
+
+
+async def test_a_failing_grad_output_function_fails_only_its_caller() -> None:
+    model = mlp(4)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+
+    def wrong_shape(out: ag.Tensor) -> ag.Tensor:
+        return out[:, :1]
+
+    def raises(out: ag.Tensor) -> ag.Tensor:
+        raise KeyError("no such class")
+
+    xs = [rows(2, 40 + i) for i in range(4)]
+    fns = [predicted_one_hot, wrong_shape, predicted_one_hot, raises]
+    calls = [functools.partial(c.grad, x, grad_output=f) for x, f in zip(xs, fns, strict=True)]
+
+    async def settled(call: Any) -> Any:
+        try:
+            return await call()
+        except Exception as e:
+            return e
+
+    got = await first_then_the_rest(held, [functools.partial(settled, f) for f in calls])
+    assert isinstance(got[1], RuntimeError)
+    assert "grad_output returned (2, 1) for output rows of shape (2, 3)" in str(got[1])
+    assert isinstance(got[3], KeyError)
+    for i in (0, 2):
+        np.testing.assert_allclose(
+            got[i].numpy(), alone_predicted(model, xs[i])[1], rtol=RTOL, atol=1e-14
+        )
+    assert c.stats()["alone"] == 3  # the batch behind the first failed: each of it alone
+
+
 async def _gather_exceptions(c: Coalescer, xs: list[ag.Tensor]) -> list[Any]:
     async with asyncio.timeout(TIMEOUT_S):
         return await asyncio.gather(*(c.grad(x) for x in xs), return_exceptions=True)
@@ -236,12 +300,16 @@ async def test_bad_requests_are_rejected_before_they_join_a_batch() -> None:
         await c.grad(rows(2, 0), ag.ones(3))
     with pytest.raises(TypeError, match="argument 1 after x must be a Tensor"):
         await c.grad(rows(2, 0), [1, 2])
+    with pytest.raises(TypeError, match="a function of the output rows or None, got str"):
+        await c.grad(rows(2, 0), grad_output="ones")
     assert c.stats() == {"requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0}
 
 
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(TypeError, match="model must be callable, got int"):
         Coalescer(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_concurrent must be an int >= 1, got 0"):
+        Coalescer(mlp(), max_concurrent=0)
     with pytest.raises(ValueError, match="max_batch must be an int >= 1, got 0"):
         Coalescer(mlp(), max_batch=0)
     with pytest.raises(ValueError, match="max_wait_s must be >= 0, got -1"):
@@ -322,3 +390,32 @@ async def test_requests_on_a_cuda_device_are_coalesced_there() -> None:
     # The first alone, the four behind it as one batch.
     assert st["batches"] == 2
     assert st["largest_batch"] == 1 + 3 + 4 + 2
+
+
+async def test_max_concurrent_batches_run_side_by_side() -> None:
+    """With ``max_concurrent=2``, the requests queued behind a batch in flight form a second
+    one that runs meanwhile (on another compute thread), instead of waiting for the first."""
+    from asyncgrad.engine import settings
+
+    before = settings.get("compute_threads")
+    ag.configure(compute_threads=max(2, before))
+    model = mlp(6)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True, max_concurrent=2)
+    xs = [rows(n, 50 + i) for i, n in enumerate((1, 2, 3))]
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            first = asyncio.create_task(c.grad(xs[0]))
+            assert await asyncio.to_thread(held.entered.wait, THREAD_TIMEOUT_S)
+            # The first is held in its forward: the others finish without it.
+            rest = await asyncio.gather(*(c.grad(x) for x in xs[1:]))
+            assert not first.done()
+            held.gate.set()
+            got = [await first, *rest]
+    finally:
+        held.gate.set()
+        ag.configure(compute_threads=before)
+    for x, r in zip(xs, got, strict=True):
+        np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+    assert c.stats()["batches"] == 2
+    assert c.stats()["largest_batch"] == 2 + 3
