@@ -48,7 +48,7 @@ Needs an asyncio event loop (uvloop included): under trio a call raises RuntimeE
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from . import ops
@@ -69,17 +69,23 @@ CONCURRENT_S = 0.002
 _GradOutput = Tensor | Callable[[Tensor], Tensor] | None
 
 
+# What a request gets: its output rows (None unless asked for), and its gradient rows.
+_Result = tuple[Tensor | None, Tensor]
+
+
 class _Request:
-    __slots__ = ("future", "grad_output", "rows", "x")
+    __slots__ = ("future", "grad_output", "output", "rows", "x")
 
     def __init__(
         self,
         x: tuple[Tensor, ...],
         grad_output: _GradOutput,
-        fut: asyncio.Future[tuple[Tensor, Tensor]],
+        output: bool,
+        fut: asyncio.Future[_Result],
     ) -> None:
         self.x = x  # the input, then the model's other per-row arguments
         self.grad_output = grad_output
+        self.output = output
         self.rows = int(x[0].shape[0])
         self.future = fut
 
@@ -167,11 +173,21 @@ class Coalescer:
         gradient of each output row's sum); it may be a function of the request's own output
         rows (detached) that returns them, for a weighting that depends on the output, such as
         the predicted class's one-hot."""
-        return (await self.vjp(x, *args, grad_output=grad_output))[1]
+        return (await self._submit(x, args, grad_output, False))[1]
 
     async def vjp(self, x: Any, *args: Any, grad_output: Any = None) -> tuple[Tensor, Tensor]:
         """``(output, gradient)``: the request's rows of ``model(x, *args)`` (detached), and
         the gradient ``grad`` returns, from the same batched pass."""
+        out, g = await self._submit(x, args, grad_output, True)
+        assert out is not None
+        return out, g
+
+    def _submit(
+        self, x: Any, args: tuple[Any, ...], grad_output: Any, output: bool
+    ) -> Awaitable[_Result]:
+        """The request checked, and what to await for its result: its run alone, or the
+        future its batch sets. (A plain function, not a coroutine: a request that waits holds
+        one object fewer, for the collector to walk, while it waits.)"""
         loop = asyncio._get_running_loop()
         if loop is None:
             raise RuntimeError("Coalescer.grad needs a running asyncio event loop (or uvloop)")
@@ -187,21 +203,26 @@ class Coalescer:
         concurrent = self._last_task is not task and now - self._last_at < CONCURRENT_S
         self._last_task, self._last_at = task, now
         if key not in self._runners and not concurrent:
-            return await self._alone(loop, key, parts, g)
-        fut: asyncio.Future[tuple[Tensor, Tensor]] = loop.create_future()
-        self._pending.setdefault(key, []).append(_Request(parts, g, fut))
+            return self._alone(loop, key, parts, g, output)
+        fut: asyncio.Future[_Result] = loop.create_future()
+        self._pending.setdefault(key, []).append(_Request(parts, g, output, fut))
         self._start_runner(loop, key)
-        return await fut  # cancelling it before its batch starts drops the request
+        return fut  # cancelling it before its batch starts drops the request
 
     async def _alone(
-        self, loop: asyncio.AbstractEventLoop, key: Any, x: tuple[Tensor, ...], g: _GradOutput
-    ) -> tuple[Tensor, Tensor]:
+        self,
+        loop: asyncio.AbstractEventLoop,
+        key: Any,
+        x: tuple[Tensor, ...],
+        g: _GradOutput,
+        output: bool,
+    ) -> _Result:
         """Nothing of its kind runs or waits: the request runs at once, in its caller, as a
         batch of one (no task hop); those that arrive meanwhile wait for the batch after it."""
         self._runners[key] = self._runners.get(key, 0) + 1
         try:
             self._check_exact()
-            (result,) = await self._vjp([x], [g], [int(x[0].shape[0])])
+            (result,) = await self._vjp([x], [g], [int(x[0].shape[0])], output)
             self._stats["requests"] += 1
             return result
         finally:
@@ -340,7 +361,10 @@ class Coalescer:
             return
         try:
             grads = await self._vjp(
-                [r.x for r in batch], [r.grad_output for r in batch], [r.rows for r in batch]
+                [r.x for r in batch],
+                [r.grad_output for r in batch],
+                [r.rows for r in batch],
+                any(r.output for r in batch),
             )
         except asyncio.CancelledError:
             raise
@@ -355,7 +379,7 @@ class Coalescer:
                     continue
                 self._stats["alone"] += 1
                 try:
-                    (one,) = await self._vjp([r.x], [r.grad_output], [r.rows])
+                    (one,) = await self._vjp([r.x], [r.grad_output], [r.rows], r.output)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as e1:
@@ -369,10 +393,10 @@ class Coalescer:
             _deliver(r.future, result)
 
     async def _vjp(
-        self, xs: list[tuple[Tensor, ...]], gs: list[_GradOutput], rows: list[int]
-    ) -> list[tuple[Tensor, Tensor]]:
-        """One forward and one backward over the stacked rows; each request's output rows
-        (detached) and gradient rows back."""
+        self, xs: list[tuple[Tensor, ...]], gs: list[_GradOutput], rows: list[int], output: bool
+    ) -> list[_Result]:
+        """One forward and one backward over the stacked rows; each request's gradient rows
+        back, with its output rows (detached) if ``output``."""
         n = sum(rows)
         if len(xs) == 1:
             parts = xs[0]
@@ -396,13 +420,15 @@ class Coalescer:
                 f"input row ({n} rows): its outputs are not per-sample, so the batched "
                 "gradient would not be each request's own"
             )
-        outs = _split(out.detach(), rows)
+        outs: list[Tensor] | None = None
+        if output or (gs[0] is not None and not isinstance(gs[0], Tensor)):
+            outs = _split(out.detach(), rows)
         # A batch's requests all give grad_output or none does (they share a key). Without,
         # the gradient of the outputs' sum is the same as with ones, one op cheaper.
         if gs[0] is None:
             (gx,) = await _grad(out.sum(), x, priority=self.priority)
         else:
-            given = [_grad_output_of(g, o) for g, o in zip(gs, outs, strict=True)]
+            given = [_grad_output_of(g, outs, i) for i, g in enumerate(gs)]
             go = given[0] if len(given) == 1 else ops.cat(given, 0)
             (gx,) = await _grad(out, x, grad_outputs=go, priority=self.priority)
         st = self._stats
@@ -411,7 +437,10 @@ class Coalescer:
         if n > st["largest_batch"]:
             st["largest_batch"] = n
         assert gx is not None
-        return list(zip(outs, _split(gx, rows), strict=True))
+        grads = _split(gx, rows)
+        if outs is None:
+            return [(None, g) for g in grads]
+        return list(zip(outs, grads, strict=True))
 
     def _check_exact(self) -> None:
         """Refuse a model that uses batch statistics (See NOTE [Coalesced gradients])."""
@@ -448,11 +477,13 @@ def _split(t: Tensor, rows: list[int]) -> list[Tensor]:
     return parts
 
 
-def _grad_output_of(g: _GradOutput, out: Tensor) -> Tensor:
-    """A request's grad_output rows: given, or computed from its output rows."""
+def _grad_output_of(g: _GradOutput, outs: list[Tensor] | None, i: int) -> Tensor:
+    """Request ``i``'s grad_output rows: given, or computed from its output rows."""
     if g is None or isinstance(g, Tensor):
         assert g is not None  # a batch mixes no request without one (their keys differ)
         return g
+    assert outs is not None
+    out = outs[i]
     with no_grad():
         got = g(out)
     if not isinstance(got, Tensor) or tuple(got.shape) != tuple(out.shape):
@@ -464,11 +495,11 @@ def _grad_output_of(g: _GradOutput, out: Tensor) -> Tensor:
     return got.detach()
 
 
-def _deliver(fut: asyncio.Future[tuple[Tensor, Tensor]], result: tuple[Tensor, Tensor]) -> None:
+def _deliver(fut: asyncio.Future[_Result], result: _Result) -> None:
     if not fut.done():  # a caller cancelled meanwhile: its rows are discarded
         fut.set_result(result)
 
 
-def _deliver_error(fut: asyncio.Future[tuple[Tensor, Tensor]], e: BaseException) -> None:
+def _deliver_error(fut: asyncio.Future[_Result], e: BaseException) -> None:
     if not fut.done():
         fut.set_exception(e)
