@@ -84,7 +84,7 @@ def one_hot(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mask, cls
 
 
-def make_saliency(lib: str, compute_threads: int | None = None) -> Any:
+def make_saliency(lib: str, compute_threads: int | None = None, defaults: bool = False) -> Any:
     """An ``async def saliency(x, seed) -> (saliency, classes)`` for the library."""
     w = weights()
     if lib.startswith("asyncgrad"):
@@ -135,7 +135,8 @@ def make_saliency(lib: str, compute_threads: int | None = None) -> Any:
     import torch
     import torch.nn.functional as F
 
-    H.pin_torch_threads()
+    if not defaults:  # the benchmarks' single-threaded PyTorch; --defaults keeps its own
+        H.pin_torch_threads()
     p = [torch.nn.Parameter(torch.from_numpy(a)) for a in w]
 
     def compute(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -220,10 +221,12 @@ class GcWatch:
         return {"gc_max_ms": self.longest * 1e3, "gc_full": self.full}
 
 
-def make_app(lib: str, freeze: bool = False, compute_threads: int | None = None) -> Any:
+def make_app(
+    lib: str, freeze: bool = False, compute_threads: int | None = None, defaults: bool = False
+) -> Any:
     from fastapi import FastAPI
 
-    saliency = make_saliency(lib, compute_threads)
+    saliency = make_saliency(lib, compute_threads, defaults)
     ticker = Ticker()
     engine = None
     if lib.startswith("asyncgrad"):
@@ -280,11 +283,14 @@ def main() -> None:
     ap.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"))
     ap.add_argument("--gc-freeze", action="store_true", help="gc.collect(); gc.freeze() at start")
     ap.add_argument("--compute-threads", type=int, help="asyncgrad's compute threads")
+    ap.add_argument(
+        "--defaults", action="store_true", help="PyTorch's own intra-op threads (no pinning)"
+    )
     a = ap.parse_args()
     import uvicorn
 
     uvicorn.run(
-        make_app(a.lib, a.gc_freeze, a.compute_threads),
+        make_app(a.lib, a.gc_freeze, a.compute_threads, a.defaults),
         host="127.0.0.1",
         port=a.port,
         loop=a.loop,

@@ -21,6 +21,13 @@ requests the server began during it, and for asyncgrad the engine's own longest 
 the CPU the server process used (cores busy on average). No gc.collect() and no gc.freeze() in
 client or server, except in the row that says so.
 
+NOTE [Library defaults]
+Every other row runs its server with one BLAS thread per call and PyTorch pinned to one
+thread (the harness's settings, for a like-for-like comparison). The "library defaults" rows
+run theirs as a new user does: no thread variables in the environment, PyTorch's own
+intra-op threads, asyncgrad's own choices (it limits BLAS to one thread per call when its
+compute threads start: NOTE [BLAS threads of the compute threads] in asyncgrad/backend/blas.py).
+
 NOTE [One client per user]
 Every user has an httpx.AsyncClient of its own, with one keep-alive connection opened before
 the timed run, as separate users would. One shared client with a pool of CONCURRENCY
@@ -53,8 +60,11 @@ CONCURRENCY = 200
 WARMUP_REQUESTS = 24
 LIBS = [
     "asyncgrad", "asyncgrad-coalesced", "asyncgrad-frozen", "asyncgrad-spare", "torch-inline",
-    "torch-thread",
+    "torch-thread", "asyncgrad-defaults", "asyncgrad-coalesced-defaults", "torch-thread-defaults",
 ]  # fmt: skip
+# Rows with the libraries' own thread settings, as a new user runs them (See NOTE [Library
+# defaults]).
+DEFAULTS = "-defaults"
 # One core left to the loop (and the client): See NOTE [A core for the loop].
 SPARE_THREADS = max(1, (os.cpu_count() or 1) - 1)
 LABELS = {
@@ -64,8 +74,14 @@ LABELS = {
     "asyncgrad-spare": f"asyncgrad, as above, compute_threads={SPARE_THREADS} (cores - 1)",
     "torch-inline": "PyTorch inline (blocks the loop)",
     "torch-thread": "PyTorch via asyncio.to_thread",
+    "asyncgrad-defaults": "asyncgrad await ag.run + await ag.grad, library defaults",
+    "asyncgrad-coalesced-defaults": "asyncgrad coalesced, library defaults",
+    "torch-thread-defaults": "PyTorch via asyncio.to_thread, library defaults",
 }
 BASELINE = "torch-thread"
+# Rows judged against their baseline: the throughput ratio they must reach (and p50, p99 at or
+# below the baseline's, the loop's longest stall under 5 ms).
+TARGETS = {"asyncgrad": 1.3, "asyncgrad-coalesced-defaults": 1.5}
 # uvicorn's default: uvloop when it is installed.
 SERVER_LOOP = "auto"
 
@@ -184,14 +200,20 @@ def worker_main(lib: str, argv: list[str]) -> None:
     if lib not in LIBS:
         raise SystemExit(f"unknown library {lib!r}")
     port = free_port()
-    app_lib = lib.removesuffix("-frozen").removesuffix("-spare")
+    defaults = lib.endswith(DEFAULTS)
+    app_lib = lib.removesuffix(DEFAULTS).removesuffix("-frozen").removesuffix("-spare")
     cmd = [sys.executable, str(APP), "--lib", app_lib, "--port", str(port), "--loop", SERVER_LOOP]
+    env = dict(os.environ)
+    if defaults:
+        cmd.append("--defaults")
+        for var in H.THREAD_ENV:  # the server starts with no thread settings of ours
+            env.pop(var, None)
     if lib.endswith("-frozen"):
         cmd.append("--gc-freeze")
     if lib.endswith("-spare"):
         cmd += ["--compute-threads", str(SPARE_THREADS)]
     with tempfile.TemporaryFile() as err:
-        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
             res = asyncio.run(client(lib, port, requests_per_client(a.quick), server.pid))
         except BaseException:
@@ -259,7 +281,12 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
 
     rep = H.Report(title="SmoothGrad server over HTTP (FastAPI on uvicorn)", command=cmd)
     summary: dict[str, Any] = {}
-    base = BASELINE if BASELINE in results else None
+
+    def base_of(lib: str) -> str | None:
+        """The row a row is compared with: PyTorch via to_thread run the same way."""
+        b = BASELINE + DEFAULTS if lib.endswith(DEFAULTS) else BASELINE
+        return b if b in results else None
+
     rows = []
     for lib in libs:
         s = {k: med(lib, k) for k in ("rps", "p50", "p99", "lag_p99", "client_cores")}
@@ -276,36 +303,39 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         s["loop"] = results[lib][0]["server_loop"]
         summary[lib] = s
         target = ""
-        if lib == "asyncgrad" and base:
+        lib_base = base_of(lib)
+        if lib in TARGETS and lib_base:
+            need = TARGETS[lib]
+            who = f"{LABELS[lib]} vs {LABELS[lib_base]}"
             verdicts = []
-            r = H.paired_ratio(per_round(lib, "rps"), per_round(base, "rps"))
-            v = H.verdict_at_least(r, s["rps"] / med(base, "rps"), 1.3)
-            verdicts.append(f"req/s >=1.3x: {v}")
+            r = H.paired_ratio(per_round(lib, "rps"), per_round(lib_base, "rps"))
+            v = H.verdict_at_least(r, s["rps"] / med(lib_base, "rps"), need)
+            verdicts.append(f"req/s >={need}x: {v}")
             rep.targets.append(
                 (
-                    f"SmoothGrad server req/s >= 1.3x {LABELS[base]}",
+                    f"SmoothGrad server req/s >= {need}x, {who}",
                     v,
                     f"paired ratio {H.fmt_ratio(r)}; medians {s['rps']:.1f} vs "
-                    f"{med(base, 'rps'):.1f} req/s",
+                    f"{med(lib_base, 'rps'):.1f} req/s",
                 )
             )
             for key in ("p50", "p99"):
-                r = H.paired_ratio(per_round(lib, key), per_round(base, key))
-                v = H.verdict_at_most(r, s[key] / med(base, key), 1.0)
+                r = H.paired_ratio(per_round(lib, key), per_round(lib_base, key))
+                v = H.verdict_at_most(r, s[key] / med(lib_base, key), 1.0)
                 verdicts.append(f"{key} <=: {v}")
                 rep.targets.append(
                     (
-                        f"SmoothGrad server latency {key} <= {LABELS[base]}",
+                        f"SmoothGrad server latency {key} <=, {who}",
                         v,
                         f"paired ratio {H.fmt_ratio(r)}; medians {s[key]:.0f} vs "
-                        f"{med(base, key):.0f} ms",
+                        f"{med(lib_base, key):.0f} ms",
                     )
                 )
             v = "MET" if s["lag_max"] < 5.0 else "NOT MET"
             verdicts.append(f"stall <5 ms: {v}")
             rep.targets.append(
                 (
-                    "SmoothGrad server loop stall max < 5 ms",
+                    f"SmoothGrad server loop stall max < 5 ms, {LABELS[lib]}",
                     v,
                     f"worst over rounds {s['lag_max']:.1f} ms, median {med(lib, 'lag_max'):.1f} ms",
                 )
@@ -315,8 +345,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             [
                 LABELS[lib],
                 H.fmt(s["rps"], ".1f"),
-                H.fmt_ratio(H.paired_ratio(per_round(lib, "rps"), per_round(base, "rps")))
-                if base
+                H.fmt_ratio(H.paired_ratio(per_round(lib, "rps"), per_round(lib_base, "rps")))
+                if lib_base
                 else "n/a",
                 H.fmt(s["p50"], ".0f"),
                 H.fmt(s["p99"], ".0f"),
@@ -373,7 +403,14 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         f"during the run / wall time. Median over {rounds} interleaved rounds (stall max: the "
         "worst round). The to_thread server uses the loop's default pool (min(32, cores + 4) "
         "threads); asyncgrad's compute threads are left at their default (one per core). "
+        "`vs to_thread`: against PyTorch via to_thread run the same way (the library-defaults "
+        "rows against PyTorch's library-defaults row). The coalesced rows serve through "
+        "`ag.serving.Coalescer(model, max_batch=256, forward_off_loop=True)` (one batch in "
+        "flight per compute thread). "
         + H.THREADS_NOTE
+        + " Except the `library defaults` rows: their servers start with no thread variables "
+        "and PyTorch's own intra-op threads, as a new user runs them (asyncgrad then limits "
+        "BLAS to one thread per call itself when its compute threads start)."
     )
     print()
     print(tab)

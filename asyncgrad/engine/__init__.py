@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backend.blas import state as blas
 from . import settings as _settings
 from .engine import execute, execute_sync, queue_callback, wait_idle
 from .offload import run
@@ -17,6 +18,7 @@ from .scheduler import reset_stats, stats
 from .settings import configure
 
 __all__ = [
+    "blas",
     "compute_pool",
     "configure",
     "execute",

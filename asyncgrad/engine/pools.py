@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ..backend import blas
 from .reentrant import current_graph_task
 from .settings import settings
 
@@ -219,6 +220,7 @@ class _ComputePool:
                 pool = self._pool
                 n = settings.compute_threads
                 if pool is None or self._made_for != n:
+                    _set_blas_threads(n)
                     old, pool = pool, TurnPool(n)
                     self._pool, self._made_for = pool, n
                     if old is not None:
@@ -233,6 +235,22 @@ class _ComputePool:
 
 
 compute_pool = _ComputePool()
+
+
+def _set_blas_threads(n: int) -> None:
+    """BLAS's threads per call for ``n`` compute threads (See NOTE [BLAS threads of the compute
+    threads] in asyncgrad/backend/blas.py)."""
+    want = settings.blas_threads
+    if want is None:
+        blas.leave("left alone: blas_threads=None")
+    elif want != "auto":
+        blas.limit_threads(int(want))
+    elif n < 2:
+        blas.leave("left alone: one compute thread")
+    elif (variable := blas.chosen_by_environment()) is not None:
+        blas.leave(f"left alone: {variable} is set")
+    else:
+        blas.limit_threads(1)
 
 
 # ----------------------------------------------------------------------------- jobs in flight

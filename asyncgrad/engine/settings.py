@@ -24,6 +24,7 @@ class Settings:
     """The engine's options (read them here; change them with ``configure``)."""
 
     __slots__ = (
+        "blas_threads",
         "compute_threads",
         "executor_size",
         "max_reentrant_depth",
@@ -39,6 +40,8 @@ class Settings:
         self.compute_threads = DEFAULT_COMPUTE_THREADS  # See NOTE [Threads of the engine]
         self.max_running: int | None = None  # See NOTE [One scheduler], 6 in scheduler.py
         self.offload_threshold = DEFAULT_OFFLOAD_THRESHOLD  # See NOTE [Large nodes]
+        # See NOTE [BLAS threads of the compute threads] in asyncgrad/backend/blas.py.
+        self.blas_threads: int | str | None = "auto"
 
 
 settings: Final = Settings()
@@ -75,6 +78,7 @@ def configure(
     compute_threads: int | None = None,
     max_running: int | _Unset | None = _UNSET,
     offload_threshold: float | None = None,
+    blas_threads: int | str | _Unset | None = _UNSET,
     **removed: Any,
 ) -> None:
     """Set engine options; ``None`` leaves one unchanged. A bad value changes nothing.
@@ -98,6 +102,11 @@ def configure(
             awaited pass (a matmul, an elementwise op over a large array, any node) runs on a
             compute thread instead of the loop (default 2**25, about 1 ms; See NOTE [Large
             nodes] and NOTE [Work estimates]). ``float("inf")`` keeps every node on the loop.
+        blas_threads: the threads each BLAS call uses once the engine runs more than one
+            compute thread (set when the compute threads start, process-wide): ``"auto"``
+            (the default) one, unless ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` or
+            ``MKL_NUM_THREADS`` is set; an int, that many; ``None``, BLAS is left alone
+            (See NOTE [BLAS threads of the compute threads] in asyncgrad/backend/blas.py).
 
     Example:
         >>> import asyncgrad as ag
@@ -129,6 +138,16 @@ def configure(
         raise ValueError(f"max_running must be None or an int >= 1, got {max_running!r}")
     if offload_threshold is not None and not offload_threshold >= 0:
         raise ValueError(f"offload_threshold must be >= 0, got {offload_threshold!r}")
+    if not isinstance(blas_threads, _Unset) and not (
+        blas_threads is None
+        or blas_threads == "auto"
+        or (
+            isinstance(blas_threads, int)
+            and not isinstance(blas_threads, bool)
+            and blas_threads >= 1
+        )
+    ):
+        raise ValueError(f"blas_threads must be 'auto', None or an int >= 1, got {blas_threads!r}")
 
     s = settings
     if max_reentrant_depth is not None:
@@ -143,6 +162,8 @@ def configure(
         s.max_running = max_running
     if offload_threshold is not None:
         s.offload_threshold = float(offload_threshold)
+    if not isinstance(blas_threads, _Unset):
+        s.blas_threads = blas_threads
 
 
 def get(name: str) -> Any:
