@@ -42,7 +42,9 @@ backward, and gives each caller its own rows of the input gradient:
     prediction too pays no second forward.
   - the engine: a batch is one backward pass, so ``configure(max_running=N)`` counts it once,
     and it runs at the priority given to the coalescer.
-Needs an asyncio event loop (uvloop included): under trio a call raises RuntimeError.
+Batches need an asyncio event loop (uvloop included). Under trio (any loop anyio drives other
+than asyncio) every request runs alone in its caller, with the same checks and results: there
+is no runner task to serve the others yet. Called outside any event loop, ``ag.grad``'s error.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from . import ops
 from ._tensor import Tensor
 from .autograd.api import _grad
 from .engine import settings
+from .engine.foreign import require_library
 from .engine.offload import run as run_off_loop
 from .engine.worker import yield_to_loop
 from .graph.grad_mode import enable_grad, is_grad_enabled, no_grad
@@ -189,10 +192,11 @@ class Coalescer:
         future its batch sets. (A plain function, not a coroutine: a request that waits holds
         one object fewer, for the collector to walk, while it waits.)"""
         loop = asyncio._get_running_loop()
-        if loop is None:
-            raise RuntimeError("Coalescer.grad needs a running asyncio event loop (or uvloop)")
         xt, g = self._check(x, grad_output)
         parts = (xt, *self._check_args(args, int(xt.shape[0])))
+        if loop is None:  # trio, say: each request alone (See NOTE [Coalesced gradients])
+            require_library()
+            return self._alone_elsewhere(parts, g, output)
         # What each row of grad_output is: none, its shape, or a function of the output.
         kind: Any = (
             None if g is None else tuple(g.shape[1:]) if isinstance(g, Tensor) else "function"
@@ -229,6 +233,15 @@ class Coalescer:
             self._leave(key)
             if self._pending.get(key):
                 self._start_runner(loop, key)
+
+    async def _alone_elsewhere(
+        self, x: tuple[Tensor, ...], g: _GradOutput, output: bool
+    ) -> _Result:
+        """A request on another event loop than asyncio's: run by itself, in its caller."""
+        self._check_exact()
+        (result,) = await self._vjp([x], [g], [int(x[0].shape[0])], output)
+        self._stats["requests"] += 1
+        return result
 
     def _start_runner(self, loop: asyncio.AbstractEventLoop, key: Any) -> None:
         """A task that runs batches of ``key``'s waiting requests until none wait, unless a

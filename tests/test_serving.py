@@ -319,8 +319,39 @@ def test_bad_settings_are_refused() -> None:
 def test_a_call_outside_an_event_loop_is_refused() -> None:
     c = Coalescer(mlp())
     coro = c.grad(rows(1, 0))
-    with pytest.raises(RuntimeError, match="needs a running asyncio event loop"):
+    with pytest.raises(RuntimeError, match=r"no running event loop: await ag\.grad"):
         coro.send(None)
+
+
+def test_under_trio_each_request_runs_alone_with_the_same_results() -> None:
+    """No runner task under trio yet: every request is a pass of its own, checked as on
+    asyncio, with the gradient and outputs computed alone."""
+    trio = pytest.importorskip("trio", reason="the trio case needs trio")
+    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
+    model = mlp(7)
+    c = Coalescer(model, forward_off_loop=True)
+    xs = [rows(n, 60 + i) for i, n in enumerate((2, 3, 1))]
+    got: list[Any] = []
+
+    async def main() -> None:
+        with trio.fail_after(TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for i, x in enumerate(xs):
+                    got.append(None)
+
+                    async def one(i: int = i, x: ag.Tensor = x) -> None:
+                        got[i] = await c.vjp(x, grad_output=predicted_one_hot)
+
+                    nursery.start_soon(one)
+            with pytest.raises(ValueError, match="more than max_batch"):
+                await c.grad(rows(300, 0))
+
+    trio.run(main)
+    for x, (out, g) in zip(xs, got, strict=True):
+        want_out, want_g = alone_predicted(model, x)
+        np.testing.assert_allclose(out.numpy(), want_out, rtol=RTOL, atol=1e-14)
+        np.testing.assert_allclose(g.numpy(), want_g, rtol=RTOL, atol=1e-14)
+    assert c.stats()["batches"] == 3
 
 
 async def test_batch_statistics_are_refused_with_the_module_named() -> None:

@@ -99,6 +99,18 @@ def _library() -> tuple[str | None, Any]:
         return None, sniffio
 
 
+def require_library() -> tuple[str, Any]:
+    """The async library driving the running task, and sniffio; a RuntimeError saying how to
+    await a pass when none is (a coroutine driven by hand, say)."""
+    lib, sniffio = _library()
+    if lib is None:
+        raise RuntimeError(
+            "no running event loop: await ag.grad(...)/ag.backward(...) inside asyncio.run(), "
+            "uvloop, or trio.run() (with anyio installed), or call ag.grad_sync/backward_sync"
+        )
+    return lib, sniffio
+
+
 async def execute_foreign(
     roots: Sequence[Edge],
     root_grads: Sequence[Any],
@@ -110,12 +122,7 @@ async def execute_foreign(
     priority: int,
 ) -> list[Any]:
     """``execute`` where no asyncio loop runs: See NOTE [Other event loops]."""
-    lib, sniffio = _library()
-    if lib is None:
-        raise RuntimeError(
-            "no running event loop: await ag.grad(...)/ag.backward(...) inside asyncio.run(), "
-            "uvloop, or trio.run() (with anyio installed), or call ag.grad_sync/backward_sync"
-        )
+    lib, sniffio = require_library()
     try:
         import anyio.to_thread
     except ModuleNotFoundError as e:
