@@ -34,24 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
-# One thread per BLAS call (before NumPy loads; the environment can override): requests already
-# run on the engine's compute threads, one per core, and a multi-threaded BLAS call on top of
-# them serialises its callers and takes the cores the loop needs (see "Serving gradients" in
-# the project's README).
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+# No thread settings here: the engine runs BLAS one thread per call once its compute threads
+# start (NOTE [BLAS threads of the compute threads] in asyncgrad/backend/blas.py).
+import digits
+import numpy as np
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from PIL import Image
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
 
-import digits  # noqa: E402
-import numpy as np  # noqa: E402
-from fastapi import FastAPI, HTTPException, Query, Request  # noqa: E402
-from fastapi.exceptions import RequestValidationError  # noqa: E402
-from fastapi.responses import FileResponse, JSONResponse, Response  # noqa: E402
-from PIL import Image  # noqa: E402
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest  # noqa: E402
-from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
-
-import asyncgrad as ag  # noqa: E402
-from asyncgrad.engine.prometheus import EngineCollector  # noqa: E402
+import asyncgrad as ag
+from asyncgrad.engine.prometheus import EngineCollector
 
 T = TypeVar("T")
 log = logging.getLogger("asyncgrad.server")
@@ -413,6 +408,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "coalescer": None if snap.coalescer is None else snap.coalescer.stats(),
             # See NOTE [Freeze the start-up heap]
             "gc": {"frozen_objects": gc.get_freeze_count(), "collections": gc.get_stats()},
+            # What the engine did to BLAS's threads when its compute threads started.
+            "blas": ag.autograd.engine.blas(),
         }
 
     @app.get("/metrics")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -362,6 +363,14 @@ def test_stats_and_prometheus_metrics(server: Server) -> None:
     assert stats["model"]["device"] == "cpu"
     assert stats["model"]["test_accuracy"] > 0.9
     assert stats["gc"]["frozen_objects"] > 0  # See NOTE [Freeze the start-up heap] in app.py
+    # The server's environment is this process's (conftest.py): one BLAS thread per call
+    # unless a thread variable says otherwise (NOTE [BLAS threads of the compute threads]).
+    chosen = next((v for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+                   if os.environ.get(v)), None)  # fmt: skip
+    if chosen is None:
+        assert stats["blas"]["limited_to"] == 1, stats["blas"]
+    else:
+        assert stats["blas"] == {"limited_to": None, "why": f"left alone: {chosen} is set"}
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in prometheus_parser.text_string_to_metric_families(res.text)
