@@ -450,3 +450,26 @@ async def test_max_concurrent_batches_run_side_by_side() -> None:
         np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
     assert c.stats()["batches"] == 2
     assert c.stats()["largest_batch"] == 2 + 3
+
+
+@pytest.mark.cuda
+async def test_output_dependent_grad_output_on_a_cuda_device() -> None:
+    """``vjp`` with the predicted class's one-hot computed from each request's own output rows,
+    on ``cuda:0``: outputs and gradients match the CPU's, computed alone."""
+    from .cuda.conftest import assert_close, host
+
+    if not ag.cuda.is_available():
+        pytest.skip(f"no CUDA device: {ag.backend.cuda.why()}")
+    cpu_model = mlp(8)
+    model = mlp(8).to("cuda:0")
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+    xs = [rows(n, 70 + i) for i, n in enumerate((3, 2, 4))]
+    calls = [functools.partial(c.vjp, x.to("cuda:0"), grad_output=predicted_one_hot) for x in xs]
+    got = await first_then_the_rest(held, calls)
+    for x, (out, g) in zip(xs, got, strict=True):
+        want_out, want_g = alone_predicted(cpu_model, x)
+        assert out.device == ag.device("cuda:0")
+        assert_close(host(out), want_out, rtol=1e-12, atol=1e-14)
+        assert_close(host(g), want_g, rtol=1e-12, atol=1e-14)
+    assert c.stats()["batches"] == 2
