@@ -310,8 +310,19 @@ class Module:
             stack.extend(reversed(subs))
 
     def modules(self) -> Iterator[Module]:
-        for _, m in self.named_modules():
+        """This module and every submodule below it, each once, in ``named_modules``' order
+        (without building the names)."""
+        seen: set[int] = set()
+        stack: list[Module] = [self]
+        while stack:
+            m = stack.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
             yield m
+            subs = m._modules
+            if subs:
+                stack.extend(reversed(list(subs.values())))
 
     # ------------------------------------------------------------------ modes and state
     def train(self, mode: bool = True) -> Module:
