@@ -11,7 +11,10 @@ fresh process, on asyncio and uvloop:
   - PyTorch inline (blocks the loop), the fastest PyTorch gets on one loop.
 
 Plus one gradient with nothing else running, each way (what the coalescer costs a request
-alone). Every coalesced gradient of the first client is checked against the one computed alone.
+alone), and server_load.py's burst (d): 64 requests of 20 gradients launched at once with
+``asyncio.gather``, against the same requests one after another: the requests' median
+latency. Every coalesced gradient of the first client is checked against the one computed
+alone.
 
 Usage: python benchmarks/bench_coalesce.py [--rounds R] [--quick]
 """
@@ -50,6 +53,7 @@ async def _work(lib: str, quick: bool) -> dict[str, Any]:
         alone.append((clock() - t) * 1e6)
     res = await S.load(lib, S.timings(quick))
     res["alone_us"] = S.percentile(alone, 50)
+    res.update(await S.burst(L))
     return res
 
 
@@ -89,7 +93,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             raise SystemExit(f"bench_coalesce: the gradient of {n} differs from {names[0]}'s")
     rep = H.Report(title="Serving load with requests coalesced (bench_coalesce.py)", command=cmd)
     head = ["serving", "gradients/s", "vs PyTorch inline", "request p50 ms", "p99 ms",
-            "loop lag p99 ms", "lag max ms", "one gradient alone µs"]  # fmt: skip
+            "loop lag p99 ms", "lag max ms", "one gradient alone µs",
+            "burst p50 ms: at once / in turn"]  # fmt: skip
     rows = []
     for lp in loops:
         inline = f"torch-inline/{lp}"
@@ -110,7 +115,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             rows.append(
                 [f"{LABELS[lib]}, {lp}", f"{med('gps'):.0f}", vs, f"{med('p50'):.1f}",
                  f"{med('p99'):.1f}", f"{med('lag_p99'):.2f}", f"{lag_max:.2f}",
-                 f"{med('alone_us'):.0f}"]
+                 f"{med('alone_us'):.0f}",
+                 f"{med('burst_p50'):.1f} / {med('burst_turn_p50'):.1f}"]
             )  # fmt: skip
     rep.sections.append(H.table(head, rows))
     co = [r["coalescer"] for n in names for r in results[n] if "coalescer" in r]

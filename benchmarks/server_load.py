@@ -253,6 +253,44 @@ async def load(lib: str, t: dict[str, float]) -> dict[str, Any]:
     }
 
 
+async def burst(L: Lib) -> dict[str, float]:
+    """(d) N_BURST requests of GRADS_PER_REQUEST gradients each: launched at once with
+    asyncio.gather, and one after another; the requests' median, first and last end (ms)."""
+    import asyncio
+
+    clock = time.perf_counter
+    res: dict[str, float] = {}
+    xs = L.inputs(N_BURST)
+
+    async def request(x: Any) -> float:
+        for _ in range(GRADS_PER_REQUEST):
+            await L.grad_call(x)
+        return clock()
+
+    burst_p50, turn_p50, burst_total, turn_total = [], [], [], []
+    burst_first, turn_first = [], []
+    for _ in range(BURST_RUNS + 1):  # the first of each is a warm-up
+        await asyncio.sleep(0.01)
+        a = clock()
+        ends = [await request(x) - a for x in xs]
+        turn_p50.append(H.median(ends) * 1e3)
+        turn_first.append(ends[0] * 1e3)
+        turn_total.append(ends[-1] * 1e3)
+        await asyncio.sleep(0.01)
+        a = clock()
+        ends = [e - a for e in await asyncio.gather(*(request(x) for x in xs))]
+        burst_p50.append(H.median(ends) * 1e3)
+        burst_first.append(min(ends) * 1e3)
+        burst_total.append(max(ends) * 1e3)
+    res["burst_turn_p50"] = H.median(turn_p50[1:])
+    res["burst_p50"] = H.median(burst_p50[1:])
+    res["burst_turn_first"] = H.median(turn_first[1:])
+    res["burst_first"] = H.median(burst_first[1:])
+    res["burst_turn_total"] = H.median(turn_total[1:])
+    res["burst_total"] = H.median(burst_total[1:])
+    return res
+
+
 async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
     import asyncio
 
@@ -317,35 +355,7 @@ async def extras(lib: str, t: dict[str, float]) -> dict[str, Any]:
     del xs
 
     # (d) a burst of requests of several gradients each, at once vs in turn.
-    xs = L.inputs(N_BURST)
-
-    async def request(x: Any) -> float:
-        for _ in range(GRADS_PER_REQUEST):
-            await L.grad_call(x)
-        return clock()
-
-    burst_p50, turn_p50, burst_total, turn_total = [], [], [], []
-    burst_first, turn_first = [], []
-    for _ in range(BURST_RUNS + 1):  # the first of each is a warm-up
-        await asyncio.sleep(0.01)
-        a = clock()
-        ends = [await request(x) - a for x in xs]
-        turn_p50.append(H.median(ends) * 1e3)
-        turn_first.append(ends[0] * 1e3)
-        turn_total.append(ends[-1] * 1e3)
-        await asyncio.sleep(0.01)
-        a = clock()
-        ends = [e - a for e in await asyncio.gather(*(request(x) for x in xs))]
-        burst_p50.append(H.median(ends) * 1e3)
-        burst_first.append(min(ends) * 1e3)
-        burst_total.append(max(ends) * 1e3)
-    res["burst_turn_p50"] = H.median(turn_p50[1:])
-    res["burst_p50"] = H.median(burst_p50[1:])
-    res["burst_turn_first"] = H.median(turn_first[1:])
-    res["burst_first"] = H.median(burst_first[1:])
-    res["burst_turn_total"] = H.median(turn_total[1:])
-    res["burst_total"] = H.median(burst_total[1:])
-    del xs
+    res.update(await burst(L))
 
     # (c) small requests (one gradient each, SMALL_CLIENTS clients) unloaded, then while one
     # large backward runs.
