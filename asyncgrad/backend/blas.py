@@ -7,7 +7,7 @@ each call (OpenBLAS's and MKL's default) then runs, on a machine of N cores, N c
 threads each: OpenBLAS serialises concurrent multi-threaded calls on one lock, and a loop
 thread that runs a node inline waits behind them. Measured on 2 cores, a SmoothGrad server
 (benchmarks/server_smoothgrad.py, library defaults): 47-87 requests/s and engine stalls of
-130-150 ms with BLAS's default threads, 250-270 requests/s and 8 ms with one per call.
+130-150 ms with BLAS's default threads, 263-270 requests/s with one per call.
 PyTorch keeps an intra-op thread pool of its own, so its users meet no such trap.
 
 So when the engine first starts more than one compute thread, it limits BLAS to
