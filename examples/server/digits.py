@@ -124,6 +124,13 @@ class SaliencyGraph:
     target: int
 
 
+def smoothgrad_noise(samples: int, noise: float, seed: int) -> np.ndarray:
+    """SmoothGrad's noise for ``samples`` copies of an image: Gaussian of standard deviation
+    ``noise`` from NumPy's generator seeded with ``seed`` (a request is reproducible), float32."""
+    jitter = np.random.default_rng(seed).normal(0.0, noise, size=(samples, PIXELS))
+    return jitter.astype(np.float32)
+
+
 def saliency_forward(
     model: ag.nn.Module,
     image: np.ndarray,
@@ -147,8 +154,7 @@ def saliency_forward(
         target = int(to_numpy(logits.argmax(dim=1))[0])
     if samples == 1:
         return SaliencyGraph(x, logits[0, target], logits, target)
-    jitter = np.random.default_rng(seed).normal(0.0, noise, size=(samples, PIXELS))
-    jitter = jitter.astype(np.float32)
+    jitter = smoothgrad_noise(samples, noise, seed)
     score: ag.Tensor | None = None
     for first in range(0, samples, CHUNK):
         part = model(x + ag.tensor(jitter[first : first + CHUNK], device=device))
@@ -188,8 +194,7 @@ def saliency_rows(
     if target is None:
         target = int(to_numpy(logits.argmax(dim=1))[0])
     if samples > 1:
-        jitter = np.random.default_rng(seed).normal(0.0, noise, size=(samples, PIXELS))
-        x = x + jitter.astype(np.float32)
+        x = x + smoothgrad_noise(samples, noise, seed)
     weight = np.zeros((samples, CLASSES), dtype=np.float32)
     weight[:, target] = 1.0 / samples
     return SaliencyRows(
