@@ -80,3 +80,23 @@ def test_editable_install_is_a_plain_path_entry() -> None:
     assert (ROOT / "asyncgrad" / "py.typed").is_file()
     extras = meta["project"]["optional-dependencies"]
     assert {"test", "uvloop", "cuda", "bench", "demo", "dev"} <= set(extras)
+
+
+def test_the_package_says_its_license_and_ships_it() -> None:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "BSD-3-Clause"
+    assert meta["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith("BSD 3-Clause License\n")
+    assert meta["authors"]
+    assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog\n")
+
+
+def test_the_readme_names_every_extra() -> None:
+    """A user learns the extras from the README's list: each one in pyproject.toml is there."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    readme = (ROOT / "README.md").read_text()
+    listed = readme[readme.index("Optional extras:") :].split("\n\n", 1)[0]
+    missing = [name for name in extras if f"`{name}`" not in listed]
+    assert not missing, f"extras not in the README's list: {missing}"
