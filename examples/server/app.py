@@ -19,16 +19,20 @@ Settings come from the environment, so that ``uvicorn app:app`` needs no argumen
     ASYNCGRAD_SERVER_MAX_RUNNING  most gradient computations at once (default 0: no limit)
     ASYNCGRAD_SERVER_COALESCE  1 (default): concurrent saliency requests run as one batched
                                pass (ag.serving.Coalescer); 0: one pass per request
+    ASYNCGRAD_SERVER_MAX_BODY  the largest request body accepted, in bytes (default 65536);
+                               a larger one gets 413 before it is read in full
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import io
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +46,7 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from PIL import Image
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 import asyncgrad as ag
@@ -56,6 +60,10 @@ MAX_SAMPLES: Final = 65536
 # The most rows one coalesced saliency pass holds (a request with more SmoothGrad samples runs
 # by itself, in chunks): a pass over them takes well under a millisecond on one core.
 MAX_BATCH: Final = 256
+# The largest request body read (bytes): a saliency or adapt request is about 1.5 KB of JSON.
+# Without a bound an 84 MB body was parsed in full (the server's memory 152 -> 886 MB) while
+# the loop parsed it and every other request waited.
+MAX_BODY: Final = 64 * 1024
 PNG_SCALE: Final = 24  # each of the 8x8 saliency cells becomes 24x24 pixels in the PNG
 
 
@@ -69,6 +77,7 @@ class Settings:
     lr: float = 0.05
     max_running: int = 0
     coalesce: bool = True
+    max_body: int = MAX_BODY
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -80,6 +89,7 @@ class Settings:
             lr=float(env.get("ASYNCGRAD_SERVER_LR", "0.05")),
             max_running=int(env.get("ASYNCGRAD_SERVER_MAX_RUNNING", "0")),
             coalesce=_flag(env.get("ASYNCGRAD_SERVER_COALESCE", "1"), "ASYNCGRAD_SERVER_COALESCE"),
+            max_body=int(env.get("ASYNCGRAD_SERVER_MAX_BODY", str(MAX_BODY))),
         )
 
     def resolve_device(self) -> str:
@@ -316,6 +326,56 @@ def heat_map(grad: np.ndarray, scale: int = PNG_SCALE) -> bytes:
     return out.getvalue()
 
 
+# ----------------------------------------------------------------------------- loop lag
+
+
+class LagMonitor:
+    """How late the server's loop runs a timer: a task sleeps TICK_S at a time and records
+    how much later than that it wakes. It sees every stall, whoever causes it (a large body
+    parsed, a full garbage collection, a handler that blocks), where the engine's own
+    ``longest_stall_s`` counts only the stalls its nodes cause. Cheap: one wake-up per
+    TICK_S. ``/stats`` reports the p99 over the last WINDOW ticks and the largest since
+    start; ``/metrics`` a histogram of every tick's lag."""
+
+    TICK_S: Final = 0.005
+    WINDOW: Final = 2000  # ticks: the last 10 s or more
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.lags: collections.deque[float] = collections.deque(maxlen=self.WINDOW)
+        self.max_s = 0.0
+        self.histogram = Histogram(
+            "asyncgrad_server_loop_lag_seconds",
+            "How much later than asked the server's event loop ran a timer",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="lag-monitor")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _run(self) -> None:
+        clock = time.perf_counter
+        while True:
+            t = clock()
+            await asyncio.sleep(self.TICK_S)
+            lag = max(0.0, clock() - t - self.TICK_S)
+            self.lags.append(lag)
+            self.max_s = max(self.max_s, lag)
+            self.histogram.observe(lag)
+
+    def stats(self) -> dict[str, float]:
+        lags = sorted(self.lags)
+        p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else 0.0
+        return {"ticks": len(lags), "lag_p99_ms": p99 * 1e3, "lag_max_ms": self.max_s * 1e3}
+
+
 # ----------------------------------------------------------------------------- the app
 
 
@@ -330,9 +390,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # process each export their own loop's metrics.
         app.state.registry = CollectorRegistry()
         app.state.registry.register(EngineCollector(asyncio.get_running_loop()))
+        app.state.lag = LagMonitor(app.state.registry)
+        app.state.lag.start()
         try:
             yield
         finally:
+            await app.state.lag.stop()
             await stop(server)
 
     def _message(error: dict[str, Any]) -> str:
@@ -341,7 +404,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return f"invalid JSON at character {error['loc'][-1]}: {reason}".rstrip(": ")
         return str(error.get("msg", ""))
 
-    app = FastAPI(title="asyncgrad digits server", lifespan=lifespan)
+    # FastAPI counts the body's bytes as they arrive and answers 413 past the bound, without
+    # reading the rest (a declared Content-Length over it is refused at once).
+    app = FastAPI(
+        title="asyncgrad digits server", lifespan=lifespan, max_body_size=settings.max_body
+    )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -398,6 +465,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         snap = server.current
         return {
             "engine": ag.autograd.engine.stats(),
+            # Every stall of the loop, the engine's and any other's (See LagMonitor).
+            "loop": request.app.state.lag.stats(),
             "model": {
                 "device": server.device,
                 "version": server.current.version,

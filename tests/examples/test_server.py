@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -363,6 +364,9 @@ def test_stats_and_prometheus_metrics(server: Server) -> None:
     assert stats["model"]["device"] == "cpu"
     assert stats["model"]["test_accuracy"] > 0.9
     assert stats["gc"]["frozen_objects"] > 0  # See NOTE [Freeze the start-up heap] in app.py
+    loop = stats["loop"]  # the lag monitor: every stall, not only the engine's
+    assert loop["ticks"] > 0
+    assert 0.0 <= loop["lag_p99_ms"] <= loop["lag_max_ms"]
     # The server's environment is this process's (conftest.py): one BLAS thread per call
     # unless a thread variable says otherwise (NOTE [BLAS threads of the compute threads]).
     chosen = next((v for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -376,6 +380,9 @@ def test_stats_and_prometheus_metrics(server: Server) -> None:
         for family in prometheus_parser.text_string_to_metric_families(res.text)
         for s in family.samples
     }
+    ticks = samples[("asyncgrad_server_loop_lag_seconds_count", ())]
+    assert ticks >= 1
+    assert samples[("asyncgrad_server_loop_lag_seconds_bucket", (("le", "+Inf"),))] == ticks
     ended = engine["graph_tasks"]
     # /metrics is scraped after /stats: counters can only have grown meanwhile.
     for outcome in ("completed", "failed", "cancelled"):
@@ -420,3 +427,39 @@ def test_load_test_script_against_the_server(server: Server) -> None:
     assert int(served) == requests, out.stdout
     assert 1 <= int(passes) <= requests
     assert nodes % int(passes) == 0, out.stdout  # every pass ran the same graph
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+async def test_a_huge_body_is_refused_in_bounded_memory(server: Server) -> None:
+    """An 84 MB body, declared or chunked, gets 413 without being read in full: the server's
+    memory stays bounded, and a small request sent beside it is answered as usual."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads the server's memory from /proc (Linux)")
+    size = 84 * 1024 * 1024
+    chunk = b"1" * (1 << 20)
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(size // len(chunk)):
+            yield chunk
+
+    before = _rss_bytes(server.proc.pid)
+    async with httpx.AsyncClient(base_url=server.url, timeout=TIMEOUT_S) as client:
+        json_type = {"content-type": "application/json"}
+        declared = client.post(
+            "/saliency", content=body(), headers={**json_type, "content-length": str(size)}
+        )
+        chunked = client.post("/saliency", content=body(), headers=json_type)
+        small = client.post("/saliency", json={"image": IMAGE})
+        async with asyncio.timeout(TIMEOUT_S):
+            got = await asyncio.gather(declared, chunked, small)
+    assert [r.status_code for r in got] == [413, 413, 200], [r.text[:200] for r in got]
+    assert "Content Too Large" in got[0].text
+    assert len(got[2].json()["saliency"]) == 8
+    grown = _rss_bytes(server.proc.pid) - before
+    assert grown < 32 * 1024 * 1024, f"the server grew by {grown / 2**20:.0f} MB"
