@@ -48,6 +48,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from PIL import Image
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import asyncgrad as ag
 from asyncgrad.engine.prometheus import EngineCollector
@@ -123,7 +124,9 @@ class SaliencyRequest(BaseModel):
     samples: int = Field(
         1, ge=1, le=MAX_SAMPLES, description="1: plain gradient; more: SmoothGrad over noisy copies"
     )
-    noise: float = Field(0.1, ge=0.0, le=1.0, description="SmoothGrad's noise std deviation")
+    noise: float = Field(
+        0.1, ge=0.0, le=1.0, allow_inf_nan=False, description="SmoothGrad's noise std deviation"
+    )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="SmoothGrad's noise seed")
 
 
@@ -132,7 +135,9 @@ class AdaptRequest(BaseModel):
 
     image: Image8x8 = Field(description="8 rows of 8 pixels in [0, 1]")
     label: Digit = Field(description="the digit the image shows")
-    lr: float | None = Field(None, gt=0.0, le=1.0, description="default: the server's")
+    lr: float | None = Field(
+        None, gt=0.0, le=1.0, allow_inf_nan=False, description="default: the server's"
+    )
 
 
 # ----------------------------------------------------------------------------- state
@@ -167,6 +172,9 @@ class Server:
     accuracy: float
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     commits: set[asyncio.Task[Snapshot]] = field(default_factory=set)
+    # Requests whose work a disconnecting client cancelled, at any point (its forward on a
+    # compute thread included, before any graph task exists for the engine to count).
+    disconnected: int = 0
 
 
 async def start(settings: Settings) -> Server:
@@ -294,6 +302,7 @@ async def cancel_on_disconnect(request: Request, work: Coroutine[Any, Any, T]) -
         await asyncio.gather(task, watcher, return_exceptions=True)
     if not task.cancelled():
         return task.result()
+    request.app.state.server.disconnected += 1
     # 499 as nginx logs it; the client is gone and never sees it.
     raise HTTPException(499, "client closed the request")
 
@@ -301,6 +310,17 @@ async def cancel_on_disconnect(request: Request, work: Coroutine[Any, Any, T]) -
 async def _disconnected(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def _unparsable(cause: BaseException) -> str:
+    """Why a request body could not be parsed as JSON, in a line that does not echo it."""
+    if isinstance(cause, RecursionError):
+        return "cannot be parsed as JSON: it is nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return "cannot be parsed as JSON: it is not valid UTF-8"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "cannot be parsed as JSON: a number has too many digits"
+    return f"cannot be parsed as JSON ({type(cause).__name__})"
 
 
 # ----------------------------------------------------------------------------- PNG
@@ -420,6 +440,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
         return JSONResponse({"detail": errors, "message": message}, status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # A body FastAPI could not parse (nested too deeply, a number of thousands of digits,
+        # bytes that are not UTF-8) is invalid input like any other: 422 with a message.
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            reason = _unparsable(exc.__cause__)
+            errors = [{"loc": ["body"], "msg": reason, "type": "json_invalid"}]
+            return JSONResponse({"detail": errors, "message": f"body: {reason}"}, 422)
+        detail = exc.detail
+        return JSONResponse(
+            {"detail": detail, "message": str(detail)}, exc.status_code, headers=exc.headers
+        )
+
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
@@ -467,6 +500,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "engine": ag.autograd.engine.stats(),
             # Every stall of the loop, the engine's and any other's (See LagMonitor).
             "loop": request.app.state.lag.stats(),
+            "requests": {"cancelled_by_disconnect": server.disconnected},
             "model": {
                 "device": server.device,
                 "version": server.current.version,

@@ -286,12 +286,20 @@ IMAGE: Final = [[0.5] * 8 for _ in range(8)]
         ("/adapt", {"image": IMAGE}, ["body", "label"], "missing"),
         ("/adapt", {"image": IMAGE, "label": True}, ["body", "label"], "int_type"),
         ("/adapt", {"image": IMAGE, "label": 3, "lr": 0}, ["body", "lr"], "greater_than"),
+        # NaN is a number JSON parsers accept; a NaN noise or rate is refused as such.
+        ("/saliency", b'{"image": IMAGE, "noise": NaN}', ["body", "noise"], "finite_number"),
+        ("/adapt", b'{"image": IMAGE, "label": 1, "lr": NaN}', ["body", "lr"], "finite_number"),
+        # Bodies the JSON parser gives up on: each its own reason, as invalid input.
+        ("/saliency", b'{"image": ' + b"[" * 30000 + b"]" * 30000 + b"}", ["body"], "json_invalid"),
+        ("/saliency", b'{"image": IMAGE, "seed": ' + b"9" * 5000 + b"}", ["body"], "json_invalid"),
+        ("/saliency", b'{"image": "\xff\xfe"}', ["body"], "json_invalid"),
     ],
 )
 def test_invalid_requests_get_a_422_and_change_nothing(
     server: Server, path: str, content: Any, loc: list[Any] | None, kind: str
 ) -> None:
     raw = content if isinstance(content, bytes) else json.dumps(content).encode()
+    raw = raw.replace(b"IMAGE", json.dumps(IMAGE).encode())
     headers = {"content-type": "application/json"}
     with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
         version, before = weights_of(client.get("/weights"))
@@ -331,6 +339,7 @@ async def test_client_disconnect_cancels_its_graph_task(server: Server) -> None:
         # on a loaded machine it may arrive only after the pass ended, and then the request
         # is tried again. Every try ends one graph task, cancelled or completed, never failed.
         for _ in range(DISCONNECT_TRIES):
+            counted = (await client.get("/stats")).json()["requests"]["cancelled_by_disconnect"]
             before = (await engine_stats(client))["graph_tasks"]
             assert before["running"] == 0
             reader, writer = await asyncio.open_connection(host, int(port))
@@ -348,6 +357,8 @@ async def test_client_disconnect_cancels_its_graph_task(server: Server) -> None:
             assert ended in {(1, 0), (0, 1)}, (before, now)
             if ended == (1, 0):
                 assert await reader.read() == b"", "the server answered a client that had gone"
+                stats = (await client.get("/stats")).json()
+                assert stats["requests"]["cancelled_by_disconnect"] == counted + 1
                 return
     pytest.fail(f"every one of {DISCONNECT_TRIES} backward passes ended before its disconnect")
 
