@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any, Final
 
+import numpy as np
 import pytest
 
 from .conftest import Server
@@ -63,16 +64,36 @@ def draw(page: Any, points: list[tuple[float, float]]) -> None:
     page.mouse.up()
 
 
+# The colour of the map's cell (row, column) on the page.
+CELL_RGB: Final = """([r, c]) => Array.from(document.getElementById('saliency')
+    .getContext('2d').getImageData(c, r, 1, 1).data.slice(0, 3))"""
+
+
 def test_draw_predict_and_teach(page: Any) -> None:
-    draw(page, [(0.45, 0.15), (0.5, 0.5), (0.52, 0.85)])  # a one, more or less
+    requests: list[str] = []
+    failed: list[str] = []
+    page.on("request", lambda r: requests.append(f"{r.method} {r.url}"))
+    page.on("response", lambda r: failed.append(r.url) if r.status >= 400 else None)
+    with page.expect_response(lambda r: r.url.endswith("/saliency")) as answer:
+        draw(page, [(0.45, 0.15), (0.5, 0.5), (0.52, 0.85)])  # a one, more or less
     page.wait_for_function(
-        "() => document.getElementById('saliency').naturalWidth > 0"
+        "() => document.getElementById('saliency').dataset.drawn === '1'"
         " && document.getElementById('prediction').textContent !== ''"
     )
     prediction = page.locator("#prediction").text_content()
     assert prediction is not None
     assert prediction in set("0123456789")
-    assert page.locator("#saliency").evaluate("img => img.naturalWidth") == 192
+    # The map drawn is the answer's: its largest cell full red (raises) or full blue.
+    grad = np.asarray(answer.value.json()["saliency"])
+    r, c = np.unravel_index(np.abs(grad).argmax(), grad.shape)
+    want = [255, 0, 0] if grad[r, c] > 0 else [0, 0, 255]
+    page.wait_for_function(
+        f"() => ({CELL_RGB})([{r}, {c}]).join() === '{','.join(map(str, want))}'"
+    )
+    # One request per drawing (no second one for a PNG), and nothing the page asks for is
+    # missing (the favicon included).
+    assert not [u for u in requests if "format=png" in u], requests
+    assert not failed, failed
     assert page.locator("#probs .bar").count() == 10
     assert page.locator("#status").text_content() == ""
 
@@ -86,3 +107,6 @@ def test_draw_predict_and_teach(page: Any) -> None:
 
     page.click("#clear")
     assert page.locator("#prediction").text_content() == ""
+    # The map goes back to its blank background (no broken image).
+    assert page.locator("#saliency").evaluate("c => c.dataset.drawn") == ""
+    assert page.evaluate(f"({CELL_RGB})([0, 0])") == [246, 246, 246]
