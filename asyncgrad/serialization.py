@@ -113,9 +113,11 @@ def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | 
     else:
         data = f.read()  # type: ignore[union-attr]
     try:
-        if data[:2] == b"PK" or not _looks_like_safetensors(data):
-            return _decode_npz(data, map_location)
-        return _decode_safetensors(data, map_location)
+        # Safetensors first: its header length can begin with the bytes "PK" (19,280 and every
+        # 65,536 more), and a zip never has "{" where safetensors' header starts.
+        if _looks_like_safetensors(data):
+            return _decode_safetensors(data, map_location)
+        return _decode_npz(data, map_location)
     except _CorruptError as e:
         raise RuntimeError(f"ag.load: {name} is not a valid asyncgrad file: {e}") from e.__cause__
     except ArrayFileError as e:
@@ -135,11 +137,21 @@ def _name_of(f: Any) -> str:
 
 
 def _write_path(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> None:
-    """Write to a temporary file beside ``path``, then move it into place."""
-    import tempfile
+    """Write to a temporary file beside ``path``, then move it into place. The file gets the
+    permissions ``open(path, "wb")`` would give it: a replaced file's own, else the umask's
+    (a temporary file of ``tempfile`` is private, 0600)."""
+    import uuid
 
     path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".agsave-")
+    tmp = os.path.join(os.path.dirname(path) or ".", f".agsave-{uuid.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        if os.path.exists(path):
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
     try:
         with os.fdopen(fd, "wb") as out:
             write(out)

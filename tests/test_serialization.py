@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import pickle
@@ -427,3 +428,38 @@ def test_corrupt_safetensors_raise(tmp_path: Path) -> None:
         path.write_bytes(data[:cut])
         with pytest.raises(RuntimeError, match="is not a valid asyncgrad file"):
             ag.load(path)
+
+
+@pytest.mark.parametrize("header_length", [0x4B50, 0x4B50 + 65536])
+def test_a_safetensors_file_whose_header_length_begins_with_pk_loads(
+    header_length: int, tmp_path: Path
+) -> None:
+    """A safetensors header of 19,280 bytes (or 65,536 more) is written "PK\\x00..." in little
+    endian: the file is read as safetensors all the same, not taken for a zip."""
+    pytest.importorskip("safetensors", reason=SAFETENSORS_REASON)
+    values = np.arange(6, dtype=np.float32)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}).encode()
+    header += b" " * (header_length - len(header))  # the format pads its header with spaces
+    data = header_length.to_bytes(8, "little") + header + values.tobytes()
+    assert data[:2] == b"PK"
+    path = tmp_path / "padded.safetensors"
+    path.write_bytes(data)
+    np.testing.assert_array_equal(ag.load(path)["w"].numpy(), values)
+
+
+def test_a_saved_file_has_the_permissions_open_gives() -> None:
+    """A new file gets the umask's permissions (not a temporary file's private 0600); a
+    replaced one keeps its own."""
+    import tempfile
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.npz"
+        ag.save({"w": ag.ones(2)}, path)
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+        path.chmod(0o640)
+        ag.save({"w": ag.zeros(2)}, path)
+        assert path.stat().st_mode & 0o777 == 0o640
+        assert ag.load(path)["w"].tolist() == [0.0, 0.0]
+        assert [p.name for p in Path(d).iterdir()] == ["model.npz"]  # no temporary file left
