@@ -91,20 +91,24 @@ def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | 
 
     Args:
         f: the file. A plain ``.npz`` of arrays (no structure entry) or a safetensors file
-            written elsewhere loads as a ``{name: Tensor}`` dict.
+            written elsewhere loads as a ``{name: Tensor}`` dict. A file ``torch.save`` wrote
+            (a state dict, an optimizer's state, containers of tensors) loads without torch
+            and without running anything from it (See NOTE [PyTorch files]).
         map_location: where tensors go: ``None`` (the device each was saved from), a device
             (``"cpu"``, ``"cuda:1"``, ``ag.device(...)``) for all, a dict mapping saved devices
             to devices (``{"cuda:0": "cpu"}``), or a function from the saved device's name to
             a device.
         weights_only: accepted for torch's signature, with any value: this loader never runs
-            code from a file (no pickle), so it always behaves as torch's
-            ``weights_only=True`` and loads tensors and plain containers only, also when
-            ``weights_only=False`` is passed.
+            code from a file (PyTorch's pickles are read by an unpickler that knows only
+            tensors and containers), so it always behaves as torch's ``weights_only=True``,
+            also when ``weights_only=False`` is passed.
 
     Raises:
-        RuntimeError: the file is not a well-formed asyncgrad, ``.npz`` or safetensors file
-            (truncated, corrupt, holding pickled objects), naming it; or a tensor would go to
-            a CUDA device where none is available.
+        RuntimeError: the file is not a well-formed asyncgrad, ``.npz``, safetensors or
+            PyTorch file (truncated, corrupt, holding pickled objects or arrays no tensor
+            holds, a PyTorch pickle naming anything but tensors and containers), naming it
+            and what is wrong; or a tensor would go to a CUDA device where none is
+            available.
     """
     name = _name_of(f)
     if _is_path(f):
@@ -117,6 +121,9 @@ def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | 
         # 65,536 more), and a zip never has "{" where safetensors' header starts.
         if _looks_like_safetensors(data):
             return _decode_safetensors(data, map_location)
+        pickled = _torch_pickle_of(data)
+        if pickled is not None:
+            return _decode_torch(data, pickled, name, map_location)
         return _decode_npz(data, map_location)
     except _CorruptError as e:
         raise RuntimeError(f"ag.load: {name} is not a valid asyncgrad file: {e}") from e.__cause__
@@ -435,6 +442,133 @@ def _decode_safetensors(data: bytes, map_location: MapLocation) -> Any:
         if k not in out:
             out[k] = _make_tensor(a, {}, map_location)
     return out
+
+
+# ----------------------------------------------------------------------------- PyTorch files
+# NOTE [PyTorch files]
+# ``torch.save`` writes a zip whose ``<name>/data.pkl`` is a pickle of the object in which each
+# tensor is a call ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)`` and
+# each storage a persistent id ``("storage", torch.<Type>Storage, key, location, numel)``
+# naming the member ``<name>/data/<key>`` that holds its bytes. Unpickling it with pickle's own
+# loader would run whatever the file names; here the unpickler resolves only the names a state
+# dict or an optimizer's state uses (the storage types, the two rebuild functions,
+# ``collections.OrderedDict``) to asyncgrad's own stand-ins, and refuses every other name with
+# an error naming the file and the object: no code from the file ever runs, with or without
+# torch installed. Tensors are views of their storage as the file lays them out, so views
+# saved with their base share memory after loading on the CPU (each storage is read once);
+# on another device each tensor is copied there.
+_TORCH_STORAGES: Final = {
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+}
+
+
+class _StorageType:
+    """What a file's ``torch.<Type>Storage`` resolves to: the dtype of its bytes."""
+
+    __slots__ = ("dtype", "name")
+
+    def __init__(self, name: str, dtype: str) -> None:
+        self.name, self.dtype = name, dtype
+
+
+def _torch_pickle_of(data: bytes) -> str | None:
+    """The name of the pickle member of a PyTorch zip file (``<name>/data.pkl``), or None."""
+    if data[:4] != b"PK\x03\x04":
+        return None
+    import zipfile
+
+    try:
+        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
+        return None
+    found = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    return found[0] if len(found) == 1 else None
+
+
+def _decode_torch(data: bytes, member: str, name: str, map_location: MapLocation) -> Any:
+    import pickle
+    import zipfile
+
+    from .backend.arrayio import torch_storage, torch_view
+
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    prefix = member.rsplit("/", 1)[0]
+    try:
+        byteorder = zf.read(f"{prefix}/byteorder").decode().strip()
+    except KeyError:
+        byteorder = "little"  # written before the member existed, on little-endian machines
+    if byteorder not in ("little", "big"):
+        raise _CorruptError(f"its byte order is {byteorder!r}")
+    storages: dict[str, tuple[Any, str]] = {}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, attr: str) -> Any:
+            if module == "torch" and attr in _TORCH_STORAGES:
+                return _StorageType(attr, _TORCH_STORAGES[attr])
+            if (module, attr) == ("collections", "OrderedDict"):
+                return OrderedDict
+            if (module, attr) == ("torch._utils", "_rebuild_tensor_v2"):
+                return rebuild_tensor
+            if (module, attr) == ("torch._utils", "_rebuild_parameter"):
+                return rebuild_parameter
+            raise _CorruptError(
+                f"it names {module}.{attr}, which a file of tensors and containers does not "
+                "hold; it was not loaded, and nothing from the file ran"
+            )
+
+        def persistent_load(self, pid: Any) -> Any:
+            if not (
+                type(pid) is tuple
+                and len(pid) == 5
+                and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType)
+                and type(pid[2]) is str
+                and type(pid[3]) is str
+            ):
+                raise _CorruptError(
+                    f"it holds an object reference {pid!r:.80} that is not a storage"
+                )
+            _, kind, key, location, _numel = pid
+            if key not in storages:
+                try:
+                    raw = zf.read(f"{prefix}/data/{key}")
+                except KeyError:
+                    raise _CorruptError(f"its storage {key!r} is missing") from None
+                storages[key] = (torch_storage(raw, kind.dtype, byteorder), location)
+            return storages[key]
+
+    def rebuild_tensor(
+        storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, *_: Any
+    ) -> Tensor:
+        if type(storage) is not tuple or type(requires_grad) is not bool:
+            raise _CorruptError("a tensor's arguments are malformed")
+        array, location = storage
+        arr = torch_view(array, offset, size, stride)
+        return _make_tensor(arr, {"requires_grad": requires_grad, "device": location}, map_location)
+
+    def rebuild_parameter(data: Any, requires_grad: Any, *_: Any) -> Tensor:
+        if not isinstance(data, Tensor) or type(requires_grad) is not bool:
+            raise _CorruptError("a parameter's arguments are malformed")
+        return Parameter(data._array, requires_grad=requires_grad)
+
+    try:
+        return Unpickler(io.BytesIO(zf.read(member))).load()
+    except _CorruptError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        raise _CorruptError(f"its pickle is malformed ({type(e).__name__}: {e})") from e
+    except RecursionError:
+        raise _CorruptError("its pickle is nested too deeply") from None
 
 
 def _parse_json(raw: bytes) -> Any:

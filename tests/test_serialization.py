@@ -463,3 +463,139 @@ def test_a_saved_file_has_the_permissions_open_gives() -> None:
         assert path.stat().st_mode & 0o777 == 0o640
         assert ag.load(path)["w"].tolist() == [0.0, 0.0]
         assert [p.name for p in Path(d).iterdir()] == ["model.npz"]  # no temporary file left
+
+
+# ----------------------------------------------------------------------------- PyTorch files
+TORCH_REASON = "the files are written by PyTorch"
+
+
+def test_a_torch_state_dict_loads_into_a_model_that_computes_the_same(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    torch.manual_seed(0)
+    tm = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    path = tmp_path / "model.pt"
+    torch.save(tm.state_dict(), path)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    model.load_state_dict(ag.load(path))
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    for name, value in tm.state_dict().items():  # the weights, bit for bit
+        np.testing.assert_array_equal(model.state_dict()[name].numpy(), value.numpy())
+    want = tm(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(model(ag.tensor(x)).detach().numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_optimizer_state_parameters_dtypes_and_views_load_from_torch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    base = torch.arange(12.0, dtype=torch.float64)
+    saved = {
+        "model": m.state_dict(),
+        "opt": opt.state_dict(),
+        "views": [base, base[2:8].view(2, 3), base[::3]],
+        "param": torch.nn.Parameter(torch.ones(2)),
+        "ints": torch.tensor([1, -2], dtype=torch.int32),
+        "mask": torch.tensor([True, False]),
+        "empty": torch.zeros(0, 3),
+    }
+    path = tmp_path / "all.pt"
+    torch.save(saved, path)
+    got = ag.load(path)
+    for k, v in saved["model"].items():
+        assert got["model"][k].dtype == ag.float32 if v.is_floating_point() else ag.int64
+        np.testing.assert_array_equal(got["model"][k].numpy(), v.numpy(), err_msg=k)
+    assert got["opt"]["param_groups"] == saved["opt"]["param_groups"]
+    for i, state in saved["opt"]["state"].items():
+        for k, v in state.items():
+            np.testing.assert_array_equal(got["opt"]["state"][i][k].numpy(), v.numpy())
+    b, v, s = got["views"]
+    assert v.tolist() == [[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]]
+    assert s.tolist() == [0, 3, 6, 9]
+    v[0, 0] = 100.0  # views saved with their base share its memory after loading, as in torch
+    assert b[2].item() == 100.0
+    assert s[0].item() == 0.0
+    assert isinstance(got["param"], nn.Parameter)
+    assert got["param"].requires_grad
+    assert got["ints"].dtype == ag.int32
+    assert got["ints"].tolist() == [1, -2]
+    assert got["mask"].dtype == ag.bool
+    assert got["empty"].shape == (0, 3)
+
+
+def _torch_like_zip(path: Path, pickled: bytes, storages: dict[str, bytes] | None = None) -> None:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickled)
+        z.writestr("archive/byteorder", "little")
+        for key, raw in (storages or {}).items():
+            z.writestr(f"archive/data/{key}", raw)
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_torch_file_that_would_run_code_raises_and_runs_nothing(tmp_path: Path) -> None:
+    """No torch needed: the file is made here. Its pickle calls os.system; loading it names
+    the file and the object, and the command never runs."""
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    _torch_like_zip(path, pickle.dumps({"w": _RunsCode(marker)}, protocol=2))
+    with pytest.raises(RuntimeError, match=r"evil\.pt.*names (posix|os|nt)\.system") as info:
+        ag.load(path)
+    assert "nothing from the file ran" in str(info.value)
+    assert not marker.exists()
+
+
+def test_a_torch_file_of_a_whole_module_is_refused_naming_its_class(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    path = tmp_path / "whole.pt"
+    torch.save(torch.nn.Linear(2, 2), path)
+    with pytest.raises(RuntimeError, match=r"whole\.pt.*names torch\.nn\.modules\.linear\.Linear"):
+        ag.load(path)
+
+
+def test_a_torch_file_whose_tensor_overruns_its_storage_raises(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    path = tmp_path / "short.pt"
+    torch.save({"w": torch.arange(16.0)}, path)
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    key = next(n for n in members if "/data/" in n)
+    members[key] = members[key][:32]  # 8 of the 16 floats
+    with zipfile.ZipFile(path, "w") as z:
+        for n, raw in members.items():
+            z.writestr(n, raw)
+    with pytest.raises(RuntimeError, match=r"short\.pt.*needs a storage of 16 elements"):
+        ag.load(path)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "why"),
+    [
+        ({"s": np.array(["a", "b"])}, r"array 's' has dtype <U1, not a tensor's"),
+        ({"d": np.array(["2026-01-01"], dtype="datetime64[D]")}, r"dtype datetime64\[D\]"),
+        ({"r": np.zeros(2, dtype=[("x", "f4"), ("y", "i4")])}, r"array 'r' has dtype"),
+    ],
+)
+def test_an_npz_of_what_no_tensor_holds_raises(
+    arrays: dict[str, Any], why: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "odd.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(RuntimeError, match=r"odd\.npz.* " + why):
+        ag.load(path)
+
+
+def test_a_zip_member_that_is_not_an_npy_array_raises(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.npz"
+    np.savez(path, w=np.ones(2))
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("notes.txt", b"hello")
+    with pytest.raises(RuntimeError, match=r"mixed\.npz.*zip member 'notes\.txt' is not a NumPy"):
+        ag.load(path)

@@ -8,12 +8,21 @@ well-formed file, so the caller can name the file once.
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["ArrayFileError", "read_npz", "read_safetensors", "write_npz", "write_safetensors"]
+__all__ = [
+    "ArrayFileError",
+    "read_npz",
+    "read_safetensors",
+    "torch_storage",
+    "torch_view",
+    "write_npz",
+    "write_safetensors",
+]
 
 
 class ArrayFileError(Exception):
@@ -38,7 +47,16 @@ def read_npz(file: IO[bytes]) -> dict[str, Any]:
         if not isinstance(npz, np.lib.npyio.NpzFile):
             raise ArrayFileError("not an .npz archive (a single NumPy array)")
         with npz:
-            return {name: npz[name] for name in npz.files}
+            # NpzFile reads a member whose name does not end in .npy as raw bytes.
+            members = npz.zip.namelist() if npz.zip is not None else []
+            bad = [n for n in members if not n.endswith(".npy")]
+            if bad:
+                raise ArrayFileError(f"its zip member {bad[0]!r} is not a NumPy array (.npy)")
+            arrays = {name: npz[name] for name in npz.files}
+        for name, a in arrays.items():  # what a tensor can hold: no strings, dates, records
+            if a.dtype.kind not in "biufc" or a.dtype.fields is not None:
+                raise ArrayFileError(f"its array {name!r} has dtype {a.dtype}, not a tensor's")
+        return arrays
     except ArrayFileError:
         raise
     except ValueError as e:
@@ -86,3 +104,41 @@ def read_safetensors(data: bytes) -> tuple[dict[str, Any], dict[str, str]]:
     if not isinstance(metadata, dict):
         raise ArrayFileError("not a valid safetensors file (bad metadata)")
     return dict(arrays), metadata
+
+
+# ----------------------------------------------------------------------------- PyTorch files
+def torch_storage(raw: bytes, dtype: str, byteorder: str) -> Any:
+    """A writable host array over a storage of a PyTorch file: its bytes read as ``dtype`` in
+    the file's ``byteorder`` ("little" or "big"), in this machine's order."""
+    dt = np.dtype(dtype)
+    if dt.itemsize and len(raw) % dt.itemsize:
+        raise ArrayFileError(f"a storage of {len(raw)} bytes is not a whole number of {dtype}")
+    if dt.itemsize < 2 or byteorder == sys.byteorder:  # NumPy's own dtype object
+        return np.frombuffer(bytearray(raw), dtype=dt)
+    swapped = np.frombuffer(raw, dtype=dt.newbyteorder("<" if byteorder == "little" else ">"))
+    return swapped.astype(dt)
+
+
+def torch_view(storage: Any, offset: Any, size: Any, stride: Any) -> Any:
+    """The tensor ``_rebuild_tensor_v2`` describes, as a view of ``storage`` (a 1-d array): its
+    layout checked against the storage first, so a malformed file cannot read past it."""
+    shape, steps = tuple(size), tuple(stride)
+    if not (
+        type(offset) is int
+        and offset >= 0
+        and len(shape) == len(steps)
+        and all(type(n) is int and n >= 0 for n in shape)
+        and all(type(s) is int and s >= 0 for s in steps)
+    ):
+        raise ArrayFileError(f"a tensor's layout is malformed (offset {offset!r}, size {size!r})")
+    if 0 not in shape:
+        last = offset + sum((n - 1) * s for n, s in zip(shape, steps, strict=True))
+        if last >= storage.shape[0]:
+            raise ArrayFileError(
+                f"a tensor of size {list(shape)} at offset {offset} needs a storage of "
+                f"{last + 1} elements, the file's has {storage.shape[0]}"
+            )
+    item = storage.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(
+        storage[offset:], shape=shape, strides=[s * item for s in steps], writeable=True
+    )
