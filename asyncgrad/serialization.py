@@ -86,7 +86,13 @@ def save(obj: Any, f: FileLike) -> None:
         write_npz(f, arrays)  # type: ignore[arg-type]
 
 
-def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | None = None) -> Any:
+def load(
+    f: FileLike,
+    map_location: MapLocation = None,
+    *,
+    weights_only: bool | None = None,
+    max_bytes: int | None = None,
+) -> Any:
     """Load what ``ag.save`` saved to ``f`` (a path or a binary file object).
 
     Args:
@@ -102,6 +108,10 @@ def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | 
             code from a file (PyTorch's pickles are read by an unpickler that knows only
             tensors and containers), so it always behaves as torch's ``weights_only=True``,
             also when ``weights_only=False`` is passed.
+        max_bytes: for files from untrusted sources, the most bytes the file may hold and its
+            arrays may take once read (a compressed ``.npz`` of 1 MB can inflate to 1 GiB):
+            checked before anything is decompressed, against the sizes the archive declares,
+            which the reader then holds it to. ``None`` (the default): no limit.
 
     Raises:
         RuntimeError: the file is not a well-formed asyncgrad, ``.npz``, safetensors or
@@ -111,11 +121,16 @@ def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | 
             available.
     """
     name = _name_of(f)
+    if max_bytes is not None and (type(max_bytes) is not int or max_bytes < 0):
+        raise ValueError(f"ag.load: max_bytes must be None or an int >= 0, got {max_bytes!r}")
+    limit = -1 if max_bytes is None else max_bytes + 1
     if _is_path(f):
         with open(f, "rb") as fh:  # type: ignore[arg-type]
-            data = fh.read()
+            data = fh.read(limit)
     else:
-        data = f.read()  # type: ignore[union-attr]
+        data = f.read(limit)  # type: ignore[union-attr]
+    if max_bytes is not None:
+        _check_size(data, max_bytes, name)
     try:
         # Safetensors first: its header length can begin with the bytes "PK" (19,280 and every
         # 65,536 more), and a zip never has "{" where safetensors' header starts.
@@ -132,6 +147,25 @@ def load(f: FileLike, map_location: MapLocation = None, *, weights_only: bool | 
 
 
 # ----------------------------------------------------------------------------- files
+def _check_size(data: bytes, max_bytes: int, name: str) -> None:
+    """Raise if the file, or a zip's members once decompressed, exceed ``max_bytes``."""
+    if len(data) > max_bytes:
+        raise RuntimeError(f"ag.load: {name} is larger than max_bytes={max_bytes}")
+    if data[:4] != b"PK\x03\x04":
+        return
+    import zipfile
+
+    try:
+        total = sum(i.file_size for i in zipfile.ZipFile(io.BytesIO(data)).infolist())
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
+        return  # not a zip after all: the reader says what is wrong
+    if total > max_bytes:
+        raise RuntimeError(
+            f"ag.load: {name} holds {total} bytes once decompressed, more than "
+            f"max_bytes={max_bytes}"
+        )
+
+
 def _is_path(f: Any) -> bool:
     return isinstance(f, str | os.PathLike)
 

@@ -599,3 +599,28 @@ def test_a_zip_member_that_is_not_an_npy_array_raises(tmp_path: Path) -> None:
         z.writestr("notes.txt", b"hello")
     with pytest.raises(RuntimeError, match=r"mixed\.npz.*zip member 'notes\.txt' is not a NumPy"):
         ag.load(path)
+
+
+def test_max_bytes_refuses_a_file_that_inflates_before_inflating_it(tmp_path: Path) -> None:
+    """A compressed .npz of a few hundred KB that would inflate to 256 MiB is refused from the
+    sizes its zip declares; within the limit, files load as usual."""
+    path = tmp_path / "bomb.npz"
+    header = np.lib.format
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("w.npy", "w", force_zip64=True) as out:
+            header.write_array_header_2_0(
+                out, {"descr": "|u1", "fortran_order": False, "shape": (1 << 28,)}
+            )
+            block = bytes(1 << 20)
+            for _ in range(1 << 8):
+                out.write(block)
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(RuntimeError, match=r"bomb\.npz' holds \d+ bytes once decompressed"):
+        ag.load(path, max_bytes=100 << 20)
+    small = tmp_path / "small.npz"
+    ag.save({"w": ag.ones(100)}, small)
+    assert ag.load(small, max_bytes=1 << 20)["w"].shape == (100,)
+    with pytest.raises(RuntimeError, match=r"small\.npz' is larger than max_bytes=100"):
+        ag.load(small, max_bytes=100)
+    with pytest.raises(ValueError, match="max_bytes must be None or an int >= 0"):
+        ag.load(small, max_bytes=-1)
