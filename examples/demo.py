@@ -14,12 +14,14 @@ The same work is done each way, and measured:
 * asyncgrad, awaited: ``await ag.backward(loss)`` and ``await ag.grad(...)``, the trainer's
   forward on a compute thread with ``await ag.run(...)``. Backward passes are coroutines that
   yield to the loop about every millisecond; requests are awaited with a higher priority than
-  training steps. The clients use the live model while it trains: an optimizer step never
+  training steps (and, in the second row, with the same priority). The clients use the live model while it trains: an optimizer step never
   changes the weights a pending backward pass saved (See NOTE [Serving while training]).
 * asyncgrad, blocking: ``loss.backward()`` and ``ag.grad_sync(...)`` called inside the loop,
   which is what calling PyTorch inline does: the loop waits for each whole step.
 * with PyTorch installed, PyTorch inline, and PyTorch through ``asyncio.to_thread`` (where a
   lock keeps torch's in-place optimizer step from racing the requests' backward passes).
+
+It ends with a verdict computed from the numbers it printed.
 
     python examples/demo.py [--epochs 15] [--clients 4] [--no-torch]
 """
@@ -31,6 +33,7 @@ import asyncio
 import importlib.util
 import itertools
 import os
+import textwrap
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -59,10 +62,11 @@ TICK_S = 0.001
 CLIENT_PRIORITY = 1  # requests overtake training steps when both wait for the CPU worker
 
 AWAITED = "asyncgrad, awaited"
+AWAITED_EQUAL = "asyncgrad, awaited, equal priority"
 BLOCKING = "asyncgrad, blocking"
 TORCH_INLINE = "PyTorch, inline"
 TORCH_THREAD = "PyTorch, to_thread"
-ASYNCGRAD_WAYS = (AWAITED, BLOCKING)
+ASYNCGRAD_WAYS = (AWAITED, AWAITED_EQUAL, BLOCKING)
 TORCH_WAYS = (TORCH_INLINE, TORCH_THREAD)
 
 
@@ -129,11 +133,12 @@ def asyncgrad_mlp() -> ag.nn.Sequential:
 
 
 class AsyncgradModel(Model):
-    def __init__(self, awaited: bool) -> None:
+    def __init__(self, awaited: bool, client_priority: int = CLIENT_PRIORITY) -> None:
         ag.manual_seed(SEED)
         self.net = asyncgrad_mlp()
         self.optimizer = ag.optim.Adam(self.net.parameters(), lr=LR)
         self.awaited = awaited
+        self.client_priority = client_priority
 
     def _loss(self, x: np.ndarray, y: np.ndarray) -> ag.Tensor:
         return F.cross_entropy(self.net(ag.from_numpy(x)), ag.from_numpy(y))
@@ -156,7 +161,7 @@ class AsyncgradModel(Model):
         x = ag.tensor(image[None], requires_grad=True)
         loss = F.cross_entropy(self.net(x), ag.tensor([label]))
         if self.awaited:
-            (grad,) = await ag.grad(loss, [x], priority=CLIENT_PRIORITY)
+            (grad,) = await ag.grad(loss, [x], priority=self.client_priority)
         else:
             (grad,) = ag.grad_sync(loss, [x])
         return grad.numpy()[0]
@@ -218,7 +223,9 @@ class TorchModel(Model):
 
 def make_model(way: str) -> Model:
     if way in ASYNCGRAD_WAYS:
-        return AsyncgradModel(awaited=way == AWAITED)
+        return AsyncgradModel(
+            awaited=way != BLOCKING, client_priority=0 if way == AWAITED_EQUAL else CLIENT_PRIORITY
+        )
     if way in TORCH_WAYS:
         return TorchModel(threaded=way == TORCH_THREAD)
     raise ValueError(f"unknown way {way!r}; the ways are {ASYNCGRAD_WAYS + TORCH_WAYS}")
@@ -307,17 +314,18 @@ async def compare(
 
 def report(rows: list[Stats], epochs: int, clients: int) -> str:
     first = rows[0]
+    width = max(len(s.way) for s in rows) + 1
     lines = [
         f"A {'-'.join(map(str, SIZES))} MLP trained on scikit-learn's digits for {epochs} epochs "
         f"({first.steps} Adam steps) while {clients} clients request saliency maps from it, "
         f"in one {first.loop} event loop:",
         "",
-        f"{'way':<20} {'steps/s':>8} {'served/s':>9} {'p99 stall':>10} {'longest stall':>14} "
+        f"{'way':<{width}} {'steps/s':>8} {'served/s':>9} {'p99 stall':>10} {'longest stall':>14} "
         f"{'accuracy':>9}",
     ]
     for s in rows:
         lines.append(
-            f"{s.way:<20} {s.steps_per_s:>8.0f} {s.served_per_s:>9.0f} "
+            f"{s.way:<{width}} {s.steps_per_s:>8.0f} {s.served_per_s:>9.0f} "
             f"{s.p99_stall_s * 1e3:>7.1f} ms {s.max_stall_s * 1e3:>11.1f} ms {s.accuracy:>9.1%}"
         )
     lines += [
@@ -325,8 +333,50 @@ def report(rows: list[Stats], epochs: int, clients: int) -> str:
         "A stall is how late a 1 ms timer fired: while the loop is stalled, nothing else in the",
         "process is served. Blocking calls hold the loop for a whole training step; awaited",
         "backward passes give it back about every millisecond and take no lock or weight copy.",
+        "The first row serves requests before training steps (priority=1), the second gives",
+        "both the same priority.",
+        "",
+        *verdict(rows),
     ]
     return "\n".join(lines)
+
+
+def verdict(rows: list[Stats]) -> list[str]:
+    """What the numbers printed say, computed from them: asyncgrad awaited against the way a
+    server would otherwise choose (PyTorch through to_thread, which keeps the loop free; without
+    PyTorch, asyncgrad's blocking calls), and why asyncgrad loses a column where it does."""
+    by = {s.way: s for s in rows}
+    first, equal = by.get(AWAITED), by.get(AWAITED_EQUAL)
+    rival = by.get(TORCH_THREAD) or by.get(BLOCKING)
+    if first is None or equal is None or rival is None:
+        return []
+    said = [
+        f"Verdict, against {rival.way}: asyncgrad awaited served "
+        f"{first.served_per_s / rival.served_per_s:.1f}x its requests with requests first "
+        f"({first.served_per_s:.0f} vs {rival.served_per_s:.0f} per second) and "
+        f"{equal.served_per_s / rival.served_per_s:.1f}x at equal priority, training at "
+        f"{equal.steps_per_s / rival.steps_per_s:.2f}x its steps per second there."
+    ]
+    if equal.steps_per_s < rival.steps_per_s:
+        said.append(
+            "It trains slower at equal priority: the loop runs every request's backward pass "
+            "between the training step's slices; with requests first (the first row), "
+            "training gets only what they leave. To train faster, run the trainer in a "
+            "process of its own."
+        )
+    p99 = min(first.p99_stall_s, equal.p99_stall_s)
+    if p99 > rival.p99_stall_s:
+        said.append(
+            f"Its p99 stall is longer ({p99 * 1e3:.1f} vs {rival.p99_stall_s * 1e3:.1f} ms): "
+            "backward nodes run on the loop in slices of about 1 ms, where to_thread runs "
+            "everything on another thread; lower ag.configure(slice_s=...) for a loop that "
+            "must answer sooner."
+        )
+    if not any(s.way in TORCH_WAYS for s in rows):
+        said.append(
+            "PyTorch's rows: pip install torch (the CPU build is enough), then run this again."
+        )
+    return [line for text in said for line in textwrap.wrap(text, 92)]
 
 
 def main() -> None:

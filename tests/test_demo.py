@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
 import subprocess
 import sys
 import threading
@@ -86,17 +87,18 @@ async def test_training_does_not_depend_on_the_clients(demo: ModuleType) -> None
 @pytest.mark.timeout(120)
 async def test_the_ways_compared_do_the_same_work(demo: ModuleType) -> None:
     rows = await demo.compare(epochs=1, clients=2, progress=False, torch=False)
-    assert [r.way for r in rows] == [demo.AWAITED, demo.BLOCKING]
+    assert [r.way for r in rows] == [demo.AWAITED, demo.AWAITED_EQUAL, demo.BLOCKING]
     for r in rows:
         check_sane(r, r.way)
-    # asyncgrad's two ways run the same arithmetic: the same model comes out.
-    awaited, blocking = rows
-    assert blocking.loss == awaited.loss
-    assert blocking.accuracy == awaited.accuracy
+    # asyncgrad's ways run the same arithmetic: the same model comes out.
+    awaited, equal, blocking = rows
+    assert blocking.loss == awaited.loss == equal.loss
+    assert blocking.accuracy == awaited.accuracy == equal.accuracy
     table = demo.report(rows, 1, 2)
-    for way in (demo.AWAITED, demo.BLOCKING):
+    for way in (demo.AWAITED, demo.AWAITED_EQUAL, demo.BLOCKING):
         assert way in table
     assert "p99 stall" in table
+    assert "PyTorch's rows: pip install torch" in table
 
 
 @pytest.mark.timeout(120)
@@ -124,16 +126,29 @@ def test_command_line() -> None:
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("way "))
     rows = {}
-    for line in lines[header + 1 : header + 3]:
-        way, numbers = line[:20].strip(), line[20:].replace("ms", "").replace("%", "").split()
-        rows[way] = [float(n) for n in numbers]
-    assert set(rows) == {"asyncgrad, awaited", "asyncgrad, blocking"}
+    for line in lines[header + 1 : header + 4]:
+        way, numbers = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        rows[way] = [float(n) for n in numbers.replace("ms", "").replace("%", "").split()]
+    assert set(rows) == {
+        "asyncgrad, awaited",
+        "asyncgrad, awaited, equal priority",
+        "asyncgrad, blocking",
+    }
+    # The verdict is true on the numbers printed (without PyTorch: against the blocking way).
+    text = " ".join(lines[lines.index(next(x for x in lines if x.startswith("Verdict"))) :])
+    first, equal, blocking = (rows[w] for w in sorted(rows))
+    said = re.search(r"served ([\d.]+)x its requests .*?\((\d+) vs (\d+) per second\)", text)
+    assert said is not None, text
+    assert float(said[1]) == pytest.approx(first[1] / blocking[1], abs=0.06)
+    assert (float(said[2]), float(said[3])) == (first[1], blocking[1])
+    assert ("It trains slower" in text) == (equal[0] < blocking[0])
     for steps_s, served_s, p99_ms, max_ms, accuracy in rows.values():
         assert steps_s > 0
         assert served_s > 0
         assert 0 <= p99_ms <= max_ms
         assert accuracy > 50
-    assert "PyTorch" not in proc.stdout
+    assert "PyTorch," not in proc.stdout  # no PyTorch row; how to get them is said
+    assert "PyTorch's rows: pip install torch" in proc.stdout
     assert "A stall is" in proc.stdout
     assert "Task was destroyed" not in proc.stderr
     assert "never awaited" not in proc.stderr
