@@ -14,8 +14,9 @@ The same work is done each way, and measured:
 * asyncgrad, awaited: ``await ag.backward(loss)`` and ``await ag.grad(...)``, the trainer's
   forward on a compute thread with ``await ag.run(...)``. Backward passes are coroutines that
   yield to the loop about every millisecond; requests are awaited with a higher priority than
-  training steps (and, in the second row, with the same priority). The clients use the live model while it trains: an optimizer step never
-  changes the weights a pending backward pass saved (See NOTE [Serving while training]).
+  training steps (and, in the second row, with the same priority). The clients use the live
+  model while it trains: an optimizer step never changes the weights a pending backward pass
+  saved (See NOTE [Serving while training]).
 * asyncgrad, blocking: ``loss.backward()`` and ``ag.grad_sync(...)`` called inside the loop,
   which is what calling PyTorch inline does: the loop waits for each whole step.
 * with PyTorch installed, PyTorch inline, and PyTorch through ``asyncio.to_thread`` (where a
