@@ -121,7 +121,7 @@ class Coalescer:
             when it starts); default: one on a GPU, one per compute thread on the CPU
             (``ag.configure(compute_threads=...)``).
 
-    Example:
+    Examples:
         >>> import asyncio, asyncgrad as ag
         >>> model = ag.nn.Linear(3, 1)
         >>> saliency = ag.serving.Coalescer(model)
