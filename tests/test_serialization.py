@@ -624,3 +624,20 @@ def test_max_bytes_refuses_a_file_that_inflates_before_inflating_it(tmp_path: Pa
         ag.load(small, max_bytes=100)
     with pytest.raises(ValueError, match="max_bytes must be None or an int >= 0"):
         ag.load(small, max_bytes=-1)
+
+
+@pytest.mark.parametrize(
+    "metadata", [{"__asyncgrad__": ["x"]}, {"__asyncgrad__": {"a": 1}}, {"other": [1, 2]}]
+)
+def test_safetensors_metadata_that_is_not_strings_raises_a_runtime_error(
+    metadata: dict[str, Any], tmp_path: Path
+) -> None:
+    """The format's metadata maps strings to strings; lists or objects there (a crafted file)
+    raise the RuntimeError naming the file, not a TypeError from deep inside."""
+    pytest.importorskip("safetensors", reason=SAFETENSORS_REASON)
+    header = {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}
+    raw = json.dumps({**header, "__metadata__": metadata}).encode()
+    path = tmp_path / "crafted.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + np.zeros(3, np.float32).tobytes())
+    with pytest.raises(RuntimeError, match=r"crafted\.safetensors' is not a valid asyncgrad file"):
+        ag.load(path)
