@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any, Final
@@ -129,16 +130,17 @@ def load(
             data = fh.read(limit)
     else:
         data = f.read(limit)  # type: ignore[union-attr]
+    zf = _zip_of(data)
     if max_bytes is not None:
-        _check_size(data, max_bytes, name)
+        _check_size(data, zf, max_bytes, name)
     try:
         # Safetensors first: its header length can begin with the bytes "PK" (19,280 and every
         # 65,536 more), and a zip never has "{" where safetensors' header starts.
         if _looks_like_safetensors(data):
             return _decode_safetensors(data, map_location)
-        pickled = _torch_pickle_of(data)
-        if pickled is not None:
-            return _decode_torch(data, pickled, name, map_location)
+        pickled = None if zf is None else _torch_pickle_of(zf)
+        if zf is not None and pickled is not None:
+            return _decode_torch(zf, pickled, map_location)
         return _decode_npz(data, map_location)
     except _CorruptError as e:
         raise RuntimeError(f"ag.load: {name} is not a valid asyncgrad file: {e}") from e.__cause__
@@ -147,18 +149,24 @@ def load(
 
 
 # ----------------------------------------------------------------------------- files
-def _check_size(data: bytes, max_bytes: int, name: str) -> None:
+def _zip_of(data: bytes) -> zipfile.ZipFile | None:
+    """The file as a zip (its directory read once), or None if it is not one (a malformed
+    one included: its reader then says what is wrong)."""
+    if data[:4] != b"PK\x03\x04":
+        return None
+    try:
+        return zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
+        return None
+
+
+def _check_size(data: bytes, zf: zipfile.ZipFile | None, max_bytes: int, name: str) -> None:
     """Raise if the file, or a zip's members once decompressed, exceed ``max_bytes``."""
     if len(data) > max_bytes:
         raise RuntimeError(f"ag.load: {name} is larger than max_bytes={max_bytes}")
-    if data[:4] != b"PK\x03\x04":
+    if zf is None:
         return
-    import zipfile
-
-    try:
-        total = sum(i.file_size for i in zipfile.ZipFile(io.BytesIO(data)).infolist())
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
-        return  # not a zip after all: the reader says what is wrong
+    total = sum(i.file_size for i in zf.infolist())
     if total > max_bytes:
         raise RuntimeError(
             f"ag.load: {name} holds {total} bytes once decompressed, more than "
@@ -515,27 +523,17 @@ class _StorageType:
         self.name, self.dtype = name, dtype
 
 
-def _torch_pickle_of(data: bytes) -> str | None:
+def _torch_pickle_of(zf: zipfile.ZipFile) -> str | None:
     """The name of the pickle member of a PyTorch zip file (``<name>/data.pkl``), or None."""
-    if data[:4] != b"PK\x03\x04":
-        return None
-    import zipfile
-
-    try:
-        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
-        return None
-    found = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    found = [n for n in zf.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
     return found[0] if len(found) == 1 else None
 
 
-def _decode_torch(data: bytes, member: str, name: str, map_location: MapLocation) -> Any:
+def _decode_torch(zf: zipfile.ZipFile, member: str, map_location: MapLocation) -> Any:
     import pickle
-    import zipfile
 
     from .backend.arrayio import torch_storage, torch_view
 
-    zf = zipfile.ZipFile(io.BytesIO(data))
     prefix = member.rsplit("/", 1)[0]
     try:
         byteorder = zf.read(f"{prefix}/byteorder").decode().strip()

@@ -206,7 +206,7 @@ class Coalescer:
         parts = (xt, *self._check_args(args, int(xt.shape[0])))
         if loop is None:  # trio, say: each request alone (See NOTE [Coalesced gradients])
             require_library()
-            return self._alone_elsewhere(parts, g, output)
+            return self._one(parts, g, output)
         # What each row of grad_output is: none, its shape, or a function of the output.
         kind: Any = (
             None if g is None else tuple(g.shape[1:]) if isinstance(g, Tensor) else "function"
@@ -235,19 +235,15 @@ class Coalescer:
         batch of one (no task hop); those that arrive meanwhile wait for the batch after it."""
         self._runners[key] = self._runners.get(key, 0) + 1
         try:
-            self._check_exact()
-            (result,) = await self._vjp([x], [g], [int(x[0].shape[0])], output)
-            self._stats["requests"] += 1
-            return result
+            return await self._one(x, g, output)
         finally:
             self._leave(key)
             if self._pending.get(key):
                 self._start_runner(loop, key)
 
-    async def _alone_elsewhere(
-        self, x: tuple[Tensor, ...], g: _GradOutput, output: bool
-    ) -> _Result:
-        """A request on another event loop than asyncio's: run by itself, in its caller."""
+    async def _one(self, x: tuple[Tensor, ...], g: _GradOutput, output: bool) -> _Result:
+        """One request run by itself: alone in its caller, rerun after its batch failed, or on
+        another event loop than asyncio's."""
         self._check_exact()
         (result,) = await self._vjp([x], [g], [int(x[0].shape[0])], output)
         self._stats["requests"] += 1
@@ -402,13 +398,12 @@ class Coalescer:
                     continue
                 self._stats["alone"] += 1
                 try:
-                    (one,) = await self._vjp([r.x], [r.grad_output], [r.rows], r.output)
+                    one = await self._one(r.x, r.grad_output, r.output)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as e1:
                     _deliver_error(r.future, e1)
                 else:
-                    self._stats["requests"] += 1
                     _deliver(r.future, one)
             return
         self._stats["requests"] += len(batch)
