@@ -7,7 +7,8 @@ an entry ``__asyncgrad__`` holding, as UTF-8 JSON, the object's structure, in wh
 ``{"type": "tensor", "data": "t0", "device": "cuda:0", "requires_grad": true, ...}`` and JSON
 objects appear only as such tagged nodes (dicts are ``{"type": "dict", "items": [[k, v], ...]}``
 so their keys keep their types: an optimizer's state is keyed by ints). A tensor that appears
-twice in ``obj`` is stored once and loads as one tensor. A path ending in ``.safetensors``
+twice in ``obj`` is stored once and loads as one tensor; tensors that share memory (views) are
+stored as views of one storage (See NOTE [Views in saved files]). A path ending in ``.safetensors``
 writes a safetensors file instead, which holds a flat ``{str: Tensor}`` dict (a state dict), with
 each tensor's device and requires_grad in the file's metadata.
 
@@ -15,6 +16,23 @@ Loading reads arrays with ``allow_pickle=False`` and the structure with ``json``
 describe data, never code, so loading an untrusted file executes nothing. Anything malformed
 (truncated, random bytes, a pickled object array, a structure that names a missing array)
 raises a ``RuntimeError`` that names the file.
+
+NOTE [Views in saved files]
+``torch.save`` keeps views: tensors that share a storage share it again after loading, so a
+base and its views, a tied weight and its transpose, load as they were saved. ``ag.save`` does
+the same. Saved tensors on one device whose bytes overlap, directly or through others, form a
+group; the group is stored once, as a 1-d storage entry (``s0``, ``s1``, ...) spanning their
+bytes (only what they cover, where torch writes a view's whole storage), and the header's
+``"views"`` table gives each member's layout in it: element offset, size and strides
+(negative ones too). Loading moves each storage to its device once and makes the members views
+of it there (``arrayio.strided_view``, which checks each layout against the storage first), as
+``ag.load`` does for PyTorch's files. A layout whose elements may share memory (an expanded
+tensor) loads read-only, so writing to it raises as it did before saving. Files with views are
+version 2; a file without any stays version 1, which every reader reads. Tensors that share an
+allocation without overlapping (``w[0]`` and ``w[2]`` without ``w``) are saved apart: only their
+``data_ptr()`` would tell. Nor is a group whose members differ in dtype (NumPy
+arrays viewed as another dtype through ``from_numpy``) kept as one: each is saved on its own.
+A safetensors file has no views: each tensor is written on its own.
 """
 
 from __future__ import annotations
@@ -31,8 +49,11 @@ from ._tensor import Tensor
 from .backend import CPU, Device
 from .backend.arrayio import (
     ArrayFileError,
+    byte_span,
     read_npz,
     read_safetensors,
+    span_of,
+    strided_view,
     write_npz,
     write_safetensors,
 )
@@ -40,7 +61,7 @@ from .nn.modules import Parameter
 
 __all__ = ["load", "save"]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2  # 2 added views (See NOTE [Views in saved files])
 # The .npz entry that holds the structure, and the safetensors metadata key that holds the
 # tensors' devices and requires_grad flags.
 STRUCTURE_KEY: Final = "__asyncgrad__"
@@ -78,9 +99,12 @@ def save(obj: Any, f: FileLike) -> None:
 
     enc = _Encoder()
     root = enc.encode(obj, "obj")
-    header = {"format": "asyncgrad", "version": FORMAT_VERSION, "root": root}
+    tensors, views = enc.finish()
+    header: dict[str, Any] = {"format": "asyncgrad", "version": 1, "root": root}
+    if views:  # only then version 2, which an asyncgrad that predates views refuses by name
+        header.update(version=FORMAT_VERSION, views=views)
     text = json.dumps(header, allow_nan=True, separators=(",", ":")).encode("utf-8")
-    arrays: dict[str, Any] = {STRUCTURE_KEY: text, **enc.arrays}
+    arrays: dict[str, Any] = {STRUCTURE_KEY: text, **tensors}
     if _is_path(f):
         _write_path(f, lambda out: write_npz(out, arrays))  # type: ignore[arg-type]
     else:
@@ -227,7 +251,7 @@ class _Encoder:
     """Turns an object into its JSON structure, collecting each distinct tensor's host array."""
 
     def __init__(self) -> None:
-        self.arrays: dict[str, Any] = {}
+        self.sources: dict[str, Any] = {}  # entry -> the tensor's array, on its device
         self.names: dict[int, str] = {}  # id(tensor) -> its entry
         self.keep: list[Tensor] = []  # keeps ids valid while encoding
         self.active: set[int] = set()  # containers being encoded: a cycle check
@@ -279,8 +303,7 @@ class _Encoder:
         if name is None:
             name = self.names[id(t)] = f"t{len(self.names)}"
             self.keep.append(t)
-            a = t._array
-            self.arrays[name] = a if type(a) is backend.ndarray else backend.to_device(a, CPU)
+            self.sources[name] = t._array
         node = {
             "type": "tensor",
             "data": name,
@@ -290,6 +313,64 @@ class _Encoder:
         if isinstance(t, Parameter):
             node["class"] = "Parameter"
         return node
+
+    def finish(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The host arrays to write, and the layouts of the tensors stored as views of a
+        shared storage (See NOTE [Views in saved files])."""
+        arrays: dict[str, Any] = {}
+        views: dict[str, Any] = {}
+        for group in _sharing_groups(self.sources):
+            members = [self.sources[n] for n in group]
+            dt = members[0].dtype
+            item = dt.itemsize
+            spans = [byte_span(a) for a in members]
+            lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+            firsts = [backend.data_ptr(a) for a in members]
+            if any(
+                a.dtype != dt or (p - lo) % item or any(st % item for st in a.strides)
+                for a, p in zip(members, firsts, strict=True)
+            ):
+                continue  # not one array's elements: each is saved on its own
+            storage = f"s{len(arrays)}"  # only storages are in arrays yet
+            head = members[firsts.index(min(firsts))]  # starts at lo, unless strides < 0
+            arrays[storage] = _host(span_of(head, lo, (hi - lo) // item))
+            for n, a, p in zip(group, members, firsts, strict=True):
+                views[n] = {
+                    "storage": storage,
+                    "offset": (p - lo) // item,
+                    "size": list(a.shape),
+                    "stride": [st // item for st in a.strides],
+                }
+        for n, a in self.sources.items():
+            if n not in views:
+                arrays[n] = _host(a)
+        return arrays, views
+
+
+def _host(a: Any) -> Any:
+    return a if type(a) is backend.ndarray else backend.to_device(a, CPU)
+
+
+def _sharing_groups(sources: dict[str, Any]) -> list[list[str]]:
+    """The entries whose arrays share memory with another's, grouped: arrays on one device
+    whose byte ranges overlap, directly or through others."""
+    spans = sorted(
+        (str(backend.device_of(a)), *byte_span(a), n) for n, a in sources.items() if a.size
+    )
+    groups: list[list[str]] = []
+    current: list[str] = []
+    where, reach = "", 0
+    for dev, lo, hi, n in spans:
+        if current and dev == where and lo < reach:
+            current.append(n)
+            reach = max(reach, hi)
+            continue
+        if len(current) > 1:
+            groups.append(current)
+        current, where, reach = [n], dev, hi
+    if len(current) > 1:
+        groups.append(current)
+    return groups
 
 
 def _encode_safetensors(obj: Any) -> bytes:
@@ -330,8 +411,12 @@ def _describe(obj: Any) -> str:
 
 # ----------------------------------------------------------------------------- decoding
 class _Decoder:
-    def __init__(self, arrays: dict[str, Any], map_location: MapLocation) -> None:
+    def __init__(
+        self, arrays: dict[str, Any], views: dict[str, Any], map_location: MapLocation
+    ) -> None:
         self.arrays = arrays
+        self.views = views
+        self.storages = _Storages(map_location)
         self.map_location = map_location
         self.tensors: dict[str, Tensor] = {}
 
@@ -379,12 +464,43 @@ class _Decoder:
     def tensor(self, node: dict[str, Any]) -> Tensor:
         name = _str(node, "data")
         t = self.tensors.get(name)
-        if t is None:
+        if t is not None:
+            return t
+        layout = self.views.get(name)
+        if layout is not None:
+            key = layout.get("storage")
+            storage = self.arrays.get(key) if type(key) is str else None
+            if storage is None or storage.ndim != 1:
+                raise _CorruptError(f"the view {name!r} names no 1-d storage array")
+            t = self.storages.tensor(
+                key, storage, layout.get("offset"), layout.get("size"), layout.get("stride"), node
+            )
+        else:
             arr = self.arrays.get(name)
             if arr is None:
                 raise _CorruptError(f"the structure names a missing array {name!r}")
-            t = self.tensors[name] = _make_tensor(arr, node, self.map_location)
+            t = _make_tensor(arr, node, self.map_location)
+        self.tensors[name] = t
         return t
+
+
+class _Storages:
+    """Tensors made as views of a file's storages, each storage moved to a device once: views
+    saved with their base share its memory after loading, on any device."""
+
+    def __init__(self, map_location: MapLocation) -> None:
+        self.map_location = map_location
+        self.placed: dict[tuple[str, str], Any] = {}  # (storage, device) -> its array there
+
+    def tensor(
+        self, key: str, storage: Any, offset: Any, size: Any, stride: Any, meta: dict[str, Any]
+    ) -> Tensor:
+        dev = _target(_str(meta, "device") if "device" in meta else "cpu", self.map_location)
+        placed = self.placed.get((key, str(dev)))
+        if placed is None:
+            placed = storage if dev is CPU else backend.to_device(storage, dev)
+            self.placed[key, str(dev)] = placed
+        return _wrap_tensor(strided_view(placed, offset, size, stride), meta)
 
 
 def _str(node: dict[str, Any], field: str) -> str:
@@ -427,14 +543,18 @@ def _target(saved: str, map_location: MapLocation) -> Device:
 
 
 def _make_tensor(arr: Any, meta: dict[str, Any], map_location: MapLocation) -> Tensor:
+    dev = _target(_str(meta, "device") if "device" in meta else "cpu", map_location)
+    if dev is not CPU:
+        arr = backend.to_device(arr, dev)
+    return _wrap_tensor(arr, meta)
+
+
+def _wrap_tensor(arr: Any, meta: dict[str, Any]) -> Tensor:
     rg = meta.get("requires_grad", False)
     if type(rg) is not bool:
         raise _CorruptError("a tensor's requires_grad is not a bool")
     if rg and not dtypes.is_floating(arr.dtype):
         raise _CorruptError(f"a tensor of dtype {arr.dtype} requires grad")
-    dev = _target(_str(meta, "device") if "device" in meta else "cpu", map_location)
-    if dev is not CPU:
-        arr = backend.to_device(arr, dev)
     if meta.get("class") == "Parameter":
         return Parameter(arr, requires_grad=rg)
     t = Tensor._wrap(arr)
@@ -453,12 +573,15 @@ def _decode_npz(data: bytes, map_location: MapLocation) -> Any:
     header = _parse_json(raw.tobytes())
     if type(header) is not dict or header.get("format") != "asyncgrad" or "root" not in header:
         raise _CorruptError(f"the {STRUCTURE_KEY} entry is not an asyncgrad structure")
-    if header.get("version") != FORMAT_VERSION:
+    if header.get("version") not in (1, FORMAT_VERSION):
         raise _CorruptError(
-            f"format version {header.get('version')!r} (this asyncgrad reads {FORMAT_VERSION})"
+            f"format version {header.get('version')!r} (this asyncgrad reads 1 to {FORMAT_VERSION})"
         )
+    views = header.get("views", {})
+    if type(views) is not dict or not all(type(v) is dict for v in views.values()):
+        raise _CorruptError("its views are not a table of layouts")
     try:
-        return _Decoder(arrays, map_location).decode(header["root"])
+        return _Decoder(arrays, views, map_location).decode(header["root"])
     except RecursionError:
         raise _CorruptError("the structure is nested too deeply") from None
 
@@ -497,8 +620,8 @@ def _decode_safetensors(data: bytes, map_location: MapLocation) -> Any:
 # ``collections.OrderedDict``) to asyncgrad's own stand-ins, and refuses every other name with
 # an error naming the file and the object: no code from the file ever runs, with or without
 # torch installed. Tensors are views of their storage as the file lays them out, so views
-# saved with their base share memory after loading on the CPU (each storage is read once);
-# on another device each tensor is copied there.
+# saved with their base share memory after loading, on any device: each storage is read once
+# and moved to each device once (See NOTE [Views in saved files]).
 _TORCH_STORAGES: Final = {
     "FloatStorage": "float32",
     "DoubleStorage": "float64",
@@ -532,7 +655,7 @@ def _torch_pickle_of(zf: zipfile.ZipFile) -> str | None:
 def _decode_torch(zf: zipfile.ZipFile, member: str, map_location: MapLocation) -> Any:
     import pickle
 
-    from .backend.arrayio import torch_storage, torch_view
+    from .backend.arrayio import torch_storage
 
     prefix = member.rsplit("/", 1)[0]
     try:
@@ -541,7 +664,8 @@ def _decode_torch(zf: zipfile.ZipFile, member: str, map_location: MapLocation) -
         byteorder = "little"  # written before the member existed, on little-endian machines
     if byteorder not in ("little", "big"):
         raise _CorruptError(f"its byte order is {byteorder!r}")
-    storages: dict[str, tuple[Any, str]] = {}
+    storages: dict[str, tuple[str, Any, str]] = {}
+    placed = _Storages(map_location)
 
     class Unpickler(pickle.Unpickler):
         def find_class(self, module: str, attr: str) -> Any:
@@ -576,17 +700,19 @@ def _decode_torch(zf: zipfile.ZipFile, member: str, map_location: MapLocation) -
                     raw = zf.read(f"{prefix}/data/{key}")
                 except KeyError:
                     raise _CorruptError(f"its storage {key!r} is missing") from None
-                storages[key] = (torch_storage(raw, kind.dtype, byteorder), location)
+                storages[key] = (key, torch_storage(raw, kind.dtype, byteorder), location)
             return storages[key]
 
     def rebuild_tensor(
         storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, *_: Any
     ) -> Tensor:
-        if type(storage) is not tuple or type(requires_grad) is not bool:
+        ours = type(storage) is tuple and len(storage) == 3 and type(storage[0]) is str
+        entry = storages.get(storage[0]) if ours else None
+        if entry is None or entry is not storage or type(requires_grad) is not bool:
             raise _CorruptError("a tensor's arguments are malformed")
-        array, location = storage
-        arr = torch_view(array, offset, size, stride)
-        return _make_tensor(arr, {"requires_grad": requires_grad, "device": location}, map_location)
+        key, array, location = entry
+        meta = {"requires_grad": requires_grad, "device": location}
+        return placed.tensor(key, array, offset, size, stride, meta)
 
     def rebuild_parameter(data: Any, requires_grad: Any, *_: Any) -> Tensor:
         if not isinstance(data, Tensor) or type(requires_grad) is not bool:

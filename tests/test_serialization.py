@@ -186,6 +186,164 @@ def test_a_plain_npz_loads_as_a_dict_of_tensors(tmp_path: Path) -> None:
     assert out["b"].dtype == ag.float16
 
 
+# ============================================================================= views
+
+
+def _entries(path: Path) -> dict[str, tuple[int, ...]]:
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k].shape for k in npz.files if k != "__asyncgrad__"}
+
+
+def _version(path: Path) -> Any:
+    with np.load(path, allow_pickle=False) as npz:
+        return json.loads(npz["__asyncgrad__"].tobytes())["version"]
+
+
+def test_views_saved_with_their_base_share_its_memory_after_loading(tmp_path: Path) -> None:
+    w = ag.arange(12.0).reshape(3, 4)
+    saved = {
+        "w": w,
+        "row": w[1],
+        "col": w[:, 2],
+        "t": w.t(),
+        "flat": w.view(-1)[::5],
+        "expanded": w[0:1].expand(5, 4),
+        "detached": w.detach(),
+        "alone": ag.ones(3),
+    }
+    path = tmp_path / "views.pt"
+    ag.save(saved, path)
+    # One storage of w's 12 elements holds w and its views; the unrelated tensor is its own.
+    assert sorted(_entries(path).values()) == [(3,), (12,)]
+    assert _version(path) == 2
+    got = ag.load(path)
+    for k, v in saved.items():
+        _same(got[k], v)
+    with ag.no_grad():
+        got["w"].mul_(-1.0)
+    assert got["row"].tolist() == [-4.0, -5.0, -6.0, -7.0]
+    assert got["col"].tolist() == [-2.0, -6.0, -10.0]
+    assert got["t"][3].tolist() == [-3.0, -7.0, -11.0]
+    assert got["flat"].tolist() == [0.0, -5.0, -10.0]
+    assert got["expanded"][4].tolist() == [0.0, -1.0, -2.0, -3.0]
+    assert got["detached"].tolist() == got["w"].tolist()
+    assert got["alone"].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        got["expanded"].add_(1.0)  # an expanded view stays one you cannot write, as in torch
+    assert got["w"][0].tolist() == [-0.0, -1.0, -2.0, -3.0]
+
+    again = tmp_path / "again.pt"  # loaded views saved again still share
+    ag.save(got, again)
+    assert sorted(_entries(again).values()) == [(3,), (12,)]
+    back = ag.load(again)
+    with ag.no_grad():
+        back["t"].zero_()
+    assert back["w"].abs().sum().item() == 0.0
+
+
+def test_overlapping_views_without_their_base_share_only_what_they_cover(
+    tmp_path: Path,
+) -> None:
+    w = ag.arange(20.0).reshape(5, 4)
+    path = tmp_path / "part.pt"
+    ag.save({"a": w[0:2], "b": w[1:3], "c": w[4]}, path)
+    # a and b overlap on row 1: one storage of rows 0-2; c shares no element with them.
+    assert sorted(_entries(path).values()) == [(4,), (12,)]
+    got = ag.load(path)
+    assert got["a"].tolist() == w[0:2].tolist()
+    assert got["b"].tolist() == w[1:3].tolist()
+    assert got["c"].tolist() == w[4].tolist()
+    got["a"][1, 0] = 100.0
+    assert got["b"][0, 0].item() == 100.0
+
+
+def test_arrays_with_negative_strides_share_memory_after_loading(tmp_path: Path) -> None:
+    host = np.arange(10.0)
+    path = tmp_path / "reversed.pt"
+    ag.save({"rev": ag.from_numpy(host[::-1]), "mid": ag.from_numpy(host[2:5])}, path)
+    assert sorted(_entries(path).values()) == [(10,)]
+    got = ag.load(path)
+    assert got["rev"].tolist() == host[::-1].tolist()
+    got["mid"][0] = -5.0
+    assert got["rev"][7].item() == -5.0
+
+
+def test_a_file_without_views_keeps_the_first_format_version(tmp_path: Path) -> None:
+    path = tmp_path / "plain.pt"
+    w = ag.ones(2, 2)
+    ag.save({"w": w, "same": w, "b": ag.zeros(3), "empty": w[:0]}, path)
+    assert _version(path) == 1  # readable by every asyncgrad that reads files
+    got = ag.load(path)
+    assert got["w"] is got["same"]
+    assert got["empty"].shape == (0, 2)
+
+
+def test_parameters_and_views_of_them_round_trip(tmp_path: Path) -> None:
+    p = nn.Parameter(ag.randn(4, 3))
+    path = tmp_path / "tied.pt"
+    ag.save({"weight": p, "weight_t": p.detach().t()}, path)
+    got = ag.load(path)
+    assert isinstance(got["weight"], nn.Parameter)
+    assert got["weight"].requires_grad
+    assert not isinstance(got["weight_t"], nn.Parameter)
+    _same(got["weight"], p)
+    with ag.no_grad():
+        got["weight"].add_(1.0)
+    np.testing.assert_array_equal(got["weight_t"].numpy(), got["weight"].detach().numpy().T)
+
+
+@pytest.mark.cuda
+def test_views_share_memory_after_loading_on_a_cuda_device(tmp_path: Path) -> None:
+    _needs_cuda()
+    w = ag.arange(12.0, device="cuda").reshape(3, 4)
+    path = tmp_path / "gpu_views.pt"
+    ag.save({"w": w, "row": w[2], "t": w.t()}, path)
+    assert sorted(_entries(path).values()) == [(12,)]
+    for where in (None, "cpu"):
+        got = ag.load(path, map_location=where)
+        assert got["row"].device == ag.device(where or "cuda:0")
+        with ag.no_grad():
+            got["w"].add_(1.0)
+        assert got["row"].tolist() == [9.0, 10.0, 11.0, 12.0]
+        assert got["t"][0].tolist() == [1.0, 5.0, 9.0]
+    cpu = tmp_path / "cpu_views.pt"
+    host = w.cpu()
+    ag.save({"w": host, "col": host[:, 1]}, cpu)
+    got = ag.load(cpu, map_location="cuda")
+    got["w"][0, 1] = -1.0
+    assert got["col"].device == ag.device("cuda:0")
+    assert got["col"].tolist() == [-1.0, 5.0, 9.0]
+
+
+@pytest.mark.parametrize(
+    ("views", "why"),
+    [
+        (b"[1]", "views are not a table"),
+        (b'{"t0": {"storage": "s9", "offset": 0, "size": [2], "stride": [1]}}', "no 1-d storage"),
+        (
+            b'{"t0": {"storage": "s0", "offset": 2, "size": [2], "stride": [1]}}',
+            r"needs elements 2\.\.3 of a storage of 3",
+        ),
+        (
+            b'{"t0": {"storage": "s0", "offset": 0, "size": [2], "stride": [-1]}}',
+            r"needs elements -1\.\.0 of a storage of 3",
+        ),
+        (b'{"t0": {"storage": "s0", "offset": -1, "size": [1], "stride": [1]}}', "malformed"),
+        (b'{"t0": {"storage": "s0", "offset": 0, "size": 2, "stride": 1}}', "malformed"),
+        (b'{"t0": {"storage": "s0", "offset": 0, "size": [2], "stride": [1, 1]}}', "malformed"),
+    ],
+)
+def test_malformed_views_raise_naming_the_file(views: bytes, why: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad_views.npz"
+    structure = (
+        b'{"format": "asyncgrad", "version": 2, "root": {"type": "tensor", "data": "t0"}, '
+        b'"views": ' + views + b"}"
+    )
+    _npz_with_structure(path, structure, s0=np.arange(3.0))
+    with pytest.raises(RuntimeError, match=rf"bad_views\.npz' is not a valid .*file: .*{why}"):
+        ag.load(path)
+
+
 # ============================================================================= bad files
 
 
@@ -524,6 +682,20 @@ def test_optimizer_state_parameters_dtypes_and_views_load_from_torch(tmp_path: P
     assert got["empty"].shape == (0, 3)
 
 
+@pytest.mark.cuda
+def test_views_in_a_torch_file_share_memory_on_a_cuda_device(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    _needs_cuda()
+    base = torch.arange(6.0)
+    path = tmp_path / "views.pt"
+    torch.save({"base": base, "pair": base[1:5].view(2, 2), "rows": base.expand(2, 6)}, path)
+    got = ag.load(path, map_location="cuda")
+    assert got["pair"].device == ag.device("cuda:0")
+    got["base"][1] = -1.0
+    assert got["pair"].tolist() == [[-1.0, 2.0], [3.0, 4.0]]
+    assert got["rows"][1].tolist() == [0.0, -1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 def _torch_like_zip(path: Path, pickled: bytes, storages: dict[str, bytes] | None = None) -> None:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("archive/data.pkl", pickled)
@@ -571,7 +743,7 @@ def test_a_torch_file_whose_tensor_overruns_its_storage_raises(tmp_path: Path) -
     with zipfile.ZipFile(path, "w") as z:
         for n, raw in members.items():
             z.writestr(n, raw)
-    with pytest.raises(RuntimeError, match=r"short\.pt.*needs a storage of 16 elements"):
+    with pytest.raises(RuntimeError, match=r"short\.pt.*needs elements 0\.\.15 of a storage of 8"):
         ag.load(path)
 
 

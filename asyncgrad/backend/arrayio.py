@@ -16,10 +16,12 @@ import numpy as np
 
 __all__ = [
     "ArrayFileError",
+    "byte_span",
     "read_npz",
     "read_safetensors",
+    "span_of",
+    "strided_view",
     "torch_storage",
-    "torch_view",
     "write_npz",
     "write_safetensors",
 ]
@@ -119,26 +121,82 @@ def torch_storage(raw: bytes, dtype: str, byteorder: str) -> Any:
     return swapped.astype(dt)
 
 
-def torch_view(storage: Any, offset: Any, size: Any, stride: Any) -> Any:
-    """The tensor ``_rebuild_tensor_v2`` describes, as a view of ``storage`` (a 1-d array): its
-    layout checked against the storage first, so a malformed file cannot read past it."""
+def strided_view(storage: Any, offset: Any, size: Any, stride: Any) -> Any:
+    """The array at element ``offset`` of ``storage`` (a 1-d host or device array) with shape
+    ``size`` and strides ``stride`` in elements (negative ones too), sharing its memory; its
+    layout is checked against the storage first, so a malformed file cannot read past it. A
+    layout in which elements may share memory (an expanded tensor: a stride of 0) gives a
+    read-only host array, as ``broadcast_to`` does."""
+    if type(size) not in (list, tuple) or type(stride) not in (list, tuple):
+        raise ArrayFileError(f"a tensor's layout is malformed (size {size!r}, stride {stride!r})")
     shape, steps = tuple(size), tuple(stride)
     if not (
         type(offset) is int
         and offset >= 0
         and len(shape) == len(steps)
         and all(type(n) is int and n >= 0 for n in shape)
-        and all(type(s) is int and s >= 0 for s in steps)
+        and all(type(s) is int for s in steps)
     ):
-        raise ArrayFileError(f"a tensor's layout is malformed (offset {offset!r}, size {size!r})")
+        raise ArrayFileError(
+            f"a tensor's layout is malformed (offset {offset!r}, size {size!r}, stride {stride!r})"
+        )
     if 0 not in shape:
-        last = offset + sum((n - 1) * s for n, s in zip(shape, steps, strict=True))
-        if last >= storage.shape[0]:
+        first = offset + sum((n - 1) * s for n, s in zip(shape, steps, strict=True) if s < 0)
+        last = offset + sum((n - 1) * s for n, s in zip(shape, steps, strict=True) if s > 0)
+        if first < 0 or last >= storage.shape[0]:
             raise ArrayFileError(
-                f"a tensor of size {list(shape)} at offset {offset} needs a storage of "
-                f"{last + 1} elements, the file's has {storage.shape[0]}"
+                f"a tensor of size {list(shape)} and stride {list(steps)} at offset {offset} "
+                f"needs elements {first}..{last} of a storage of {storage.shape[0]}"
             )
     item = storage.dtype.itemsize
-    return np.lib.stride_tricks.as_strided(
-        storage[offset:], shape=shape, strides=[s * item for s in steps], writeable=True
-    )
+    strides = [s * item for s in steps]
+    if type(storage) is np.ndarray:
+        return np.lib.stride_tricks.as_strided(
+            storage[offset:], shape, strides, writeable=not _may_overlap(shape, steps)
+        )
+    from . import namespace
+
+    return namespace(storage).lib.stride_tricks.as_strided(storage[offset:], shape, strides)
+
+
+def _may_overlap(shape: tuple[int, ...], steps: tuple[int, ...]) -> bool:
+    """Whether two elements of the layout may share memory: unless each stride, smallest
+    first, steps past everything the smaller ones reach (a conservative test)."""
+    reach = 0
+    for s, n in sorted((abs(s), n) for s, n in zip(steps, shape, strict=True) if n > 1):
+        if s <= reach:
+            return True
+        reach += (n - 1) * s
+    return False
+
+
+# ----------------------------------------------------------------------------- shared memory
+def byte_span(a: Any) -> tuple[int, int]:
+    """The addresses ``[lo, hi)`` of the memory ``a`` (a host or device array with elements)
+    reads."""
+    lo = hi = int(a.__array_interface__["data"][0]) if type(a) is np.ndarray else int(a.data.ptr)
+    for n, s in zip(a.shape, a.strides, strict=True):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + a.itemsize
+
+
+def span_of(a: Any, start: int, count: int) -> Any:
+    """A 1-d array of ``count`` elements of ``a``'s dtype, over the memory from address
+    ``start`` on (at or before ``a``'s first element, in the same allocation): a view, no
+    copy."""
+    item = a.dtype.itemsize
+    first = int(a.__array_interface__["data"][0]) if type(a) is np.ndarray else int(a.data.ptr)
+    back = (first - start) // item
+    if type(a) is np.ndarray:
+        if back:  # step back to ``start`` (a view with negative strides starts after it)
+            a = np.lib.stride_tricks.as_strided(a, (back + 1,), (-item,), writeable=False)[::-1]
+        return np.lib.stride_tricks.as_strided(a, (count,), (item,), writeable=False)
+    from . import namespace
+
+    strided = namespace(a).lib.stride_tricks.as_strided
+    if back:
+        a = strided(a, (back + 1,), (-item,))[::-1]
+    return strided(a, (count,), (item,))
