@@ -300,13 +300,14 @@ __all__ += ["Size", "load", "save"]
 
 # NOTE [Lazy extras]
 # ``import asyncgrad`` loads what every program needs. The tools a program may never touch
-# (``ag.save``/``ag.load``, ``ag.utils``, ``ag.testing``, ``ag.viz``) load on first use, through
-# the module's __getattr__ (PEP 562), which keeps their imports (zipfile, json, multiprocessing,
-# ...) out of every start-up. ``ag.autograd`` does the same for ``functional`` and ``profiler``.
-_LAZY_MODULES = frozenset({"testing", "utils", "viz"})
+# (``ag.save``/``ag.load``, ``ag.utils``, ``ag.testing``, ``ag.viz``, ``ag.distributed``) load
+# on first use, through the module's __getattr__ (PEP 562), which keeps their imports (zipfile,
+# json, multiprocessing, ...) out of every start-up. ``ag.autograd`` does the same for
+# ``functional`` and ``profiler``.
+_LAZY_MODULES = frozenset({"distributed", "testing", "utils", "viz"})
 
 if TYPE_CHECKING:
-    from . import testing, utils, viz
+    from . import distributed, testing, utils, viz  # noqa: F401
     from .serialization import load, save
 
 

@@ -1102,8 +1102,10 @@ class Tensor:
 # grad_fn, no .grad, no hooks. A non-leaf that requires grad comes back as a leaf that requires
 # grad, as with torch's plain pickle; through multiprocessing (ForkingPickler, which torch also
 # hooks) it is refused, since a graph cannot cross a process boundary. Views come back as
-# tensors of their own: storage shared between tensors is not kept. ``_rebuild_tensor`` is the
-# name pickles refer to: keep it stable.
+# tensors of their own: storage shared between tensors is not kept. A tensor unpickled over a
+# read-only buffer (pickle protocol 5's out-of-band buffers, as Ray passes arrays out of its
+# object store) gets a copy it may write, as torch's does. ``_rebuild_tensor`` is the name
+# pickles refer to: keep it stable.
 def _reduce_tensor(t: Tensor) -> tuple[Any, ...]:
     arr = t._array
     dev = t.device
@@ -1132,7 +1134,7 @@ def _rebuild_tensor(
 ) -> Tensor:
     if device is not None:
         array = backend.to_device(array, Device(device))
-    t = cls._wrap(array)
+    t = cls._wrap(backend.writable(array))
     if requires_grad:
         t.requires_grad_(True)
     if state:

@@ -413,6 +413,7 @@ def machine_facts() -> dict[str, str]:
         "NumPy": np_ver,
         "PyTorch": _version("torch"),
         "HIPS autograd": _version("autograd"),
+        "Ray": _version("ray"),
         "asyncgrad": f"{_version('asyncgrad')} (git {commit})",
     }
 

@@ -31,6 +31,7 @@ import bench_cuda
 import bench_loop
 import bench_mlp
 import bench_small
+import distributed
 import server_load
 import server_smoothgrad
 
@@ -48,6 +49,8 @@ BENCHES = {
     "coalesce": bench_coalesce,
     # ----- checkpointing -----
     "checkpoint": bench_checkpoint,
+    # ----- across processes -----
+    "distributed": distributed,
 }
 
 # What has run on real hardware (the README's CUDA section keeps the same record): update both,

@@ -407,6 +407,18 @@ def test_pickle_keeps_one_object_per_tensor_and_deepcopy_still_works() -> None:
         copy.deepcopy(ag.ones(2, requires_grad=True) * 2)
 
 
+def test_a_tensor_unpickled_over_read_only_buffers_is_writable() -> None:
+    # Protocol 5's out-of-band buffers, as Ray hands them out of its object store: read-only.
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(ag.arange(4.0), protocol=5, buffer_callback=buffers.append)
+    assert buffers
+    shared = [memoryview(b.raw()).toreadonly() for b in buffers]
+    t = pickle.loads(data, buffers=shared)
+    t.add_(1.0)  # a copy of its own: no "more than one element ... refers to" error
+    assert t.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert bytes(shared[0]) == ag.arange(4.0).numpy().tobytes()  # the shared buffer is as it was
+
+
 @pytest.mark.cuda
 def test_pickle_keeps_the_device() -> None:
     _needs_cuda()

@@ -198,6 +198,15 @@ def shares_base(a: Any, b: Any) -> bool:
     return ab is bb
 
 
+def writable(a: Any) -> Any:
+    """``a``, or a copy of it where it is a read-only host array: a tensor's array is writable
+    unless its elements overlap (See overlaps_itself), and an array unpickled out of shared
+    memory (Ray's object store, pickle protocol 5's out-of-band buffers) is read-only."""
+    if type(a) is np.ndarray and not a.flags.writeable:
+        return a.copy()
+    return a
+
+
 def overlaps_itself(a: Any) -> bool:
     """Whether several elements of ``a`` share one memory location (a broadcast view): writing
     into it would be ill-defined."""
