@@ -32,6 +32,7 @@ import bench_loop
 import bench_mlp
 import bench_small
 import distributed
+import serve_replicas
 import server_load
 import server_smoothgrad
 
@@ -51,6 +52,7 @@ BENCHES = {
     "checkpoint": bench_checkpoint,
     # ----- across processes -----
     "distributed": distributed,
+    "serve_replicas": serve_replicas,
 }
 
 # What has run on real hardware (the README's CUDA section keeps the same record): update both,

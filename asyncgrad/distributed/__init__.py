@@ -13,6 +13,7 @@ Ray is an extra (``pip install "asyncgrad[ray]"``), imported on first use.
 
 from __future__ import annotations
 
+from . import serve
 from .data_parallel import DataParallel
 from .group import Group, Pending, ProcessGroup, ReduceOp, local_group
 from .ray_group import GlooGroup, RayGroup, init, new_group, register_serializers
@@ -29,4 +30,5 @@ __all__ = [
     "local_group",
     "new_group",
     "register_serializers",
+    "serve",
 ]
