@@ -52,6 +52,12 @@ LABELS = {
     "torch-single": "PyTorch, 1 process",
     "torch-ddp": "PyTorch DDP, gloo, 2 processes",
 }
+SPLIT_WAYS = ["asyncgrad-split", "asyncgrad-split-local", "torch-rpc-split"]
+SPLIT_LABELS = {
+    "asyncgrad-split": "asyncgrad, 2 RemoteModules",
+    "asyncgrad-split-local": "asyncgrad, both stages local",
+    "torch-rpc-split": "PyTorch rpc + dist_autograd",
+}
 MODELS = {"small": [32, 64, 64, 1], "large": [512, 1024, 768, 10]}
 BATCH = 256
 WORLD = 2
@@ -300,7 +306,125 @@ def _torch_single(sizes: list[int], steps: int) -> dict[str, Any]:
     return _torch_rank(_torch_model(sizes), x, y, steps, ddp=False)
 
 
+# --------------------------------------------------------------------------------- split model
+def _halves(sizes: list[int]) -> tuple[list[int], list[int]]:
+    cut = len(sizes) // 2
+    return sizes[: cut + 1], sizes[cut:]
+
+
+def _ag_stage(sizes: list[int]) -> Any:
+    return _ag_model(sizes)
+
+
+def _asyncgrad_split(sizes: list[int], steps: int, remote: bool = True) -> dict[str, Any]:
+    """The model cut in two, each half a RemoteModule (or both local): forward and backward
+    of the batch, with the input's gradient."""
+    import asyncio
+    import functools
+    import os
+
+    import asyncgrad as ag
+
+    first, second = _halves(sizes)
+    x, y = _ag_data(sizes, BATCH, 0)
+    x.requires_grad_(True)
+    ray: Any = None
+    if remote:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        import ray
+
+        import asyncgrad.distributed as agd
+
+        agd.init(num_cpus=WORLD, include_dashboard=False, log_to_driver=False)
+        opts = {"num_cpus": 1, "runtime_env": {"env_vars": H.THREAD_ENV}}
+        a = agd.RemoteModule(functools.partial(_ag_stage, first), actor_options=opts)
+        b = agd.RemoteModule(functools.partial(_ag_stage, second), actor_options=opts)
+    else:
+        la, lb = _ag_stage(first), _ag_stage(second)
+
+        async def call_a(t: Any) -> Any:
+            return la(t)
+
+        async def call_b(t: Any) -> Any:
+            return lb(t)
+
+        a, b = call_a, call_b
+
+    async def main() -> list[float]:
+        times = []
+        for _ in range(WARMUP + steps):
+            t = time.perf_counter()
+            x.grad = None
+            loss = ((await b(await a(x)) - y) ** 2).mean()
+            await ag.backward(loss)
+            times.append(time.perf_counter() - t)
+        return times[WARMUP:]
+
+    try:
+        times = asyncio.run(main())
+    finally:
+        if ray is not None:
+            ray.shutdown()
+    return {"split_ms": _median(times) * 1e3}
+
+
+def _torch_split_worker(rank: int, sizes: list[int], steps: int, port: int, queue: Any) -> None:
+    import os
+
+    import torch
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8)
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=3, rpc_backend_options=opts)
+    try:
+        if rank == 0:
+            first, second = _halves(sizes)
+            a = rpc.remote("w1", _torch_model, args=(first,))
+            b = rpc.remote("w2", _torch_model, args=(second,))
+            g = torch.Generator().manual_seed(1)
+            x = torch.randn(BATCH, sizes[0], generator=g, requires_grad=True)
+            y = torch.randn(BATCH, sizes[-1], generator=g)
+            times = []
+            for _ in range(WARMUP + steps):
+                t = time.perf_counter()
+                with dist_autograd.context() as ctx:
+                    h = a.rpc_sync().forward(x)
+                    loss = ((b.rpc_sync().forward(h) - y) ** 2).mean()
+                    dist_autograd.backward(ctx, [loss])
+                    dist_autograd.get_gradients(ctx)[x]
+                times.append(time.perf_counter() - t)
+            queue.put({"split_ms": _median(times[WARMUP:]) * 1e3})
+    finally:
+        rpc.shutdown()
+
+
+def _torch_rpc_split(sizes: list[int], steps: int) -> dict[str, Any]:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_torch_split_worker, args=(r, sizes, steps, port, queue))
+             for r in range(3)]  # fmt: skip
+    for p in procs:
+        p.start()
+    out: dict[str, Any] = queue.get(timeout=600)
+    for p in procs:
+        p.join(timeout=60)
+    return out
+
+
 RUNNERS = {
+    "asyncgrad-split": _asyncgrad_split,
+    "asyncgrad-split-local": lambda sizes, steps: _asyncgrad_split(sizes, steps, remote=False),
+    "torch-rpc-split": _torch_rpc_split,
     "asyncgrad-single": _asyncgrad_single,
     "asyncgrad-ray": _asyncgrad_ray,
     "asyncgrad-raygloo": lambda sizes, steps: _asyncgrad_ray(sizes, steps, "gloo"),
@@ -336,6 +460,10 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         print("distributed: ray is not installed, its rows are left out", file=sys.stderr)
     elif importlib.util.find_spec("torch") is None:
         ways.remove("asyncgrad-raygloo")  # ray.util.collective's gloo is torch's
+    split = [w for w in SPLIT_WAYS if H.missing_reason(w) is None]
+    if importlib.util.find_spec("ray") is None:
+        split.remove("asyncgrad-split")
+    ways += split
     names = [f"{w}/{m}" for m in MODELS for w in ways]
     results = H.interleaved_rounds(
         Path(__file__), names, rounds, lambda n, r: ["--quick"] * quick, timeout=900
@@ -347,7 +475,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     for m, sizes in MODELS.items():
         for w in ways:
             rs = results.get(f"{w}/{m}")
-            if not rs:
+            if not rs or w in SPLIT_WAYS:
                 continue
 
             def med(k: str, rs: list[dict[str, Any]] = rs) -> float | None:
@@ -367,6 +495,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                          vs, H.fmt(comp), H.fmt(ar), H.fmt(exposed), overlap,
                          "" if one is None else f"{one:.0f}"])  # fmt: skip
     rep.sections.append(H.table(head, rows))
+    rep.sections.append(_split_table(results, split))
     rtt = [r["actor_rtt_us"] for n, rs in results.items() for r in rs if "actor_rtt_us" in r]
     if rtt:
         rep.sections.append(
@@ -379,6 +508,35 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     )
     print(rep.text(), flush=True)
     return rep
+
+
+def _split_table(results: dict[str, list[dict[str, Any]]], ways: list[str]) -> str:
+    head = ["model", "way", "forward + backward ms", "vs PyTorch RPC",
+            "added per remote stage ms"]  # fmt: skip
+    rows = []
+    for m, sizes in MODELS.items():
+        local = results.get(f"asyncgrad-split-local/{m}")
+        for w in ways:
+            rs = results.get(f"{w}/{m}")
+            if not rs:
+                continue
+            ms = H.median([r["split_ms"] for r in rs])
+            vs = ""
+            if w == "asyncgrad-split" and f"torch-rpc-split/{m}" in results:
+                base = [r["split_ms"] for r in results[f"torch-rpc-split/{m}"]]
+                vs = H.fmt_ratio(H.paired_ratio([r["split_ms"] for r in rs], base))
+            added = ""
+            if local and w != "asyncgrad-split-local":
+                added = f"{(ms - H.median([r['split_ms'] for r in local])) / 2:.2f}"
+            rows.append([f"{m} ({_params(sizes):,} params)", SPLIT_LABELS[w], H.fmt(ms), vs,
+                         added])  # fmt: skip
+    return (
+        "The model cut in two stages, each on its own process (asyncgrad: a RemoteModule per "
+        "stage; PyTorch: rpc.remote modules, dist_autograd.backward in a context), driven from "
+        "a third; the whole batch, forward and backward with the input's gradient, no "
+        'optimizer step. "added per remote stage" is the time over the same two stages run '
+        "locally, halved.\n\n" + H.table(head, rows)
+    )
 
 
 def main() -> None:

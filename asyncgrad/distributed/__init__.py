@@ -17,6 +17,7 @@ from . import serve
 from .data_parallel import DataParallel
 from .group import Group, Pending, ProcessGroup, ReduceOp, local_group
 from .ray_group import GlooGroup, RayGroup, init, new_group, register_serializers
+from .remote import RemoteModule
 
 __all__ = [
     "DataParallel",
@@ -26,6 +27,7 @@ __all__ = [
     "ProcessGroup",
     "RayGroup",
     "ReduceOp",
+    "RemoteModule",
     "init",
     "local_group",
     "new_group",
