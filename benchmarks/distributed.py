@@ -277,7 +277,9 @@ def _torch_ddp_main(rank: int, sizes: list[int], steps: int, port: int, queue: A
         dist.destroy_process_group()
 
 
-def _torch_ddp(sizes: list[int], steps: int) -> dict[str, Any]:
+def _spawn_torch(target: Any, processes: int, results: int, *args: Any) -> list[Any]:
+    """``target(rank, *args, port, queue)`` in ``processes`` fresh processes meeting on a free
+    port of 127.0.0.1; the first ``results`` things they put on the queue."""
     import socket
 
     import torch.multiprocessing as mp
@@ -287,14 +289,17 @@ def _torch_ddp(sizes: list[int], steps: int) -> dict[str, Any]:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_torch_ddp_main, args=(r, sizes, steps, port, queue))
-             for r in range(WORLD)]  # fmt: skip
+    procs = [ctx.Process(target=target, args=(r, *args, port, queue)) for r in range(processes)]
     for p in procs:
         p.start()
-    per_rank = [queue.get(timeout=600) for _ in range(WORLD)]
+    out = [queue.get(timeout=600) for _ in range(results)]
     for p in procs:
         p.join(timeout=60)
-    return _worst(per_rank)
+    return out
+
+
+def _torch_ddp(sizes: list[int], steps: int) -> dict[str, Any]:
+    return _worst(_spawn_torch(_torch_ddp_main, WORLD, WORLD, sizes, steps))
 
 
 def _torch_single(sizes: list[int], steps: int) -> dict[str, Any]:
@@ -402,23 +407,9 @@ def _torch_split_worker(rank: int, sizes: list[int], steps: int, port: int, queu
 
 
 def _torch_rpc_split(sizes: list[int], steps: int) -> dict[str, Any]:
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_torch_split_worker, args=(r, sizes, steps, port, queue))
-             for r in range(3)]  # fmt: skip
-    for p in procs:
-        p.start()
-    out: dict[str, Any] = queue.get(timeout=600)
-    for p in procs:
-        p.join(timeout=60)
-    return out
+    (out,) = _spawn_torch(_torch_split_worker, 3, 1, sizes, steps)
+    result: dict[str, Any] = out
+    return result
 
 
 RUNNERS = {

@@ -168,3 +168,41 @@ async def test_bad_inputs_raise(ray_cluster: Any) -> None:
         await b([1.0])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ttl_s must be > 0"):
         agd.RemoteModule(stage2, ttl_s=0)
+
+
+async def test_micro_batches_in_flight_give_the_local_gradients(ray_cluster: Any) -> None:
+    a = agd.RemoteModule(stage1, actor_options={"num_cpus": 0})
+    b = agd.RemoteModule(stage2, actor_options={"num_cpus": 0})
+    x, y = data(8)
+    local1, local2 = stage1(), stage2()
+    ((local2(local1(x)) - y) ** 2).sum().backward()
+
+    async def micro(rows: slice) -> ag.Tensor:
+        return ((await b(await a(x[rows])) - y[rows]) ** 2).sum()
+
+    # Four micro-batches through both stages at once, then one backward of their sum, whose
+    # remote parts for the four run concurrently.
+    losses = await asyncio.gather(*[micro(slice(i, i + 2)) for i in range(0, 8, 2)])
+    await asyncio.wait_for(ag.backward(losses[0] + losses[1] + losses[2] + losses[3]), TIMEOUT_S)
+    await _same_gradients(a, local1)
+    await _same_gradients(b, local2)
+
+
+async def test_a_thousand_forwards_without_backward_leave_nothing_kept(ray_cluster: Any) -> None:
+    b = agd.RemoteModule(stage2, actor_options={"num_cpus": 0})
+    x = ag.ones(1, 8, dtype=F64, requires_grad=True)
+    for _ in range(1000):
+        out = await b(x)  # the previous output, and its graph, go
+    del out
+    assert await b.kept_graphs() == 0
+
+
+async def test_an_actor_killed_mid_backward_fails_it_naming_the_module(ray_cluster: Any) -> None:
+    ray = ray_cluster
+    gate = agd.RemoteModule(Gate, name="gated stage", actor_options={"num_cpus": 0})
+    out = await gate(ag.ones(1, 8, dtype=F64, requires_grad=True))
+    task = asyncio.ensure_future(ag.backward(out.sum()))
+    assert await asyncio.wait_for(gate.actor.call.remote("is_holding"), TIMEOUT_S)
+    ray.kill(gate.actor)  # while its backward runs
+    with pytest.raises(RuntimeError, match="remote module 'gated stage': its actor died"):
+        await asyncio.wait_for(task, TIMEOUT_S)
