@@ -17,9 +17,10 @@ from . import serve
 from .data_parallel import DataParallel
 from .group import Group, Pending, ProcessGroup, ReduceOp, local_group
 from .ray_group import GlooGroup, RayGroup, init, new_group, register_serializers
-from .remote import RemoteModule
+from .remote import Context, RemoteModule, context
 
 __all__ = [
+    "Context",
     "DataParallel",
     "GlooGroup",
     "Group",
@@ -28,6 +29,7 @@ __all__ = [
     "RayGroup",
     "ReduceOp",
     "RemoteModule",
+    "context",
     "init",
     "local_group",
     "new_group",

@@ -17,7 +17,14 @@ threads that block. Here an awaited backward crosses processes by awaiting:
     inputs' gradients. While it waits, the local engine runs the other nodes that are ready:
     two remote modules' backwards overlap. ``loss.backward()`` in a script works the same way;
   - ``await rm.step()`` / ``await rm.zero_grad()`` run the actor's optimizer (each owner steps
-    its own parameters: a distributed optimizer is one ``step()`` per remote module).
+    its own parameters: a distributed optimizer is one ``step()`` per remote module);
+  - contexts: inside ``async with agd.context() as ctx:`` (a ContextVar, so it follows the
+    task and the tasks it starts) the remote parameters' gradients of the backwards through
+    the forwards made there go to the context on each owner, not to ``.grad``: concurrent
+    requests each in a context never mix their gradients. ``await ctx.gradients(rm)`` reads
+    them, ``await rm.step(ctx)`` steps over them, and leaving the context releases them on
+    every owner. Local leaves still accumulate into their ``.grad`` (torch keeps them in the
+    context too: here they are this process's own, reachable with ``ag.grad``).
 Contexts: each forward's graph lives on the actor until its backward (without
 ``retain_graph``), until the local node is freed (a finalizer tells the actor), or, as a
 backstop, ``ttl_s`` after it was made. Faults: an actor that dies fails the backward with a
@@ -34,6 +41,7 @@ import itertools
 import time
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Final
 
 from .. import autograd, no_grad, zeros
@@ -41,7 +49,7 @@ from .._tensor import Tensor
 from ..nn import Module
 from .ray_group import _ray
 
-__all__ = ["RemoteModule"]
+__all__ = ["Context", "RemoteModule", "context"]
 
 DEFAULT_TTL_S: Final = 600.0
 
@@ -58,6 +66,8 @@ class _Host:
         self.optimizer = None if optimizer is None else optimizer(self.module.parameters())
         self.ttl_s = ttl_s
         self.graphs: dict[int, tuple[float, list[Tensor], Tensor]] = {}
+        # context id -> [when it was made, the parameters' gradients in it, by name]
+        self.contexts: dict[str, list[Any]] = {}
 
     def has_grad_params(self) -> bool:
         return any(p.requires_grad for p in self.module.parameters())
@@ -79,7 +89,9 @@ class _Host:
             raise TypeError(f"a remote module's forward must return a Tensor, got {type(y)}")
         return y
 
-    async def backward(self, call: int, grad: Tensor, retain: bool) -> list[Tensor | None]:
+    async def backward(
+        self, call: int, grad: Tensor, retain: bool, context: str | None = None
+    ) -> list[Tensor | None]:
         entry = self.graphs.get(call) if retain else self.graphs.pop(call, None)
         if entry is None:
             raise RuntimeError(
@@ -87,12 +99,38 @@ class _Host:
                 f"retain_graph, or it expired after ttl_s={self.ttl_s})"
             )
         _, xs, y = entry
+        if context is not None:  # the parameters' gradients go to the context
+            inputs = [x for x in xs if x.requires_grad]
+            named = [(k, p) for k, p in self.module.named_parameters() if p.requires_grad]
+            grads = await autograd.grad(
+                y,
+                [*inputs, *(p for _, p in named)],
+                grad_outputs=grad,
+                retain_graph=retain,
+                allow_unused=True,
+            )
+            store = self.contexts.setdefault(context, [time.monotonic(), {}])[1]
+            for (k, _), g in zip(named, grads[len(inputs) :], strict=True):
+                if g is not None:
+                    store[k] = g if k not in store else store[k] + g
+            it = iter(grads[: len(inputs)])
+            return [next(it) if x.requires_grad else None for x in xs]
         for x in xs:
             x.grad = None  # a retained graph's inputs: this backward's gradient only
         # The parameters' gradients accumulate into .grad, as a local backward's do (their
         # hooks run: a DataParallel on this side averages them).
         await autograd.backward(y, grad, retain_graph=retain)
         return [x.grad if x.requires_grad else None for x in xs]
+
+    def context_gradients(self, context: str) -> dict[str, Tensor | None]:
+        store = self.contexts.get(context, [0.0, {}])[1]
+        return {k: store.get(k) for k, p in self.module.named_parameters() if p.requires_grad}
+
+    def drop_context(self, context: str) -> None:
+        self.contexts.pop(context, None)
+
+    def kept_contexts(self) -> int:
+        return len(self.contexts)
 
     def release(self, call: int) -> None:
         self.graphs.pop(call, None)
@@ -104,11 +142,26 @@ class _Host:
         now = time.monotonic()
         for k in [k for k, (t, _, _) in self.graphs.items() if now - t > self.ttl_s]:
             del self.graphs[k]
+        for c in [c for c, (t, _) in self.contexts.items() if now - t > self.ttl_s]:
+            del self.contexts[c]
 
-    async def step(self) -> None:
+    async def step(self, context: str | None = None) -> None:
         if self.optimizer is None:
             raise RuntimeError("this remote module was made without an optimizer")
-        self.optimizer.step()
+        if context is None:
+            self.optimizer.step()
+            return
+        # A context's gradients, in place of .grad for this step only.
+        store = self.contexts.get(context, [0.0, {}])[1]
+        params = [(k, p) for k, p in self.module.named_parameters() if p.requires_grad]
+        kept = [p.grad for _, p in params]
+        for k, p in params:
+            p.grad = store.get(k)
+        try:
+            self.optimizer.step()
+        finally:
+            for (_, p), g in zip(params, kept, strict=True):
+                p.grad = g
 
     async def zero_grad(self) -> None:
         if self.optimizer is not None:
@@ -172,12 +225,16 @@ class RemoteModule:
             anchor is not None or any(x.requires_grad for x in inputs)
         )
         call = next(self._calls)
+        context = _context.get()
+        if context is not None:
+            context._modules[id(self)] = self
         sent = [x.detach() for x in inputs]
         y: Tensor = await self._remote(self.actor.forward.remote(call, record, *sent))
         if not record:
             return y
         extra = () if anchor is None else (anchor,)
-        out: Tensor = _RemoteCall.apply(self, call, y, anchor is not None, *extra, *inputs)
+        cid = None if context is None else context.id
+        out: Tensor = _RemoteCall.apply(self, (call, cid), y, anchor is not None, *extra, *inputs)
         return out
 
     async def _anchor_leaf(self) -> Tensor | None:
@@ -199,9 +256,10 @@ class RemoteModule:
                 f"remote module {self.name!r}: its actor died ({type(e).__name__})"
             ) from e
 
-    async def step(self) -> None:
-        """Step the actor's optimizer over the gradients accumulated there."""
-        await self._remote(self.actor.step.remote())
+    async def step(self, context: Context | None = None) -> None:
+        """Step the actor's optimizer over the gradients accumulated in its ``.grad``, or
+        over those of ``context`` (its ``.grad`` left as it was)."""
+        await self._remote(self.actor.step.remote(None if context is None else context.id))
 
     async def zero_grad(self) -> None:
         await self._remote(self.actor.zero_grad.remote())
@@ -214,6 +272,11 @@ class RemoteModule:
         """The ``.grad`` of each of the module's parameters, by name."""
         out: dict[str, Tensor | None] = await self._remote(self.actor.gradients.remote())
         return out
+
+    async def kept_contexts(self) -> int:
+        """How many contexts hold gradients on the actor."""
+        n: int = await self._remote(self.actor.kept_contexts.remote())
+        return n
 
     async def kept_graphs(self) -> int:
         """How many forwards' graphs the actor keeps, waiting for their backward (once the
@@ -238,13 +301,69 @@ class RemoteModule:
         return f"RemoteModule({self.name!r})"
 
 
+class Context:
+    """A distributed autograd context: ``async with agd.context() as ctx:`` (or ``with``). The
+    forwards through remote modules made inside it (in this task and the tasks it starts:
+    a ContextVar) send their parameters' gradients to the context, on each owner, instead
+    of their ``.grad``; ``await ctx.gradients(rm)`` reads them, ``await rm.step(ctx)`` steps
+    over them, and leaving the context releases them on every owner (``ttl_s`` after they
+    were made, as a backstop)."""
+
+    def __init__(self) -> None:
+        import uuid
+
+        self.id = uuid.uuid4().hex
+        self._modules: dict[int, RemoteModule] = {}
+        self._tokens: list[Any] = []
+
+    def __enter__(self) -> Context:
+        self._tokens.append(_context.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _context.reset(self._tokens.pop())
+        for rm in self._modules.values():  # fire and forget: sync code cannot wait
+            rm.actor.drop_context.remote(self.id)
+
+    async def __aenter__(self) -> Context:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        _context.reset(self._tokens.pop())
+        await self.release()
+
+    async def gradients(self, rm: RemoteModule) -> dict[str, Tensor | None]:
+        """The gradients of ``rm``'s parameters in this context, by name."""
+        out: dict[str, Tensor | None] = await rm._remote(rm.actor.context_gradients.remote(self.id))
+        return out
+
+    async def release(self) -> None:
+        """Drop this context's gradients on every owner."""
+        for rm in self._modules.values():
+            await rm._remote(rm.actor.drop_context.remote(self.id))
+
+
+_context: ContextVar[Context | None] = ContextVar("asyncgrad_distributed_context", default=None)
+
+
+def context() -> Context:
+    """A new distributed autograd context (See ``Context``)."""
+    return Context()
+
+
 class _RemoteCall(autograd.Function):
     """The local node of a remote forward: its backward runs the actor's."""
 
     @staticmethod
     def forward(
-        ctx: Any, rm: RemoteModule, call: int, y: Tensor, anchored: bool, *inputs: Tensor
+        ctx: Any,
+        rm: RemoteModule,
+        ids: tuple[int, str | None],
+        y: Tensor,
+        anchored: bool,
+        *inputs: Tensor,
     ) -> Tensor:
+        call, ctx.context = ids
         ctx.rm, ctx.call, ctx.anchored = rm, call, anchored
         # The actor keeps this call's graph until its backward; when the local graph goes
         # first, tell the actor to drop it (fire and forget).
@@ -255,7 +374,9 @@ class _RemoteCall(autograd.Function):
     async def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
         rm: RemoteModule = ctx.rm
         retain = False  # See NOTE [Remote modules]: one backward per forward
-        grads = await rm._remote(rm.actor.backward.remote(ctx.call, grad.detach(), retain))
+        grads = await rm._remote(
+            rm.actor.backward.remote(ctx.call, grad.detach(), retain, ctx.context)
+        )
         ctx.finalizer.detach()  # the actor dropped the graph itself
         lead: tuple[Any, ...] = (None, None, None, None)
         if ctx.anchored:

@@ -206,3 +206,51 @@ async def test_an_actor_killed_mid_backward_fails_it_naming_the_module(ray_clust
     ray.kill(gate.actor)  # while its backward runs
     with pytest.raises(RuntimeError, match="remote module 'gated stage': its actor died"):
         await asyncio.wait_for(task, TIMEOUT_S)
+
+
+def _local_grads(local: nn.Module) -> dict[str, np.ndarray]:
+    return {k: p.grad.numpy() for k, p in local.named_parameters() if p.grad is not None}
+
+
+async def test_a_context_keeps_its_own_gradients_and_steps_over_them(ray_cluster: Any) -> None:
+    a = agd.RemoteModule(stage1, optimizer=sgd, actor_options={"num_cpus": 0})
+    b = agd.RemoteModule(stage2, optimizer=sgd, actor_options={"num_cpus": 0})
+    x, y = data(8)
+
+    async def step_in_context(rows: slice) -> dict[str, Any]:
+        async with agd.context() as ctx:
+            for _ in range(2):  # two backwards accumulate in the context
+                loss = ((await b(await a(x[rows])) - y[rows]) ** 2).mean()
+                await ag.backward(loss)
+            return {"a": await ctx.gradients(a), "b": await ctx.gradients(b)}
+
+    # Two requests at once, each in its own context: their gradients never mix.
+    first, second = await asyncio.wait_for(
+        asyncio.gather(step_in_context(slice(0, 4)), step_in_context(slice(4, 8))), TIMEOUT_S
+    )
+    for got, rows in ((first, slice(0, 4)), (second, slice(4, 8))):
+        l1, l2 = stage1(), stage2()
+        for _ in range(2):
+            ((l2(l1(x[rows])) - y[rows]) ** 2).mean().backward()
+        for name, local in (("a", l1), ("b", l2)):
+            want = _local_grads(local)
+            assert set(got[name]) == set(want)
+            for k, g in want.items():
+                np.testing.assert_allclose(got[name][k].numpy(), g, rtol=0, atol=1e-14)
+    grads = await asyncio.wait_for(a.gradients(), TIMEOUT_S)
+    assert all(g is None for g in grads.values())  # .grad untouched
+    assert await a.kept_contexts() == 0  # released when each context ended
+    assert await b.kept_contexts() == 0
+
+    async with agd.context() as ctx:  # a distributed optimizer's step: over the context's
+        loss = ((await b(await a(x)) - y) ** 2).mean()
+        await ag.backward(loss)
+        await asyncio.wait_for(a.step(ctx), TIMEOUT_S)
+    l1, l2 = stage1(), stage2()
+    ((l2(l1(x)) - y) ** 2).mean().backward()
+    sgd(l1.parameters()).step()
+    got = await asyncio.wait_for(a.state_dict(), TIMEOUT_S)
+    for k, v in l1.state_dict().items():
+        np.testing.assert_allclose(got[k].numpy(), v.numpy(), rtol=0, atol=1e-14)
+    grads = await asyncio.wait_for(a.gradients(), TIMEOUT_S)
+    assert all(g is None for g in grads.values())
