@@ -497,8 +497,22 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         "\"vs PyTorch same way\": asyncgrad's step time over PyTorch's (1 process against 1 "
         "process, data-parallel against DDP); below 1.0 is faster. " + H.THREADS_NOTE
     )
+    rep.sections.append(SCALING)
     print(rep.text(), flush=True)
     return rep
+
+
+SCALING = (
+    "How these figures would scale across hosts (one machine cannot show it): a data-parallel "
+    "step is compute (per rank, falling as 1/ranks for a fixed global batch) plus what the "
+    "all-reduce adds beyond the overlap. Through the object store every bucket goes to the "
+    "rendezvous actor and back, so its host moves 2 x ranks x the gradient bytes per step, "
+    "plus about one actor round trip per bucket (0.9 ms here, more across a network): it grows "
+    "with ranks. gloo's all-reduce moves about 2 x (ranks - 1) / ranks x the gradient bytes "
+    "per rank per step over the network, plus a latency per bucket: nearly flat in ranks. A "
+    "split model pays per step two round trips per remote stage plus its activations' and "
+    "gradients' bytes each way. Serve adds one proxy hop per request."
+)
 
 
 def _split_table(results: dict[str, list[dict[str, Any]]], ways: list[str]) -> str:

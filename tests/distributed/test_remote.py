@@ -254,3 +254,13 @@ async def test_a_context_keeps_its_own_gradients_and_steps_over_them(ray_cluster
         np.testing.assert_allclose(got[k].numpy(), v.numpy(), rtol=0, atol=1e-14)
     grads = await asyncio.wait_for(a.gradients(), TIMEOUT_S)
     assert all(g is None for g in grads.values())
+
+
+async def test_a_thousand_contexts_leave_nothing_on_the_owner(ray_cluster: Any) -> None:
+    b = agd.RemoteModule(stage2, actor_options={"num_cpus": 0})
+    x = ag.ones(1, 8, dtype=F64)
+    for _ in range(1000):
+        async with agd.context():
+            await ag.backward((await b(x)).sum())
+    assert await b.kept_contexts() == 0
+    assert await b.kept_graphs() == 0
