@@ -262,9 +262,11 @@ class RemoteModule:
         await self._remote(self.actor.step.remote(None if context is None else context.id))
 
     async def zero_grad(self) -> None:
+        """The actor's optimizer's ``zero_grad()`` (without one, every ``.grad`` to None)."""
         await self._remote(self.actor.zero_grad.remote())
 
     async def state_dict(self) -> dict[str, Tensor]:
+        """The module's state dict, from the actor."""
         out: dict[str, Tensor] = await self._remote(self.actor.state_dict.remote())
         return out
 
