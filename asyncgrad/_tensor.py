@@ -623,6 +623,16 @@ class Tensor:
     def eq(self, other: Any) -> Tensor:
         return _ops.eq(self, other)
 
+    def equal(self, other: Any) -> _bool:
+        """Whether ``other`` has this tensor's shape and elements (``ag.equal``)."""
+        return _ops.equal(self, other)
+
+    def allclose(
+        self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: _bool = False
+    ) -> _bool:
+        """Whether every element is close to ``other``'s (``ag.allclose``)."""
+        return _ops.allclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
     def ne(self, other: Any) -> Tensor:
         return _ops.ne(self, other)
 

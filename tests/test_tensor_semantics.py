@@ -454,3 +454,14 @@ def test_tensors_round_trip_through_a_spawned_pool() -> None:
     assert type(q) is nn.Parameter
     assert q.requires_grad
     assert q.tolist() == [1.0, 1.0]
+
+
+def test_equal_and_allclose_are_tensor_methods_as_in_torch() -> None:
+    a = ag.tensor([1.0, 2.0, float("nan")])
+    assert a[:2].equal(ag.tensor([1.0, 2.0]))
+    assert not a[:2].equal(ag.tensor([[1.0, 2.0]]))  # another shape
+    assert not a.equal(a.clone())  # NaN is not equal to itself
+    assert a[:2].allclose(ag.tensor([1.0, 2.0 + 1e-6]))
+    assert not a[:2].allclose(ag.tensor([1.0, 2.1]))
+    assert a.allclose(a.clone(), equal_nan=True)
+    assert not a.allclose(a.clone())
