@@ -389,8 +389,7 @@ def _encode_safetensors(obj: Any) -> bytes:
     arrays = {}
     info = []
     for k, t in obj.items():
-        a = t._array
-        arrays[k] = a if type(a) is backend.ndarray else backend.to_device(a, CPU)
+        arrays[k] = _host(t._array)
         meta: dict[str, Any] = {"device": str(t.device), "requires_grad": t.requires_grad}
         if isinstance(t, Parameter):
             meta["class"] = "Parameter"

@@ -140,6 +140,22 @@ class Rendezvous:
                 )
             )
 
+    async def wait(self, key: Hashable, future: concurrent.futures.Future[Any]) -> Any:
+        """The result ``future`` gives once collective ``key`` is done, failing the collective
+        at its deadline if ranks are still missing then."""
+        waiting = asyncio.wrap_future(future)
+        _, late = await asyncio.wait({waiting}, timeout=self.timeout_s)
+        if late:
+            self.expire(key)
+        return await waiting
+
+    def result(self, key: Hashable, future: concurrent.futures.Future[Any]) -> Any:
+        """``wait``, blocking."""
+        _, late = concurrent.futures.wait({future}, timeout=self.timeout_s)
+        if late:
+            self.expire(key)
+        return future.result()
+
     def pending(self) -> int:
         """How many collectives are waiting for ranks."""
         with self._lock:
@@ -220,17 +236,12 @@ class _LocalPending(Pending):
         return self._future.done()
 
     async def _wait(self) -> Tensor:
-        waiting = asyncio.wrap_future(self._future)
-        _, late = await asyncio.wait({waiting}, timeout=self._group.timeout_s)
-        if late:
-            self._group.rendezvous.expire(self.key)
-        return await waiting
+        result: Tensor = await self._group.rendezvous.wait(self.key, self._future)
+        return result
 
     def result(self) -> Tensor:
-        _, late = concurrent.futures.wait({self._future}, timeout=self._group.timeout_s)
-        if late:
-            self._group.rendezvous.expire(self.key)
-        return self._future.result()
+        result: Tensor = self._group.rendezvous.result(self.key, self._future)
+        return result
 
 
 def check_group_args(world_size: Any, timeout_s: Any) -> None:

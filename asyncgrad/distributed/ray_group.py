@@ -118,11 +118,7 @@ class _RendezvousActor:
         self, key: Hashable, rank: int, value: Any, op: str, src: int
     ) -> list[Any]:
         rv = self.rendezvous
-        waiting = asyncio.wrap_future(rv.contribute(key, rank, value, op, src))
-        _, late = await asyncio.wait({waiting}, timeout=rv.timeout_s)
-        if late:
-            rv.expire(key)
-        result = await waiting
+        result = await rv.wait(key, rv.contribute(key, rank, value, op, src))
         entry = self.results.get(key)
         if entry is None:
             entry = self.results[key] = [_ray().put(result), rv.world_size]
