@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 # Tensor first: its module imports the ops once the class exists, and every layer above needs
 # both (See NOTE [Tensor delegates upward]).
 from ._tensor import Tensor  # isort: skip
-from . import autograd, cuda, nn, optim
+from . import _build, autograd, cuda, nn, optim
 from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
 from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
@@ -151,6 +151,9 @@ long = int64
 int = int32
 
 __version__ = "0.1.0"
+# "compiled" where the engine is compiled by mypyc (a release wheel), else "pure" (See NOTE
+# [Compiled modules] in asyncgrad/_build.py).
+__build__: Final = _build.kind()
 
 
 __all__ = [

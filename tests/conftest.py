@@ -47,6 +47,17 @@ def _loop_factories() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
 LOOP_FACTORIES: Final = _loop_factories()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Where the engine is compiled, skip the tests marked ``pure_only``, with their reason."""
+    if asyncgrad is None or asyncgrad.__build__ != "compiled":
+        return
+    for item in items:
+        marker = item.get_closest_marker("pure_only")
+        if marker is not None:
+            why = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+            item.add_marker(pytest.mark.skip(reason=f"pure build only: {why}"))
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:

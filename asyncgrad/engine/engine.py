@@ -53,6 +53,16 @@ from .settings import settings
 from .worker import drain, run_here, yield_to_loop
 
 
+def _spent() -> Generator[None, None, Start | None]:
+    return None
+    yield  # a generator function
+
+
+# A finished preparation: what a spent one's variable is rebound to.
+_SPENT: Final = _spent()
+next(_SPENT, None)
+
+
 def _depths(parent: GraphTask | None) -> tuple[int, int]:
     if parent is None:
         return 0, 0
@@ -272,8 +282,11 @@ async def execute(
         run = _run(gt, prep)
         # The preparation holds what it needs until it has run: nothing here keeps the argument
         # lists or the spent generator alive while the pass is awaited (See NOTE [Fewer objects
-        # for the collector] in asyncgrad/ops/_record.py).
-        del roots, root_grads, outputs, prep
+        # for the collector] in asyncgrad/ops/_record.py). Rebound, not deleted: compiled
+        # coroutines cannot delete their locals.
+        roots = root_grads = ()
+        outputs = None
+        prep = _SPENT
         try:
             captured = await run
             if top:
@@ -350,7 +363,7 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
                     t_end = t0 + settings.slice_s * PREP_SLICE_SHARE
         except StopIteration as stop:
             start = stop.value
-        del prep
+        prep = _SPENT
         gt.stats.stall(clock() - t0)
         if gt.done:  # cancelled through its link while preparing
             raise asyncio.CancelledError("the backward pass was cancelled")

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from .. import backend
+from .._build import mypyc_attr
 from ..backend import cuda
 
 
+# A list subclass cannot be a compiled (native) class: it stays a Python class in the compiled
+# build too (See NOTE [Compiled modules] in asyncgrad/_build.py).
+@mypyc_attr(native_class=False)
 class InputBuffer(list[Any]):
     """A list of gradients (one per backward input of a node) that remembers which slots hold
     arrays it created itself: only those may be summed into in place. Any other array may be

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from .._build import mypyc_attr
 from ..backend import blas
 from .reentrant import current_graph_task
 from .settings import settings
@@ -42,6 +43,8 @@ T = TypeVar("T")
 
 # How long stopping a helper loop waits for the tasks still on it before cancelling them.
 LOOP_STOP_TIMEOUT_S: Final = 5.0
+# What a spent future variable is rebound to, so that it no longer holds an error.
+_SPENT: Final[concurrent.futures.Future[Any]] = concurrent.futures.Future()
 
 # NOTE [Turns on compute threads]
 # Compute threads take their jobs by the scheduler's keys (priority, then the turn of the flow
@@ -52,6 +55,7 @@ LOOP_STOP_TIMEOUT_S: Final = 5.0
 # queues (that place moves while it runs, and waiting ones sort last there).
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it (NOTE [Compiled modules])
 class TurnPool(concurrent.futures.Executor):
     """Compute threads that take jobs smallest key first (See NOTE [Turns on compute threads]),
     not in submission order."""
@@ -521,13 +525,17 @@ class _LoopPool:
             try:
                 loop.call_soon_threadsafe(start)
                 return done.result()
+            except BaseException:
+                if done.done():
+                    # done holds the error, whose traceback holds this frame: drop the
+                    # reference so that no cycle keeps the failed graph alive (rebinding, not
+                    # del: start's closure shares the variable, which compiled code cannot
+                    # delete).
+                    done = _SPENT
+                raise
             finally:
                 if transient:
                     lt.stop()
-                if done.done():
-                    # done holds the error, whose traceback holds this frame: drop the
-                    # reference so that no cycle keeps the failed graph alive.
-                    del done
 
     def shutdown(self) -> None:
         with self._lock:

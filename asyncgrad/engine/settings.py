@@ -20,6 +20,20 @@ DEFAULT_COMPUTE_THREADS: Final = max(1, os.cpu_count() or 1)
 DEFAULT_OFFLOAD_THRESHOLD: Final = float(1 << 25)
 
 
+# The options' names, which ``ag.autograd.engine.<name>`` reads.
+OPTIONS: Final = frozenset(
+    {
+        "blas_threads",
+        "compute_threads",
+        "executor_size",
+        "max_reentrant_depth",
+        "max_running",
+        "offload_threshold",
+        "slice_s",
+    }
+)
+
+
 class Settings:
     """The engine's options (read them here; change them with ``configure``)."""
 
@@ -168,7 +182,7 @@ def configure(
 
 def get(name: str) -> Any:
     """The current value of the option ``name`` (``ag.autograd.engine.<name>``)."""
-    if name in Settings.__slots__:
+    if name in OPTIONS:
         return getattr(settings, name)
     if name in REMOVED:
         raise AttributeError(f"the engine option {name!r} was removed: {REMOVED[name]}")

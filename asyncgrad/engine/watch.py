@@ -9,6 +9,7 @@ from contextvars import ContextVar, Token
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from .._build import mypyc_attr
 from .._tensor import Tensor
 from ..backend import current_stream, device_of, is_device_array, namespace
 from ..graph.anomaly_mode import OFF, ON_CHECK_NAN, _anomaly, anomaly_mode, anomaly_note
@@ -46,6 +47,7 @@ class NodeEvent(NamedTuple):
     off_loop: bool  # whether it ran on a compute thread (See NOTE [Large nodes])
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # ag.autograd.profiler.profile is one
 class Recorder:
     """What the engine reports a watched node to (``ag.autograd.profiler.profile``)."""
 

@@ -481,14 +481,17 @@ async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: 
                     break
                 continue
             launch = _launch_for(gt, node)
+            ended = False
             try:
                 aw = gen.send(val)
             except StopIteration as stop:
                 out = stop.value
-                break
+                ended = True
             finally:
                 if launch is not None:
                     launch.leave()
+            if ended:  # not a break inside the try: compiled coroutines have none
+                break
     except BaseException as e:
         gen.close()
         if own_cancellation(e):

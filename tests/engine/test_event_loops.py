@@ -374,6 +374,7 @@ def test_cancelling_the_caller_stops_the_pass_at_the_running_node(
     assert left.wait(THREAD_TIMEOUT_S)
 
 
+@pytest.mark.pure_only(reason="patches engine._execute_sync and the Final foreign.STOP_TIMEOUT_S")
 def test_a_node_that_outlasts_the_stop_timeout_is_left_to_finish(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,0 +1,66 @@
+"""Which build of asyncgrad is running: pure Python, or with its engine compiled by mypyc.
+
+NOTE [Compiled modules]
+A release wheel may carry some modules compiled to C extensions by mypyc (the list is the
+``include`` of the mypyc build hook in pyproject.toml); editable installs and sdists are pure
+Python. Both builds run the same source: the compiled one is the same program, faster. It keeps
+that promise only if the compiled modules follow mypyc's rules, which differ from Python's where
+the type annotations say more than Python enforces:
+
+  - Annotations are checked at run time: a compiled function given an argument of another type
+    raises ``TypeError``. A public function that validates its arguments itself must take them
+    as ``object`` (or ``Any``) and narrow them, or its own clear error never runs.
+  - Compiled classes are native: their attributes are slots whose declared types are enforced,
+    an attribute not set in the class body or ``__init__`` cannot be added, and a class-level
+    attribute without ``ClassVar`` becomes a per-instance field (so overriding it in a subclass
+    is ignored). ``__weakref__`` in ``__slots__`` is ignored.
+  - Python code cannot subclass a compiled class unless it says
+    ``@mypyc_attr(allow_interpreted_subclasses=True)`` (from this module); a compiled class
+    cannot subclass most built-in types (a list, say) unless it is made a Python class with
+    ``@mypyc_attr(native_class=False)``.
+  - Compiled code calls the compiled functions it names directly and inlines ``Final``
+    constants: patching either from outside (``monkeypatch.setattr(module, "name", ...)``) is
+    not seen by compiled callers. Tests that must patch internals are marked ``pure_only``.
+  - Compiled functions have no Python frames: ``inspect`` and ``cr_frame`` see none, and a
+    coroutine cannot ``del`` its locals nor ``break`` out of a ``try`` with a ``finally``
+    (rebind the local; set a flag and break after the ``try``).
+  - Fixed-length tuple types are unboxed: a value typed ``tuple[int, int]`` is a new tuple each
+    time it goes back to Python, so identity (``is``) of such values is not kept.
+
+``ag.__build__`` says which build is running; ``compiled_modules()`` lists the compiled modules.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from typing import Any
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # mypyc's decorator is needed only to compile; at run time it does nothing
+
+    def mypyc_attr(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
+
+__all__ = ["compiled_modules", "kind", "mypyc_attr"]
+
+
+def compiled_modules() -> tuple[str, ...]:
+    """The names of asyncgrad's imported modules that are compiled extensions, sorted."""
+    return tuple(
+        sorted(
+            name
+            for name, module in list(sys.modules.items())
+            if name.startswith("asyncgrad.")
+            and str(getattr(module, "__file__", None) or "").endswith(tuple(EXTENSION_SUFFIXES))
+        )
+    )
+
+
+def kind() -> str:
+    """``"compiled"`` when the engine is compiled by mypyc, else ``"pure"``."""
+    from .engine import worker
+
+    return "compiled" if str(worker.__file__).endswith(tuple(EXTENSION_SUFFIXES)) else "pure"

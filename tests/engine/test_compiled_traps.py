@@ -1,0 +1,158 @@
+"""What compiling a module with mypyc would change without a word (See NOTE [Compiled modules] in
+asyncgrad/_build.py). Each test holds on the pure build and must hold on the compiled one: CI
+runs the suite on both."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad import _build
+from asyncgrad.graph.node import LARGE_ELEMENTS, LargeMeta, Node
+from asyncgrad.graph.saved_tensor import FREED
+
+from .helpers import TIMEOUT_S, assert_close, leaf
+
+
+# ----------------------------------------------------------------------------- the report
+def test_the_build_is_reported() -> None:
+    compiled = _build.compiled_modules()
+    assert ag.__build__ in ("pure", "compiled")
+    if ag.__build__ == "pure":
+        assert compiled == ()
+    else:
+        assert "asyncgrad.engine.worker" in compiled
+    for name in compiled:  # each one listed is an extension module
+        assert str(sys.modules[name].__file__).endswith(tuple(EXTENSION_SUFFIXES)), name
+
+
+# ----------------------------------------------------------------------------- identities
+def test_the_consumers_of_a_leaf_share_its_one_edge() -> None:
+    """A leaf's edge is made once (NOTE [Edges are plain tuples]): boxing it again per node
+    would cost an object per use."""
+    x = leaf([1.0, 2.0])
+    a, b = x * 2.0, x.exp()
+    assert a.grad_fn is not None
+    assert b.grad_fn is not None
+    assert a.grad_fn._next_edges[0] is b.grad_fn._next_edges[0]
+    (a + b).sum().backward()
+    assert_close(x.grad, 2.0 + np.exp([1.0, 2.0]))
+
+
+def test_nodes_of_one_shape_share_their_input_metadata() -> None:
+    """NOTE [Shared input metadata]: one tuple per shape, found by identity of the dtype."""
+    x = leaf(np.ones((3, 4)))
+    a, b = x * 2.0, x + 1.0
+    assert a.grad_fn is not None
+    assert b.grad_fn is not None
+    assert a.grad_fn._input_meta is b.grad_fn._input_meta
+
+
+def test_a_large_shape_keeps_its_metadata_class() -> None:
+    """The worker finds large nodes by ``type(node._input_meta) is LargeMeta`` (NOTE [Work
+    estimates]): a copy into a plain tuple would keep every node on the loop."""
+    x = leaf(np.ones(LARGE_ELEMENTS))
+    y = x * 2.0
+    assert y.grad_fn is not None
+    assert type(y.grad_fn._input_meta) is LargeMeta
+    assert type((leaf([1.0]) * 2.0).grad_fn._input_meta) is tuple  # type: ignore[union-attr]
+
+
+def test_a_freed_buffer_is_still_known_as_freed() -> None:
+    """Saved values are dropped to the FREED sentinel, found by identity: a second backward
+    must fail with PyTorch's message, not compute with a stale value."""
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    y.backward()
+    node = y.grad_fn.next_functions[0][0]  # type: ignore[union-attr]
+    assert any(v is FREED for v in vars_of(node))
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def vars_of(node: Node) -> list[Any]:
+    slots = [s for c in type(node).__mro__ for s in getattr(c, "__slots__", ())]
+    return [getattr(node, s, None) for s in slots if s != "__weakref__"]
+
+
+# ----------------------------------------------------------------------------- class flags
+def test_per_op_flags_are_the_op_classes() -> None:
+    """Flags set on an op's node class (``_special``, ``_cost``) are what its nodes read: a
+    class attribute turned into a per-instance field would read the base's default."""
+    x, w = leaf(np.ones((2, 3))), leaf(np.ones((3, 2)))
+    node = (x @ w).grad_fn
+    assert node is not None
+    assert node._special
+    assert not Node._special
+    plain = (x * 2.0).grad_fn
+    assert plain is not None
+    assert not plain._special
+    assert node._cost == type(node)._cost
+
+
+async def test_an_async_backward_is_awaited() -> None:
+    """``_async_apply`` is set per Function class: its nodes must be awaited, not run inline."""
+
+    class Twice(ag.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: ag.Tensor) -> ag.Tensor:
+            return x * 2.0
+
+        @staticmethod
+        async def backward(ctx: Any, g: ag.Tensor) -> ag.Tensor:
+            await asyncio.sleep(0)
+            return g * 2.0
+
+    x = leaf([1.0, 3.0])
+    (gx,) = await asyncio.wait_for(ag.grad(Twice.apply(x).sum(), [x]), TIMEOUT_S)
+    assert_close(gx, [2.0, 2.0])
+
+
+# ----------------------------------------------------------------------------- leaf hooks
+@pytest.mark.parametrize("awaited", [False, True])
+async def test_a_leafs_hooks_run(awaited: bool) -> None:
+    """Hooks on a leaf (its gradient hook, then its post-accumulate hook) run in both APIs."""
+    x = leaf([1.0, 2.0])
+    seen: list[str] = []
+
+    def grad_hook(g: ag.Tensor) -> ag.Tensor:
+        seen.append("grad")
+        return g * 10.0
+
+    def post_hook(t: ag.Tensor) -> None:
+        seen.append("post")
+        assert t.grad is not None
+
+    x.register_hook(grad_hook)
+    x.register_post_accumulate_grad_hook(post_hook)
+    y = (x * 3.0).sum()
+    if awaited:
+        await asyncio.wait_for(ag.backward(y), TIMEOUT_S)
+    else:
+        y.backward()
+    assert seen == ["grad", "post"]
+    assert_close(x.grad, [30.0, 30.0])
+
+
+# ----------------------------------------------------------------------------- boundaries
+def test_a_subclass_of_an_engine_recorder_records() -> None:
+    """Python code subclasses the engine's Recorder (the profiler does)."""
+    x = leaf([1.0, 2.0])
+    with ag.autograd.profiler.profile() as prof:
+        (x * 2.0).sum().backward()
+    assert prof.key_averages()
+
+
+def test_engine_options_keep_their_own_errors() -> None:
+    """configure validates its arguments itself: a wrong type gets its message, not a bare
+    TypeError from a compiled signature."""
+    with pytest.raises(ValueError, match="slice_s must be > 0"):
+        ag.configure(slice_s=-1.0)
+    with pytest.raises(ValueError, match="blas_threads must be 'auto', None or an int >= 1"):
+        ag.configure(blas_threads=1.5)  # type: ignore[arg-type]
