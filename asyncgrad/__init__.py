@@ -21,6 +21,7 @@ The import-linter contract in pyproject.toml checks this on every CI run.
 from __future__ import annotations
 
 import importlib
+import sys as _sys
 from typing import TYPE_CHECKING, Any, Final
 
 # Tensor first: its module imports the ops once the class exists, and every layer above needs
@@ -154,6 +155,7 @@ __version__ = "0.1.0"
 # "compiled" where the engine is compiled by mypyc (a release wheel), else "pure" (See NOTE
 # [Compiled modules] in asyncgrad/_build.py).
 __build__: Final = _build.kind()
+_build.wrap_awaits = __build__ == "compiled" and _sys.version_info >= (3, 12)
 
 
 __all__ = [

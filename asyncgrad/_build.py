@@ -26,6 +26,12 @@ the type annotations say more than Python enforces:
     (rebind the local; set a flag and break after the ``try``).
   - Fixed-length tuple types are unboxed: a value typed ``tuple[int, int]`` is a new tuple each
     time it goes back to Python, so identity (``is``) of such values is not kept.
+  - An exception thrown into a compiled coroutine (a cancellation) reaches what it awaits as
+    ``throw(type, value, traceback)``, which Python 3.12 deprecates for coroutines, generators
+    and asyncio's futures: a DeprecationWarning at every cancellation, an error under
+    ``-W error``. A compiled module therefore awaits anything but its own coroutines through
+    ``adapt_await(...)`` (``tests/engine/test_compiled_traps.py`` checks every ``await``), which
+    passes the exception alone where it is needed and costs one call elsewhere.
 
 ``ag.__build__`` says which build is running; ``compiled_modules()`` lists the compiled modules.
 """
@@ -33,8 +39,10 @@ the type annotations say more than Python enforces:
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Generator
 from importlib.machinery import EXTENSION_SUFFIXES
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar, cast
 
 try:
     from mypy_extensions import mypyc_attr
@@ -44,7 +52,65 @@ except ImportError:  # mypyc's decorator is needed only to compile; at run time 
         return lambda cls: cls
 
 
-__all__ = ["compiled_modules", "kind", "mypyc_attr"]
+__all__ = ["adapt_await", "compiled_modules", "kind", "mypyc_attr"]
+
+T = TypeVar("T")
+
+# Whether awaits of compiled coroutines go through _OneArgThrow: set by asyncgrad/__init__.py once
+# it knows the build (a compiled engine on Python 3.12 or later).
+wrap_awaits = False
+
+
+class _OneArgThrow:
+    """Awaits ``aw``, passing an exception thrown in with three arguments on as one (See NOTE
+    [Compiled modules])."""
+
+    __slots__ = ("_it",)
+
+    def __init__(self, aw: Any) -> None:
+        self._it = aw.__await__() if hasattr(aw, "__await__") else iter(aw)
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self  # type: ignore[return-value]
+
+    def __iter__(self) -> _OneArgThrow:
+        return self
+
+    def __next__(self) -> Any:
+        return self._it.send(None)
+
+    def send(self, value: Any) -> Any:
+        return self._it.send(value)
+
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> Any:
+        exc = val if val is not None else typ() if isinstance(typ, type) else typ
+        if tb is not None and exc.__traceback__ is not tb:
+            exc = exc.with_traceback(tb)
+        try:
+            return self._it.throw(exc)
+        finally:
+            # The error goes on with this frame in its traceback: holding it here would close a
+            # cycle that keeps the failed graph alive until the collector runs.
+            del exc, typ, val, tb
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
+def adapt_await(aw: Awaitable[T]) -> Awaitable[T]:
+    """``aw``, or an awaitable over it that a compiled coroutine may throw into with three
+    arguments without a DeprecationWarning (Python 3.12 and later; See NOTE [Compiled
+    modules])."""
+    if wrap_awaits:
+        return cast("Awaitable[T]", _OneArgThrow(aw))
+    return aw
 
 
 def compiled_modules() -> tuple[str, ...]:

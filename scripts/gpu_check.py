@@ -108,6 +108,12 @@ class Preflight:
 
 def versions() -> None:
     print(f"python {platform.python_version()} ({sys.executable})")
+    try:
+        import asyncgrad
+    except Exception as exc:  # the preflight's own check reports it as a problem
+        print(f"asyncgrad: import failed: {exc!r}")
+    else:
+        print(f"asyncgrad {asyncgrad.__version__}, {asyncgrad.__build__} build")
     for dist in (
         "numpy",
         "cupy-cuda13x",

@@ -2,13 +2,17 @@
 # One call on a machine with an NVIDIA GPU: a preflight, the CUDA tests, the examples on cuda,
 # then the GPU benchmarks.
 #
-#   bash scripts/gpu_check.sh [--quick] [--wheels DIR] [--steps LIST] [-- BENCH_ARGS...]
+#   bash scripts/gpu_check.sh [--quick] [--wheels DIR] [--compiled WHEEL] [--steps LIST]
+#                             [-- BENCH_ARGS...]
 #
 # --quick        fits one 10-minute command (aimed at under 5 minutes; not yet timed on a GPU):
 #                the CNN example for one epoch and `bench_cuda.py --quick --rounds 1`, every
 #                step under a time limit and all of them within QUICK_BUDGET_S (default 540) s.
 # --wheels DIR   wheels to install first (default: .whl in the repository root, if present),
 #                into a temporary folder put on PYTHONPATH; nothing is downloaded.
+# --compiled WHEEL  run the compiled build: this checkout with the extension modules of WHEEL
+#                (a wheel of this commit from scripts/build_wheels.sh, for this machine's
+#                Python) beside the sources, removed again at the end (scripts/inplace_compiled.py)
 # --steps LIST   the steps to run after the preflight, comma-separated (default: all of
 #                tests,cnn,saliency,bench); the preflight always runs.
 # BENCH_ARGS     passed to benchmarks/bench_cuda.py (e.g. -- --rounds 1 --only mlp,stall).
@@ -36,12 +40,14 @@ out=${OUT:-/tmp/gpu_check}
 wheels=""
 [[ -d $repo/.whl ]] && wheels=$repo/.whl
 quick=0
+compiled=""
 steps=",tests,cnn,saliency,bench,"
 bench_args=()
 while (($#)); do
     case $1 in
         --quick) quick=1; shift ;;
         --wheels) wheels=${2:?--wheels needs a directory}; shift 2 ;;
+        --compiled) compiled=${2:?--compiled needs a wheel}; shift 2 ;;
         --steps) steps=",${2:?--steps needs a list such as tests,bench},"; shift 2 ;;
         --) shift; bench_args=("$@"); break ;;
         -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
@@ -122,6 +128,11 @@ main() {
         fi
     fi
     export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+    if [[ -n $compiled ]]; then
+        echo "== the compiled build: $compiled"
+        python3 scripts/inplace_compiled.py "$compiled" || return 1
+        trap 'python3 scripts/inplace_compiled.py --remove; rm -rf "${site:-}"' EXIT
+    fi
     nvidia-smi -L || echo "nvidia-smi failed or is missing"
 
     if ! step preflight 120 python3 scripts/gpu_check.py preflight; then

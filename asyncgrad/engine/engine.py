@@ -40,6 +40,7 @@ import contextvars
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 
+from .._build import adapt_await
 from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
@@ -329,7 +330,7 @@ async def _execute_on(
     cf = None
     try:
         cf = loop_pool.spawn(loop, run, contextvars.copy_context())
-        return await asyncio.wrap_future(cf)
+        return await adapt_await(asyncio.wrap_future(cf))
     except asyncio.CancelledError:
         # This caller was cancelled (its own graph task stopping cancels gt through the link
         # anyway, but a caller may be cancelled alone), or gt was (then this does nothing).
@@ -376,7 +377,7 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
         if not run_here(q, gt, start[0], start[1]):
             push(gt, start[0], start[1])
         del start
-        await gt.future  # done already when it ran here to the end: no yield then
+        await adapt_await(gt.future)  # done already when it ran here to the end: no yield then
     except asyncio.CancelledError:
         gt.cancel()
         raise
@@ -510,13 +511,13 @@ async def wait_idle() -> None:
             continue
         jobs = jobs_in_flight()
         if jobs:
-            await asyncio.wait([_wrap(loop, j) for j in jobs])
+            await adapt_await(asyncio.wait([_wrap(loop, j) for j in jobs]))
             continue
         busy = False
         for lt in loop_pool.loops():
             if lt.loop is not loop:
                 cf = asyncio.run_coroutine_threadsafe(_settle(lt.loop), lt.loop)
-                busy = await asyncio.wrap_future(cf) or busy
+                busy = await adapt_await(asyncio.wrap_future(cf)) or busy
         if not busy:
             return
 
@@ -533,7 +534,7 @@ async def _settle(loop: asyncio.AbstractEventLoop) -> bool:
         if not pending:
             return waited
         waited = True
-        await asyncio.wait(pending)
+        await adapt_await(asyncio.wait(pending))
 
 
 def _wrap(loop: asyncio.AbstractEventLoop, cf: concurrent.futures.Future[Any]) -> Any:

@@ -22,6 +22,7 @@ from collections.abc import Generator
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
+from .._build import adapt_await
 from ..backend import cuda
 from ..graph.accumulate_grad import AccumulateGrad
 from ..graph.hooks import from_user, hook_name, post_from_user, retain, to_user
@@ -188,7 +189,7 @@ def finish_blocking(gen: Generator[Any, Any, Any], aw: Any) -> Any:
 
 
 async def _await(aw: Any) -> Any:
-    return await aw
+    return await adapt_await(aw)
 
 
 # ----------------------------------------------------------------------------- final callbacks
@@ -201,10 +202,10 @@ async def complete(gt: GraphTask) -> None:
             cb = gt.callbacks.pop(0)
             r = call_user(cb)
             if isawaitable(r):
-                await r
+                await adapt_await(r)
         st = gt.streams
         if st is not None and st.used and not gt.done:
-            await cuda.wait_until_done(streams.finish(st))
+            await adapt_await(cuda.wait_until_done(streams.finish(st)))
     except BaseException as e:
         if own_cancellation(e):
             raise

@@ -55,6 +55,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from .._build import adapt_await
 from .graph_task import GraphTask, request_cancel
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ async def execute_foreign(
                 notify()
 
     try:
-        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        return await adapt_await(anyio.to_thread.run_sync(work, abandon_on_cancel=True))
     except BaseException:
         # Cancelled or interrupted while the thread runs (an error of the pass itself comes
         # after the thread has ended, and then this does nothing).
@@ -193,7 +194,7 @@ async def _stop(box: _Handoff) -> None:
     if not wait:
         return
     with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
-        await done.wait()
+        await adapt_await(done.wait())
     if not done.is_set():
         warnings.warn(
             f"a cancelled backward pass is still running on its thread after {STOP_TIMEOUT_S} s "

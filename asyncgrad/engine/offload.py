@@ -34,6 +34,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._build import adapt_await
 from . import scheduler
 from .pools import callable_name, compute_pool
 
@@ -79,13 +80,15 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         # Not on an asyncio loop: trio, or another loop anyio knows.
         import anyio.to_thread
 
-        return await anyio.to_thread.run_sync(ctx.run, fn, *args, abandon_on_cancel=True)
+        return await adapt_await(
+            anyio.to_thread.run_sync(ctx.run, fn, *args, abandon_on_cancel=True)
+        )
     # A call continues its caller's flow (See NOTE [One scheduler], 2); trio's tasks are not
     # asyncio's, so there each call is a flow of its own.
     sched = scheduler.of(loop)
     flow = sched.flow()
     turn, key = sched.job_key(flow)
     # See NOTE [Answers on the loop] in pools.py.
-    result: T = await compute_pool.get().run_keyed(key, loop, ctx.run, fn, *args)
+    result: T = await adapt_await(compute_pool.get().run_keyed(key, loop, ctx.run, fn, *args))
     sched.returned(flow, turn, 0.0 if flow is None else flow.service)
     return result

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from .._build import mypyc_attr
+from .._build import adapt_await, mypyc_attr
 from ..backend import blas
 from .reentrant import current_graph_task
 from .settings import settings
@@ -400,11 +400,11 @@ class _LoopThread:
     async def _finish(self) -> None:
         others = asyncio.all_tasks() - {asyncio.current_task()}
         if others:
-            _, late = await asyncio.wait(others, timeout=LOOP_STOP_TIMEOUT_S)
+            _, late = await adapt_await(asyncio.wait(others, timeout=LOOP_STOP_TIMEOUT_S))
             for t in late:
                 t.cancel()
             if late:
-                await asyncio.wait(late, timeout=LOOP_STOP_TIMEOUT_S)
+                await adapt_await(asyncio.wait(late, timeout=LOOP_STOP_TIMEOUT_S))
         self.loop.stop()
 
 
@@ -555,7 +555,7 @@ def _transfer(task: asyncio.Task[Any], fut: concurrent.futures.Future[Any]) -> N
 
 
 async def _call(make_coro: Callable[[], Any]) -> Any:
-    return await make_coro()
+    return await adapt_await(make_coro())
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -68,6 +68,7 @@ from heapq import heappop, heappush
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
+from .._build import adapt_await
 from .metrics import BLOCKING as BLOCKING_STATS
 from .metrics import Stats
 from .settings import settings
@@ -634,7 +635,7 @@ class Scheduler:
         st = self.stats
         st.waiting += 1
         try:
-            await fut  # `leave` counts this caller as running when it wakes it
+            await adapt_await(fut)  # `leave` counts this caller as running when it wakes it
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.leave()  # admitted just as it was cancelled: pass the place on

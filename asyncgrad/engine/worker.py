@@ -10,6 +10,7 @@ from collections.abc import Generator
 from contextvars import Token
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from .._build import adapt_await
 from ..backend import cuda, quiet_fp, restore_fp
 from ..graph.anomaly_mode import anomaly_mode
 from ..graph.grad_mode import _grad_enabled
@@ -108,7 +109,7 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
                         ahead.append((cuda.record(s, idx), idx))
                     queue.launched.clear()
                     while len(ahead) > MAX_SLICES_AHEAD:
-                        await cuda.wait_until_done([ahead.popleft()])
+                        await adapt_await(cuda.wait_until_done([ahead.popleft()]))
                 except Exception as e:  # the device failed: so do the passes queued on it
                     queue.launched.clear()
                     ahead.clear()
@@ -130,7 +131,7 @@ async def run_worker(queue: ReadyQueue, started: float) -> None:
 async def yield_to_loop() -> None:
     """Let the loop run its other ready callbacks and due timers (See NOTE [Yield behind
     timers])."""
-    await asyncio.sleep(YIELD_DELAY_S)
+    await adapt_await(asyncio.sleep(YIELD_DELAY_S))
 
 
 def drain(
@@ -468,7 +469,7 @@ async def _resume(gt: GraphTask, node: Node, gen: Generator[Any, Any, Any], aw: 
     try:
         while True:
             try:
-                val = await aw
+                val = await adapt_await(aw)
             except BaseException as e:
                 if own_cancellation(e):
                     raise

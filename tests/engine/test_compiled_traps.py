@@ -4,9 +4,13 @@ runs the suite on both."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import sys
+import tomllib
+import warnings
 from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +22,14 @@ from asyncgrad.graph.node import LARGE_ELEMENTS, LargeMeta, Node
 from asyncgrad.graph.saved_tensor import FREED
 
 from .helpers import TIMEOUT_S, assert_close, leaf
+from .test_leaks import (  # noqa: F401  (no_gc: a fixture)
+    Boom,
+    _alive,
+    _failing_graph,
+    _next_iteration,
+    _settle_engine_threads,
+    no_gc,
+)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -156,3 +168,128 @@ def test_engine_options_keep_their_own_errors() -> None:
         ag.configure(slice_s=-1.0)
     with pytest.raises(ValueError, match="blas_threads must be 'auto', None or an int >= 1"):
         ag.configure(blas_threads=1.5)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- awaits
+ROOT = Path(__file__).resolve().parents[2]
+# Locals of compiled modules that hold one of their own coroutines (``run = _run(gt, prep)``).
+NATIVE_LOCALS = {"run"}
+
+
+def compiled_sources() -> dict[str, ast.Module]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    hook = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]
+    return {p: ast.parse((ROOT / p).read_text(), p) for p in hook["include"]}
+
+
+def test_compiled_modules_await_others_through_the_adapter() -> None:
+    """Every ``await`` in a compiled module awaits one of the compiled modules' own coroutines,
+    or goes through ``adapt_await`` (See NOTE [Compiled modules]: else a cancellation warns on
+    Python 3.12 and later)."""
+    trees = compiled_sources()
+    native = {
+        n.name for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.AsyncFunctionDef)
+    }
+    bare = []
+    for path, tree in trees.items():
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Await):
+                continue
+            v = n.value
+            if isinstance(v, ast.Call):
+                f = v.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name == "adapt_await" or name in native:
+                    continue
+            elif isinstance(v, ast.Name) and v.id in NATIVE_LOCALS:
+                continue
+            bare.append(f"{path}:{n.lineno}: await {ast.unparse(v)}")
+    assert bare == []
+
+
+async def test_the_adapter_throws_one_argument() -> None:
+    """What a compiled coroutine throws with three arguments reaches a coroutine as one, with
+    its traceback, and without Python 3.12's DeprecationWarning."""
+    got: list[BaseException] = []
+    fut = asyncio.get_running_loop().create_future()
+
+    async def inner() -> str:
+        try:
+            await fut
+        except ValueError as e:
+            got.append(e)
+            return "handled"
+        return "not reached"
+
+    adapter = _build._OneArgThrow(inner())
+    assert adapter.send(None) is fut  # suspended on the future
+    err = ValueError("thrown in")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(StopIteration) as stop:
+            adapter.throw(ValueError, err, None)
+    assert stop.value.value == "handled"
+    assert got == [err]
+    fut.cancel()
+
+
+@pytest.fixture
+def wrapped_awaits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's awaits through the adapter, as on a compiled build on Python 3.12."""
+    monkeypatch.setattr(_build, "wrap_awaits", True)
+
+
+@pytest.mark.usefixtures("wrapped_awaits")
+async def test_cancelling_an_awaited_pass_through_the_adapter() -> None:
+    x = leaf([1.0, 2.0])
+    mid = x * 2.0
+    parked, never = asyncio.Event(), asyncio.Event()
+
+    async def park(g: ag.Tensor) -> None:
+        parked.set()
+        await never.wait()
+
+    mid.register_hook(park)
+    task = asyncio.ensure_future(ag.grad((mid * 3.0).sum(), [x]))
+    await asyncio.wait_for(parked.wait(), TIMEOUT_S)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, TIMEOUT_S)
+    # The engine still serves, through the adapter.
+    (gx,) = await asyncio.wait_for(ag.grad((x * x).sum(), [x]), TIMEOUT_S)
+    assert_close(gx, [2.0, 4.0])
+
+
+@pytest.mark.usefixtures("wrapped_awaits")
+async def test_an_error_in_an_awaited_hook_through_the_adapter() -> None:
+    x = leaf([1.0, 2.0])
+    mid = x * 2.0
+
+    async def fail(g: ag.Tensor) -> None:
+        await asyncio.sleep(0)
+        raise ValueError("the hook failed")
+
+    mid.register_hook(fail)
+    with pytest.raises(ValueError, match="the hook failed"):
+        await asyncio.wait_for(ag.grad((mid * 3.0).sum(), [x]), TIMEOUT_S)
+
+
+@pytest.mark.usefixtures("wrapped_awaits", "no_gc")
+@pytest.mark.parametrize("where", ["async function", "async hook"])
+async def test_a_failure_through_the_adapter_leaves_no_cycle(where: str) -> None:
+    """The adapter's frame is in the error's traceback: it must not hold the error too."""
+    x, out, refs = _failing_graph(where)
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            await ag.backward(out)
+    except Boom:
+        pass  # not pytest.raises: its record of the error would keep the graph alive
+    else:
+        pytest.fail("backward did not raise")
+    del out
+    async with asyncio.timeout(TIMEOUT_S):
+        await ag.autograd.engine.wait_idle()
+        await _next_iteration()
+    _settle_engine_threads()
+    assert _alive(refs) == []
+    assert x.grad is None
