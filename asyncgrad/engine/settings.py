@@ -37,15 +37,7 @@ OPTIONS: Final = frozenset(
 class Settings:
     """The engine's options (read them here; change them with ``configure``)."""
 
-    __slots__ = (
-        "blas_threads",
-        "compute_threads",
-        "executor_size",
-        "max_reentrant_depth",
-        "max_running",
-        "offload_threshold",
-        "slice_s",
-    )
+    __slots__ = tuple(sorted(OPTIONS))
 
     def __init__(self) -> None:
         self.max_reentrant_depth = DEFAULT_MAX_REENTRANT_DEPTH  # See NOTE [Reentrant depth]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
+from asyncgrad import _build
 from asyncgrad.engine import pools
 from asyncgrad.engine.engine import _SPENT as SPENT
 from asyncgrad.graph.saved_tensor import FREED as _FREED
@@ -258,7 +259,14 @@ def test_failed_sync_backward_leaves_no_cycles(where: str) -> None:
 @pytest.mark.usefixtures("no_gc")
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("api", ["backward", "grad"])
-async def test_failed_async_backward_leaves_no_cycles(where: str, api: str) -> None:
+@pytest.mark.parametrize("adapter", [False, True], ids=["", "adapter"])
+async def test_failed_async_backward_leaves_no_cycles(
+    where: str, api: str, adapter: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``adapter``: the engine's awaits go through adapt_await, as on the compiled build on
+    Python 3.12 (See NOTE [Compiled modules] in asyncgrad/_build.py), whose frame is in the
+    error's traceback."""
+    monkeypatch.setattr(_build, "wrap_awaits", adapter)
     x, out, refs = _failing_graph(where)
     try:
         async with asyncio.timeout(TIMEOUT_S):
