@@ -126,7 +126,9 @@ def compiled_modules() -> tuple[str, ...]:
 
 
 def kind() -> str:
-    """``"compiled"`` when the engine is compiled by mypyc, else ``"pure"``."""
-    from .engine import worker
-
+    """``"compiled"`` when the engine is compiled by mypyc, else ``"pure"`` (read once the
+    package has imported the engine: this module imports nothing of it)."""
+    worker = sys.modules.get("asyncgrad.engine.worker")
+    if worker is None:
+        raise RuntimeError("asyncgrad._build.kind() needs the engine imported first")
     return "compiled" if str(worker.__file__).endswith(tuple(EXTENSION_SUFFIXES)) else "pure"
