@@ -13,7 +13,12 @@ the type annotations say more than Python enforces:
   - Compiled classes are native: their attributes are slots whose declared types are enforced,
     an attribute not set in the class body or ``__init__`` cannot be added, and a class-level
     attribute without ``ClassVar`` becomes a per-instance field (so overriding it in a subclass
-    is ignored). ``__weakref__`` in ``__slots__`` is ignored.
+    is ignored). Compiled objects take no weak references: ``__weakref__`` in ``__slots__`` is
+    ignored, and a compiled class with a Python base, which gets ``__weakref__`` and
+    ``__dict__``, frees its objects without clearing their weak references (mypyc's issue
+    1102: the callbacks never run and a reference left dangling crashes). A Python subclass
+    that names ``__weakref__`` in its own ``__slots__`` takes them safely: See NOTE [Weak
+    references to nodes] in asyncgrad/graph/node.py.
   - Python code cannot subclass a compiled class unless it says
     ``@mypyc_attr(allow_interpreted_subclasses=True)`` (from this module); a compiled class
     cannot subclass most built-in types (a list, say) unless it is made a Python class with

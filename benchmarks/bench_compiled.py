@@ -45,6 +45,7 @@ class Row:
     better: str  # "low" or "high"
     value: Callable[[dict[str, Any]], float]
     args: tuple[str, ...] = ()
+    quick: tuple[str, ...] = ("--quick",)  # the worker's arguments for a shorter run
 
 
 def _chain(r: dict[str, Any]) -> float:
@@ -61,7 +62,7 @@ ROWS = [
     Row("bench_small.py", "asyncgrad-async", "torch", "small gradient, awaited", "us", "low",
         lambda r: H.median(r["us"])),
     Row("bench_mlp.py", "asyncgrad-sync", "torch", "MLP training step, blocking", "ms", "low",
-        lambda r: float(r["mean"]) * 1e3),
+        lambda r: float(r["mean"]) * 1e3, quick=("--steps", "60", "--warmup", "10")),
     Row("server_load.py", "asyncgrad/asyncio", "torch-thread/asyncio",
         "64x20 serving on asyncio", "gradients/s", "high", lambda r: float(r["gps"])),
     Row("server_load.py", "asyncgrad/uvloop", "torch-thread/uvloop",
@@ -103,7 +104,7 @@ def measure(rounds: int, quick: bool, only: Sequence[str] = ()) -> dict[Row, Fig
             if r.peer is not None and H.missing_reason(r.peer) is None:
                 libs.append(r.peer)
         libs = list(dict.fromkeys(libs))
-        args = mine[0].args + (("--quick",) if quick else ())
+        args = mine[0].args + (mine[0].quick if quick else ())
         print(f"{script}: {len(libs)} workers x {rounds} rounds", flush=True)
         res = H.interleaved_rounds(
             HERE / script, libs, rounds, lambda lib, r, a=args: a, timeout=900.0

@@ -102,7 +102,8 @@ class FunctionCtx:
 class BackwardCFunction(Node):
     """Backward node of a custom Function; ``Function.apply`` subclasses it per Function."""
 
-    __slots__ = ("_ctx", "_fn_cls", "_in_meta", "_outputs")
+    # See NOTE [Weak references to nodes]
+    __slots__ = ("__weakref__", "_ctx", "_fn_cls", "_in_meta", "_outputs")
 
     _ctx: FunctionCtx
     _fn_cls: type[Function]
@@ -312,7 +313,7 @@ class Function(metaclass=_FunctionMeta):
             else:
                 edges.append(None)
                 in_meta.append(None)
-        node: BackwardCFunction = object.__new__(cls._backward_cls)
+        node = cls._backward_cls()
         node._init_node(edges)
         if anomaly_mode():  # See NOTE [Anomaly mode is a context variable]
             node._metadata = forward_metadata()
@@ -392,7 +393,7 @@ class DelayedError(Node):
     """The grad_fn of what a ``once_differentiable`` backward returned under create_graph: it
     raises when a backward reaches it."""
 
-    __slots__ = ("_message",)
+    __slots__ = ("__weakref__", "_message")  # See NOTE [Weak references to nodes]
 
     _message: str
 
@@ -409,7 +410,7 @@ def _delay_error(out: Any, args: tuple[Any, ...]) -> Any:
     tensors = [o for o in outs if isinstance(o, Tensor)]
     if not tensors:
         return out
-    node: DelayedError = object.__new__(DelayedError)
+    node = DelayedError()
     node._init_node([None] * len(tensors))
     node._message = _ONCE_MESSAGE
     node._input_meta = tuple((t.shape, t.dtype) for t in tensors)

@@ -175,8 +175,8 @@ def _init_exec_info(
     stack: list[Any] = [root]
     count = 0
     while stack:
-        node = stack.pop()
-        if node is _EXIT:
+        top = stack.pop()  # a Node, or _EXIT (not a Node: See NOTE [Compiled modules])
+        if top is _EXIT:
             node = stack.pop()
             needed = False
             for e in node._next_edges:
@@ -190,7 +190,8 @@ def _init_exec_info(
                     info[node] = NEEDED
                 elif not ei.needed:
                     ei.needed = True
-        elif node not in visited:
+        elif top not in visited:
+            node = top
             visited.add(node)
             stack.append(node)
             stack.append(_EXIT)

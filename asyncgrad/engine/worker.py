@@ -216,7 +216,7 @@ def drain(
                     offload
                     and (special or type(node._input_meta) is LargeMeta)
                     and node._hooks is None
-                    and (work := node._work) is not None
+                    and (work := type(node)._work) is not None
                     and work(node, buf) > threshold
                 ):
                     _spawn_off_loop(queue, gt, node, buf)  # See NOTE [Large nodes]

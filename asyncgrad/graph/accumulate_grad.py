@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
 
 from .. import backend
 from .._tensor import Tensor
@@ -56,22 +57,27 @@ class AccumulateGrad(Node):
     # gradient that reaches the accumulator of a leaf nobody holds any more is dropped.
     """
 
-    __slots__ = ("_var_ref",)
+    __slots__ = ("__weakref__", "_var_ref")  # See NOTE [Weak references to nodes]
 
-    _cost = ELEMENT_PASS
-    _work = staticmethod(_accumulate_work)
+    _cost: ClassVar[float] = ELEMENT_PASS
+    _work: ClassVar[Callable[[Node, list[Any]], float] | None] = staticmethod(_accumulate_work)
 
     def __init__(self, variable: Tensor) -> None:
         arr = variable._array
         self._init_node(_NO_EDGES, ACCUMULATE_SEQUENCE_NR)
         self._var_ref = weakref.ref(variable)
+        # See NOTE [Leaf hooks]: the leaf's hooks, if it has some already.
+        m = variable._meta
+        self._hooks = None if m is None else m.hooks
         self._input_meta = one_output_meta(arr.shape, arr.dtype)
         self._set_device(variable.device)
 
     @staticmethod
-    def edge_of(variable: Tensor) -> tuple[AccumulateGrad, int]:
-        """The leaf's gradient edge to its accumulator, made once and then kept for the tensor's
-        life (See NOTE [Accumulator lifetime])."""
+    def edge_of(variable: Tensor) -> Any:
+        """The leaf's gradient edge ``(accumulator, 0)``, made once and then kept for the
+        tensor's life (See NOTE [Accumulator lifetime]). Typed Any: a compiled function would
+        return a fixed-length tuple type as a new tuple, and every node that consumes the leaf
+        must share this one (See NOTE [Compiled modules] in asyncgrad/_build.py)."""
         m = variable._get_meta()
         e = m.grad_edge
         if e is None:
@@ -85,18 +91,6 @@ class AccumulateGrad(Node):
     def variable(self) -> Tensor | None:
         """The leaf this node accumulates into (None once that tensor has been freed)."""
         return self._var_ref()
-
-    # A leaf's tensor hooks live on the tensor (they must work whichever graph reaches it), so
-    # the engine reads them through this property.
-    @property
-    def _hooks(self) -> Hooks | None:
-        var = self._var_ref()
-        m = None if var is None else var._meta
-        return None if m is None else m.hooks
-
-    @_hooks.setter
-    def _hooks(self, value: Any) -> None:
-        pass
 
     def _get_hooks(self) -> Hooks:
         var = self._var_ref()
@@ -142,8 +136,21 @@ class AccumulateGrad(Node):
         return f"<AccumulateGrad object at {id(self):#x}>"
 
 
+# NOTE [Leaf hooks]
+# A leaf's tensor hooks live on the tensor: they must run whichever graph reaches the leaf, and
+# a leaf keeps one accumulator for its life (See NOTE [Accumulator lifetime]) that may be made
+# before or after its first hook. The engine reads every node's hooks from ``_hooks``, so the
+# accumulator holds the same Hooks object as its leaf: ``AccumulateGrad.__init__`` takes the
+# leaf's, and ``leaf_hooks`` gives the accumulator the ones it makes, both under ``_meta_lock``.
+# (A property reading the leaf's hooks would do the same in Python, but compiled code reads the
+# field of a native class directly and would never run it: See NOTE [Compiled modules] in
+# asyncgrad/_build.py.) A tensor unpacked from a saved leaf shares the leaf's gradient edge
+# (graph/saved_tensor.py) but keeps hooks of its own: the accumulator keeps its leaf's.
+
+
 def leaf_hooks(variable: Tensor) -> Hooks:
-    """The hooks of a leaf tensor (kept on the tensor, made on first use)."""
+    """The hooks of a leaf tensor (kept on the tensor, made on first use; See NOTE [Leaf
+    hooks])."""
     m = variable._get_meta()
     h = m.hooks
     if h is None:
@@ -151,4 +158,7 @@ def leaf_hooks(variable: Tensor) -> Hooks:
             h = m.hooks
             if h is None:
                 h = m.hooks = Hooks()
+                e = m.grad_edge
+                if e is not None and e[0]._var_ref() is variable:
+                    e[0]._hooks = h
     return h

@@ -54,7 +54,7 @@ class CopySlices(Node):
     """Backward of an in-place op on a view: routes the view's part of the base's gradient
     through the op's own backward ``fn`` and passes the rest of the base's gradient through."""
 
-    __slots__ = ("_chain", "_fn")
+    __slots__ = ("__weakref__", "_chain", "_fn")  # See NOTE [Weak references to nodes]
 
     def __init__(self, base_edge: Edge | None, chain: ViewChain, fn: Node, base: Tensor) -> None:
         edges: list[Edge | None] = [base_edge]

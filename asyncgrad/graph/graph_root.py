@@ -13,7 +13,7 @@ __all__ = ["GraphRoot"]
 class GraphRoot(Node):
     """Emits the root gradients along the roots' edges."""
 
-    __slots__ = ("grads",)
+    __slots__ = ("__weakref__", "grads")  # See NOTE [Weak references to nodes]
 
     def __init__(self, edges: list[Edge | None], grads: list[Any]) -> None:
         self._init_node(edges)

@@ -7,8 +7,9 @@ import itertools
 import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple
 
+from .._build import mypyc_attr
 from .._tensor import Tensor
 from ..backend import current_stream, quiet_fp, restore_fp
 from .grad_mode import _grad_enabled
@@ -41,11 +42,16 @@ _hooks_lock = threading.Lock()
 # tuple per change of dtype (correct, as before), and one whose shapes keep changing (a growing
 # sequence) empties the table once it holds META_SHAPES_MAX shapes: in place, as recording holds
 # the table's bound ``get``.
+#
+# The table holds, and one_output_meta returns, tuples of one ``(shape, dtype)``, typed as tuples
+# of any length: compiled code would otherwise unbox a fixed-length tuple and box a new one, and
+# the sharing would be lost (See NOTE [Compiled modules] in asyncgrad/_build.py).
 META_SHAPES_MAX: Final = 1024
-metas: Final[dict[tuple[int, ...], tuple[tuple[tuple[int, ...], Any]]]] = {}
+Meta = tuple[tuple[tuple[int, ...], Any], ...]
+metas: Final[dict[tuple[int, ...], Meta]] = {}
 
 
-def one_output_meta(shape: tuple[int, ...], dtype: Any) -> tuple[tuple[tuple[int, ...], Any]]:
+def one_output_meta(shape: tuple[int, ...], dtype: Any) -> Meta:
     """The ``_input_meta`` of a node whose one output has ``shape`` and ``dtype``, shared with
     the other nodes of that shape and dtype (See NOTE [Shared input metadata])."""
     m = metas.get(shape)
@@ -53,9 +59,7 @@ def one_output_meta(shape: tuple[int, ...], dtype: Any) -> tuple[tuple[tuple[int
         if len(metas) >= META_SHAPES_MAX:
             metas.clear()
         # A LargeMeta for a large shape (See NOTE [Work estimates]).
-        m = metas[shape] = cast(
-            "tuple[tuple[tuple[int, ...], Any]]", outputs_meta(((shape, dtype),))
-        )
+        m = metas[shape] = outputs_meta(((shape, dtype),))
     return m
 
 
@@ -83,6 +87,7 @@ ELEMENT_PASS: Final = 8.0
 LARGE_ELEMENTS: Final = 1 << 16
 
 
+@mypyc_attr(native_class=False)  # a tuple subclass (See NOTE [Compiled modules] in _build.py)
 class LargeMeta(tuple[tuple[tuple[int, ...], Any], ...]):
     """The ``_input_meta`` of a node with an output of at least ``LARGE_ELEMENTS`` elements
     (See NOTE [Work estimates])."""
@@ -123,13 +128,14 @@ def size_work(node: Node, grads: list[Any]) -> float:
     return 0.0 if n < LARGE_ELEMENTS else n * node._cost
 
 
-class Edge(NamedTuple):
-    """A gradient edge: input ``input_nr`` of the backward node ``node``."""
-
-    node: Node
-    input_nr: int
-
-
+# NOTE [Weak references to nodes]
+# Nodes take weak references, as torch's do: a custom Function's context holds its node weakly,
+# and leak checks hold graphs weakly. Node itself names no ``__weakref__``: where it is compiled
+# its objects could not take weak references safely (See NOTE [Compiled modules] in
+# asyncgrad/_build.py). Every concrete node class is a Python class that names ``__weakref__``
+# in its own ``__slots__`` (the table ops' through ``TableNode``, asyncgrad/rules/registry.py),
+# the same in both builds; ``tests/engine/test_compiled_traps.py`` checks each one.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Node:
     """A backward function in the graph.
 
@@ -138,8 +144,7 @@ class Node:
     the gradient arriving at backward input ``j`` must match it, on device ``_device``.
     """
 
-    __slots__ = (
-        "__weakref__",
+    __slots__ = (  # no __weakref__: See NOTE [Weak references to nodes]
         "_device",
         "_hooks",
         "_input_meta",
@@ -151,19 +156,21 @@ class Node:
     )
 
     # Whether ``apply`` may return an awaitable (custom Functions with an ``async def backward``).
-    _async_apply = False
+    # The class-level flags are ClassVars: set per op class (rules/table.py), and read from the
+    # node's class by compiled code too (See NOTE [Compiled modules] in asyncgrad/_build.py).
+    _async_apply: ClassVar[bool] = False
     # An estimate of the multiply-adds ``apply`` would do with these gradients (See NOTE [Work
     # estimates]); None for nodes that must run on the loop (an ``async def backward``).
-    _work: Callable[[Node, list[Any]], float] | None = staticmethod(size_work)
+    _work: ClassVar[Callable[[Node, list[Any]], float] | None] = staticmethod(size_work)
     # Multiply-adds per element for ``size_work``: by default two passes over the arrays.
-    _cost = 2 * ELEMENT_PASS
+    _cost: ClassVar[float] = 2 * ELEMENT_PASS
     # Whether the device worker must look closer before running the node inline: set when
     # ``_async_apply`` is, or when the node's work may be large while its gradient's shape is
     # not (See NOTE [Work estimates]), so a plain node costs the worker one check.
-    _special = False
+    _special: ClassVar[bool] = False
     # Whether ``apply`` copies a CUDA gradient to the host (the backward of a copy to a CUDA
     # device, when its ``device`` parameter is the CPU): See NOTE [Host reads wait off the loop].
-    _copies_to_host = False
+    _copies_to_host: ClassVar[bool] = False
 
     _next_edges: list[Edge | None]
     _input_meta: tuple[tuple[tuple[int, ...], Any], ...]
@@ -295,3 +302,12 @@ class Node:
         GPU has run this node's kernels (See NOTE [Deferred frees] in
         asyncgrad/backend/cuda.py)."""
         return None
+
+
+# After Node: a compiled module builds the field types of a NamedTuple from the classes, which
+# must exist by then (See NOTE [Compiled modules] in asyncgrad/_build.py).
+class Edge(NamedTuple):
+    """A gradient edge: input ``input_nr`` of the backward node ``node``."""
+
+    node: Node
+    input_nr: int

@@ -22,8 +22,10 @@ __all__ = [
     "saved_hooks",
 ]
 
-# What a node's saved values become once a backward without retain_graph has run it.
-FREED: Final = ("freed",)
+# What a node's saved values become once a backward without retain_graph has run it; found by
+# identity. Typed as a tuple of any length: compiled code would unbox a fixed-length one and box
+# a new tuple, and ``is FREED`` would fail there (See NOTE [Compiled modules] in _build.py).
+FREED: Final[tuple[str, ...]] = ("freed",)
 
 
 # NOTE [Saved tensor versions]

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from .. import backend, dtypes
+from .._build import mypyc_attr
 from .._tensor import Tensor
 from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.copy_slices import ViewChain
@@ -18,7 +19,8 @@ from ..graph.grad_mode import _grad_enabled, _inference
 from ..graph.node import _next_sequence_nr as next_sequence_nr
 from ..graph.node import metas, one_output_meta, outputs_meta
 from ..graph.saved_tensor import SavedTensor
-from ..rules import OPS, SAVES_NO_TENSOR, FunctionNode, OpDef
+from ..rules import OPS, SAVES_NO_TENSOR, OpDef
+from ..rules.registry import TableNode
 
 __all__ = ["NO_PARAMS", "OPS", "as_array", "as_view", "make", "record", "record_ternary", "wrap"]
 
@@ -29,7 +31,6 @@ device_of: Final = backend.device_of
 current_stream: Final = backend.current_stream
 
 # Bound once: every op runs these, and a module or class attribute lookup per call adds up.
-_new: Final = object.__new__
 new_tensor: Final = Tensor._wrap
 grad_enabled: Final = _grad_enabled.get
 inference_enabled: Final = _inference.get
@@ -141,7 +142,7 @@ def record(
     if len(outs) == 1:
         _attach(op, outs[0], edges, topo, saved, mask, tbits, inputs, params)
         return
-    node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
+    node = TableNode()  # See NOTE [Nodes are filled in as TableNode]
     node._init_node(edges)
     if anomaly_mode():  # See NOTE [Anomaly mode is a context variable]
         node._metadata = forward_metadata()
@@ -188,13 +189,14 @@ _NO_CONSTANTS_3: Final = (None, None, None, None)
 _OUTPUT_ONLY: Final = (0,)
 
 
-# NOTE [Nodes are filled in as FunctionNode]
+# NOTE [Nodes are filled in as TableNode]
 # Each op has its own node class (MulBackward0, ...), so the attribute stores that fill in a new
 # node would see a different class from one op to the next, and CPython's specialised
 # slot-store instructions would keep falling back to the generic path (about 170 machine
 # instructions a store instead of a few, and a node takes eleven). A node is therefore made as a
-# plain FunctionNode, filled in, and given its op's class last: the op classes add no slots, so
-# the assignment is allowed, and it costs less than the stores it keeps specialised.
+# TableNode (the op classes' common base), filled in, and given its op's class last: the op
+# classes add no slots, so the assignment is allowed, and it costs less than the stores it keeps
+# specialised. (Where this module is compiled, the stores go straight to the node's fields.)
 
 
 # NOTE [Edges are plain tuples]
@@ -213,9 +215,12 @@ def _edge_of(x: Tensor) -> Any:
         if not x._requires_grad:
             return None
         m = x._meta
-        e = None if m is None else m.grad_edge  # a leaf's, made once and shared
-        if e is not None:
-            return e
+        if m is not None:
+            # A leaf's, made once and shared. Typed object: compiled code would box a new tuple
+            # from a value narrowed to a fixed-length tuple type (See NOTE [Compiled modules]).
+            e: object = m.grad_edge
+            if e is not None:
+                return e
     return x._edge()
 
 
@@ -308,7 +313,7 @@ def _attach(
     more than the largest topological number of the nodes in ``edges``; ``saved`` holds the
     constant inputs, None elsewhere; ``tbits`` marks the positions of the tensors (See _SAVES).
     """
-    node = _new(FunctionNode)  # See NOTE [Nodes are filled in as FunctionNode]
+    node = TableNode()  # See NOTE [Nodes are filled in as TableNode]
     # Node._init_node's fields, set here without its call and its loop over the edges (the
     # recorders have the topological number already).
     node._next_edges = edges
@@ -448,10 +453,13 @@ def as_view(out: Tensor, x: Tensor, name: str, params: dict[str, Any]) -> Tensor
 # requires grad): whether the write should reach the base's gradient is ambiguous. The view's
 # chain of view ops says so by its type, a tuple subclass, so that ordinary views pay nothing:
 # ``NoGradView`` for a view made under no_grad, ``ViewOfNoGradView`` for a view of one made
-# with grad mode on. ``check_no_grad_view`` (ops/inplace.py) raises torch's errors.
+# with grad mode on. ``check_no_grad_view`` (ops/inplace.py) raises torch's errors. (Tuple
+# subclasses stay Python classes where the module is compiled: See NOTE [Compiled modules].)
+@mypyc_attr(native_class=False)
 class NoGradView(tuple[tuple[str, dict[str, Any]], ...]):
     __slots__ = ()
 
 
+@mypyc_attr(native_class=False)
 class ViewOfNoGradView(NoGradView):
     __slots__ = ()

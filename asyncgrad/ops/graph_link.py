@@ -10,7 +10,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .._tensor import Tensor
 from ..graph.accumulate_grad import AccumulateGrad, leaf_hooks
@@ -20,11 +20,11 @@ from ..graph.hooks import RemovableHandle, add_retain, tensor_hooks_of
 
 
 def grad_accumulator(t: Tensor) -> AccumulateGrad:
-    return AccumulateGrad.edge_of(t)[0]
+    return cast(AccumulateGrad, AccumulateGrad.edge_of(t)[0])
 
 
 def grad_edge(t: Tensor) -> tuple[AccumulateGrad, int]:
-    return AccumulateGrad.edge_of(t)
+    return cast("tuple[AccumulateGrad, int]", AccumulateGrad.edge_of(t))
 
 
 def refresh_view(t: Tensor) -> None:

@@ -25,9 +25,10 @@ import dis
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, Final, cast
 
 from .. import backend
+from .._build import mypyc_attr
 from ..backend import xp
 from ..graph.node import ELEMENT_PASS, Node, largest_shape
 from ..graph.saved_tensor import FREED as _FREED
@@ -38,6 +39,7 @@ __all__ = [
     "SAVES_NO_TENSOR",
     "FunctionNode",
     "OpDef",
+    "TableNode",
     "defvjp",
     "keeps_for_backward",
     "set_costs",
@@ -78,7 +80,7 @@ class OpDef:
         self.multi_input = multi_input
         self._save_cache: dict[int, tuple[int, ...]] = {}
         cls_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
-        self.node_cls: type[FunctionNode] = type(cls_name, (FunctionNode,), {"__slots__": ()})
+        self.node_cls: type[FunctionNode] = type(cls_name, (TableNode,), {"__slots__": ()})
 
     def saves_for(self, mask: int) -> tuple[int, ...]:
         """The positions to save when the inputs in bitmask ``mask`` need gradients: only what
@@ -258,6 +260,7 @@ def set_costs(
 # values for its backward, so that ``release_variables`` frees them and a second backward
 # raises as torch's does. Recording sets it for a constant that a rule reads; the indexing ops
 # set it with ``keeps_for_backward``.
+@mypyc_attr(native_class=False)  # a tuple subclass (See NOTE [Compiled modules])
 class _SavesNoTensor(tuple[int, ...]):
     __slots__ = ()
 
@@ -273,6 +276,7 @@ def keeps_for_backward(node: Node | None, keeps: bool = True) -> None:
         node._spos = SAVES_NO_TENSOR if keeps else ()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # each op's node class subclasses it
 class FunctionNode(Node):
     """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name.
 
@@ -283,7 +287,7 @@ class FunctionNode(Node):
     __slots__ = ("_op", "_params", "_saved", "_spos")
 
     # An op missing from the table of costs (asyncgrad/rules/table.py) counts two passes.
-    _cost = 2 * ELEMENT_PASS
+    _cost: ClassVar[float] = 2 * ELEMENT_PASS
     _op: OpDef
     _saved: Any
     _spos: tuple[int, ...]
@@ -363,3 +367,13 @@ class FunctionNode(Node):
         if self._saved is _FREED:
             raise_freed(self)
         return tuple(unpack_saved(s, self, True) for s in self._saved)
+
+
+# The base of the table ops' node classes (OpDef.node_cls), and the class recording makes their
+# nodes as (See NOTE [Nodes are filled in as TableNode] in asyncgrad/ops/_record.py): a Python
+# class, made here by a call, that names ``__weakref__`` (See NOTE [Weak references to nodes] in
+# asyncgrad/graph/node.py).
+TableNode: Final = cast(
+    "type[FunctionNode]",
+    type("TableNode", (FunctionNode,), {"__slots__": ("__weakref__",), "__module__": __name__}),
+)
