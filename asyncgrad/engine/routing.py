@@ -76,10 +76,9 @@ def route(gt: GraphTask, node: Node, out: Any, queue: ReadyQueue) -> Direct | No
             # The chain's case, inline (a call per node would cost a few percent of a chain's
             # backward): the first ready node runs next if its key sorts first (the key of a
             # node: See ReadyQueue.offer, which takes every other case).
-            key = key_base - nxt._sequence_nr
-            if not heap or key < heap[0][0]:
+            if not heap or key_base - nxt._sequence_nr < heap[0][0]:
                 gt.outstanding += 1
-                direct = (key, nxt, nbuf)
+                direct = (nxt, nbuf)
                 continue
         direct = queue.offer(gt, nxt, nbuf, direct)
     return direct

@@ -124,8 +124,11 @@ _tie = itertools.count()
 next_tie = _tie.__next__
 
 Entry = tuple[int, int, "Node", list[Any], "GraphTask"]
-# A ready node that runs next without a trip through the heap: (key, node, input buffer).
-Direct = tuple[int, "Node", list[Any]]
+# A ready node that runs next without a trip through the heap: (node, input buffer). Its key
+# is not kept: it is ``gt.key_base - node._sequence_nr`` for the graph task gt the worker runs,
+# computed only where it is compared (a key is a large integer, and a chain's direct successors
+# are never compared), and it moves with gt's (See NOTE [Direct successor] in worker.py).
+Direct = tuple["Node", list[Any]]
 
 
 def shuffle_ties(seed: int | None) -> None:
@@ -222,20 +225,25 @@ class ReadyQueue:
         ``gt.key_base - node._sequence_nr``; routing.route inlines the first case (no
         ``direct`` yet), a chain's, to save a call per node."""
         gt.outstanding += 1
-        key = gt.key_base - node._sequence_nr
+        base = gt.key_base
+        key = base - node._sequence_nr
         heap = self.heap
         if direct is None:
             if not heap or key < heap[0][0]:
-                return (key, node, buf)
-        elif key < direct[0]:
-            heappush(heap, (direct[0], next_tie(), direct[1], direct[2], gt))
-            return (key, node, buf)
+                return (node, buf)
+        else:
+            dnode, dbuf = direct
+            dkey = base - dnode._sequence_nr
+            if key < dkey:
+                heappush(heap, (dkey, next_tie(), dnode, dbuf, gt))
+                return (node, buf)
         heappush(heap, (key, next_tie(), node, buf, gt))
         return direct
 
     def put_back(self, direct: Direct, gt: GraphTask) -> None:
-        """Queue a direct successor that will not run next after all."""
-        heappush(self.heap, (direct[0], next_tie(), direct[1], direct[2], gt))
+        """Queue a direct successor of ``gt`` that will not run next after all."""
+        node, buf = direct
+        heappush(self.heap, (gt.key_base - node._sequence_nr, next_tie(), node, buf, gt))
 
     def pop(self, only: GraphTask | None) -> Entry | None:
         """The next entry; None when the heap is empty, or when ``only`` is given and the next
@@ -376,28 +384,23 @@ class Scheduler:
         gt.turn = self.now_us() if turn is None else turn
         gt.key_base = key_base(gt.priority, gt.depth, gt.turn)
 
-    def charge(self, gt: GraphTask, seconds: float, direct: Direct | None = None) -> Direct | None:
+    def charge(self, gt: GraphTask, seconds: float) -> None:
         """Add ``seconds`` of node time to ``gt``: past its quantum it joins its lane, and as the
-        lane's head its turn moves with its node time (See NOTE [One scheduler], 3). Returns
-        ``direct`` (gt's direct successor, or None) with its key moved as gt's were."""
+        lane's head its turn moves with its node time (See NOTE [One scheduler], 3). A direct
+        successor's key moves with gt's (See Direct)."""
         gt.service += seconds
         if gt.done or gt.loop is None:  # ended: it leaves (or never joins) its lane
-            return direct
+            return
         if gt.large:
             lane = gt.lane
             if lane is None or lane.tasks[0] is not gt:
-                return direct
+                return
             gt.unmoved += seconds
             if gt.unmoved < REKEY_S:
-                return direct
-            delta = self._move_head(gt)
-        elif gt.service < self.quantum_s:
-            return direct
-        else:
-            delta = self._join_lane(gt)
-        if delta and direct is not None:
-            return (direct[0] + delta, direct[1], direct[2])
-        return direct
+                return
+            self._move_head(gt)
+        elif gt.service >= self.quantum_s:
+            self._join_lane(gt)
 
     def _stride(self) -> float:
         """How much a large graph task's turn moves per second of its node time: 1 / share, and

@@ -15,6 +15,7 @@ from ..backend import cuda, quiet_fp, restore_fp
 from ..graph.anomaly_mode import anomaly_mode
 from ..graph.grad_mode import _grad_enabled
 from ..graph.node import LargeMeta
+from ..rules.registry import FunctionNode
 from .evaluate import complete, evaluate, finish_blocking, own_cancellation, run_node
 from .input_buffer import InputBuffer
 from .pools import compute_pool
@@ -27,7 +28,6 @@ from .watch import enter_watch, exit_watch, recorders
 
 if TYPE_CHECKING:
     from ..graph.node import Node
-    from ..rules import FunctionNode
     from .graph_task import GraphTask
     from .scheduler import Direct, ReadyQueue
 
@@ -150,7 +150,8 @@ def drain(
     # When a successor becomes ready with a key that would sort before everything in the heap
     # anyway, ``route`` hands it back and it runs next without the round trip through the heap,
     # so a chain of nodes costs no heap operations. The ready order (See NOTE [One scheduler]) is
-    # unchanged: a successor is only taken directly when it is the minimum.
+    # unchanged: a successor is only taken directly when it is the minimum. Its key is computed
+    # only where it is compared with another (See Direct in scheduler.py): never, in a chain.
     """
     sched = queue.sched
     clock = sched.clock
@@ -180,7 +181,7 @@ def drain(
     try:
         while True:
             if direct is not None:
-                _, node, buf = direct
+                node, buf = direct
                 direct = None
             else:
                 entry = pop(only)  # None: empty, or (``only``) a caller's own pass is done
@@ -238,10 +239,16 @@ def drain(
                     out = run_node(gt, node, buf)
                 else:
                     # The hot path: run_node's plainest case, inline (See NOTE [Evaluating a
-                    # node]).
-                    out = node.apply(buf, None, create)
-                    if not keep:
-                        node.release_variables()
+                    # node]). A table op's node is called without a method lookup (See NOTE
+                    # [Table nodes are called directly]).
+                    if isinstance(node, FunctionNode):
+                        out = FunctionNode.apply(node, buf, None, create)
+                        if not keep:
+                            FunctionNode.release_variables(node)
+                    else:
+                        out = node.apply(buf, None, create)
+                        if not keep:
+                            node.release_variables()
                 if out is not None:
                     direct = route(gt, node, out, queue)
                 # Drop our reference now: AccumulateGrad steals an array that nobody else
@@ -267,7 +274,7 @@ def drain(
                 count = 0
                 now = clock()
                 if fair:
-                    direct = charge(gt, now - since, direct)  # the direct successor is gt's too
+                    charge(gt, now - since)  # a direct successor's key moves with gt's
                     since = now
                 if now > deadline:
                     break

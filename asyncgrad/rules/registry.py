@@ -31,8 +31,7 @@ from .. import backend
 from .._build import mypyc_attr
 from ..backend import xp
 from ..graph.node import ELEMENT_PASS, Node, largest_shape
-from ..graph.saved_tensor import FREED as _FREED
-from ..graph.saved_tensor import SavedTensor, raise_freed, unpack_saved
+from ..graph.saved_tensor import FREED, SavedTensor, raise_freed, unpack_saved
 
 __all__ = [
     "OPS",
@@ -47,6 +46,8 @@ __all__ = [
 ]
 
 Rule = Callable[..., Any]
+# Final: where this module is compiled, read without a lookup in the module's namespace.
+_FREED: Final = FREED
 
 
 class OpDef:
@@ -265,7 +266,7 @@ class _SavesNoTensor(tuple[int, ...]):
     __slots__ = ()
 
 
-SAVES_NO_TENSOR: tuple[int, ...] = _SavesNoTensor()
+SAVES_NO_TENSOR: Final[tuple[int, ...]] = _SavesNoTensor()
 
 
 def keeps_for_backward(node: Node | None, keeps: bool = True) -> None:
@@ -276,6 +277,14 @@ def keeps_for_backward(node: Node | None, keeps: bool = True) -> None:
         node._spos = SAVES_NO_TENSOR if keeps else ()
 
 
+# NOTE [Table nodes are called directly]
+# The table ops' node classes (``OpDef.node_cls``, through ``TableNode``) are Python classes that
+# add flags only: none overrides FunctionNode's methods. The device worker relies on that and
+# calls ``FunctionNode.apply`` and ``release_variables`` on their nodes directly: where the
+# engine is compiled, ``node.apply(...)`` on a node of a Python class looks the method up on
+# that class and calls it through Python's calling convention, which cost about a tenth of a
+# chain's node. So no subclass of FunctionNode overrides them
+# (tests/engine/test_compiled_traps.py checks every one).
 @mypyc_attr(allow_interpreted_subclasses=True)  # each op's node class subclasses it
 class FunctionNode(Node):
     """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name.
@@ -339,12 +348,22 @@ class FunctionNode(Node):
                 i += 1
             return out
         vjps = op.vjps
+        n = len(vals)
         i = 0
         for e in edges:
             if e is not None and (needed is None or needed[i]):
                 # An input whose edge exists has a rule (defvjp gives None only to inputs that
-                # cannot require grad, like where's condition).
-                r = vjps[i](g, *vals, **params) if params else vjps[i](g, *vals)  # type: ignore[misc]
+                # cannot require grad, like where's condition). The common arities are called
+                # without unpacking ``vals``, which would build a tuple (and, compiled, a list).
+                rule = vjps[i]
+                if params:
+                    r = rule(g, *vals, **params)  # type: ignore[misc]
+                elif n == 2:
+                    r = rule(g, vals[0], vals[1])  # type: ignore[misc]
+                elif n == 3:
+                    r = rule(g, vals[0], vals[1], vals[2])  # type: ignore[misc]
+                else:
+                    r = rule(g, *vals)  # type: ignore[misc]
                 if r is not None:
                     shape, dtype = e[0]._input_meta[e[1]]
                     if r.shape != shape or (r.dtype is not dtype and r.dtype != dtype):

@@ -133,6 +133,19 @@ def test_weak_references_to_nodes_are_cleared_with_them() -> None:
     assert refs[2]() is None
 
 
+def test_no_table_node_class_overrides_what_the_worker_calls_directly() -> None:
+    """NOTE [Table nodes are called directly]: the worker calls FunctionNode's own ``apply``
+    and ``release_variables`` on every FunctionNode."""
+    subclasses = [
+        c for c in node_classes() if issubclass(c, FunctionNode) and c is not FunctionNode
+    ]
+    assert {op.node_cls for op in OPS.values()} <= set(subclasses)
+    overriding = [
+        c.__qualname__ for c in subclasses if {"apply", "release_variables"} & set(vars(c))
+    ]
+    assert overriding == []
+
+
 # ----------------------------------------------------------------------------- class flags
 def test_per_op_flags_are_the_op_classes() -> None:
     """Flags set on an op's node class (``_special``, ``_cost``) are what its nodes read: a
