@@ -9,7 +9,10 @@ the type annotations say more than Python enforces:
 
   - Annotations are checked at run time: a compiled function given an argument of another type
     raises ``TypeError``. A public function that validates its arguments itself must take them
-    as ``object`` (or ``Any``) and narrow them, or its own clear error never runs.
+    as ``object`` (or ``Any``) and narrow them, or its own clear error never runs. A local
+    variable keeps the type of its first assignment, checked at every later one: a sentinel
+    (an ``object()``) assigned to a variable that held a node raises (give it a variable of
+    its own).
   - Compiled classes are native: their attributes are slots whose declared types are enforced,
     an attribute not set in the class body or ``__init__`` cannot be added, and a class-level
     attribute without ``ClassVar`` becomes a per-instance field (so overriding it in a subclass
@@ -21,16 +24,25 @@ the type annotations say more than Python enforces:
     references to nodes] in asyncgrad/graph/node.py.
   - Python code cannot subclass a compiled class unless it says
     ``@mypyc_attr(allow_interpreted_subclasses=True)`` (from this module); a compiled class
-    cannot subclass most built-in types (a list, say) unless it is made a Python class with
-    ``@mypyc_attr(native_class=False)``.
+    cannot subclass most built-in types (a list, a tuple) unless it is made a Python class with
+    ``@mypyc_attr(native_class=False)``. ``object.__new__(C)`` refuses a compiled class (and
+    its Python subclasses): call ``C()``, which only allocates when the class has no
+    ``__init__``. Compiled code calls a method of an object of a Python subclass through
+    Python (a lookup and Python's calling convention), or directly as ``C.method(obj, ...)``
+    where the subclasses are known not to override it (NOTE [Table nodes are called directly]
+    in asyncgrad/rules/registry.py).
   - Compiled code calls the compiled functions it names directly and inlines ``Final``
     constants: patching either from outside (``monkeypatch.setattr(module, "name", ...)``) is
     not seen by compiled callers. Tests that must patch internals are marked ``pure_only``.
   - Compiled functions have no Python frames: ``inspect`` and ``cr_frame`` see none, and a
     coroutine cannot ``del`` its locals nor ``break`` out of a ``try`` with a ``finally``
     (rebind the local; set a flag and break after the ``try``).
-  - Fixed-length tuple types are unboxed: a value typed ``tuple[int, int]`` is a new tuple each
-    time it goes back to Python, so identity (``is``) of such values is not kept.
+  - Fixed-length tuple types are unboxed: a value typed ``tuple[int, int]`` (a return type, a
+    ``Final`` constant, a value narrowed by ``is not None``) is a new tuple each time it goes
+    back to Python, so identity (``is``) of such values is not kept: shared values and
+    sentinels are typed as tuples of any length (``tuple[str, ...]``), ``object`` or ``Any``.
+  - A compiled module builds a ``NamedTuple``'s field types when its class statement runs: one
+    that names a class defined further down crashes the import (define it after that class).
   - An exception thrown into a compiled coroutine (a cancellation) reaches what it awaits as
     ``throw(type, value, traceback)``, which Python 3.12 deprecates for coroutines, generators
     and asyncio's futures: a DeprecationWarning at every cancellation, an error under
