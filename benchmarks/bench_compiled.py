@@ -19,6 +19,7 @@ Usage: python benchmarks/bench_compiled.py [--tree compiled=PATH] [--rounds R] [
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -75,7 +76,14 @@ ROWS = [
 def build_tree(into: Path) -> Path:
     """The release wheel of this checkout, installed into ``into``/tree; returns that path."""
     dist = into / "dist"
-    subprocess.run(["bash", str(H.ROOT / "scripts" / "build_wheels.sh"), str(dist)], check=True)
+    # The recipe runs ``python`` from PATH: this interpreter's, whatever the caller's PATH.
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    subprocess.run(
+        ["bash", str(H.ROOT / "scripts" / "build_wheels.sh"), str(dist)], check=True, env=env
+    )
     (wheel,) = dist.glob("asyncgrad-*.whl")
     tree = into / "tree"
     subprocess.run(
