@@ -408,17 +408,17 @@ class Scheduler:
         share = self.large_share
         return 0.0 if share >= 1.0 else 1.0 / share
 
-    def _retime(self, gt: GraphTask, turn: int) -> int:
-        """Give ``gt`` the turn ``turn``: new keys for its queued nodes; returns the change."""
+    def _retime(self, gt: GraphTask, turn: int) -> None:
+        """Give ``gt`` the turn ``turn``: new keys for its queued nodes (a direct successor's
+        key moves with them, See Direct)."""
         new = key_base(gt.priority, gt.depth, turn)
         delta = new - gt.key_base
         if delta:
             gt.key_base = new
             for q in gt.queues.values():
                 q._rekey(gt, delta)
-        return delta
 
-    def _join_lane(self, gt: GraphTask) -> int:
+    def _join_lane(self, gt: GraphTask) -> None:
         lane = self.lanes.get((gt.priority, gt.depth))
         if lane is None:
             lane = self.lanes[(gt.priority, gt.depth)] = Lane()
@@ -430,7 +430,8 @@ class Scheduler:
             i -= 1
         tasks.insert(i, gt)
         if i > 0:
-            return self._retime(gt, PARKED + gt.turn)
+            self._retime(gt, PARKED + gt.turn)
+            return
         # The head. Its virtual turn starts from the clock, not from its build time: one that
         # waited long (in preparation, say) must not hold every newer request back while it
         # catches up. A newer head that started meanwhile waits behind it.
@@ -438,19 +439,19 @@ class Scheduler:
             self._retime(tasks[1], PARKED + tasks[1].turn)
         lane.vturn = max(lane.vturn, self.now_us()) + int(gt.service * self._stride() * 1e6)
         gt.unmoved = 0.0
-        return self._retime(gt, lane.vturn)
+        self._retime(gt, lane.vturn)
 
-    def _move_head(self, gt: GraphTask) -> int:
+    def _move_head(self, gt: GraphTask) -> None:
         lane = gt.lane
         assert lane is not None
         queued = 0
         for q in gt.queues.values():
             queued += len(q.heap)
         if gt.unmoved < queued * REKEY_PER_ENTRY_S:
-            return 0
+            return
         lane.vturn += int(gt.unmoved * self._stride() * 1e6)
         gt.unmoved = 0.0
-        return self._retime(gt, lane.vturn)
+        self._retime(gt, lane.vturn)
 
     def ended(self, gt: GraphTask) -> None:
         """``gt`` ended: out of its lane; the next in the lane becomes the head, from the lane's
