@@ -95,6 +95,7 @@ class _Meta:
         "inference",
         "name",
         "post_acc_hooks",
+        "published",
         "retains_grad",
         "view_chain",
         "view_version",
@@ -111,6 +112,9 @@ class _Meta:
         self.view_version = 0
         self.inference = False
         self.name: str | None = None
+        # The arrays optimizer steps published for this tensor, newest first, as (id(array),
+        # version counter) pairs (See NOTE [Serving while training] in optim/optimizers.py).
+        self.published: tuple[tuple[_int, list[_int]], ...] | None = None
 
 
 class Tensor:
@@ -199,6 +203,8 @@ class Tensor:
                 f"dtype (got {value._array.dtype})"
             )
         self._array = value._array
+        if self._meta is not None:
+            self._meta.published = None  # the arrays steps published are no longer its own
 
     @property
     def shape(self) -> Size:

@@ -1,7 +1,7 @@
 """Serving while training: an optimizer step never changes the weights a pending backward saved.
 
-See NOTE [Serving while training] in asyncgrad/optim/optimizers.py. A step updates a parameter
-in place when nothing else holds its array, and otherwise gives it a new array and version
+See NOTE [Serving while training] in asyncgrad/optim/optimizers.py. A step never writes into an
+array a reader may hold: it publishes the new values in an array of their own with a new version
 counter, so a graph recorded before the step backpropagates with the weights its forward used.
 """
 
@@ -214,49 +214,66 @@ def test_against_finite_differences_of_the_old_weights() -> None:
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_a_plain_loop_updates_in_place(name: str) -> None:
+def test_a_plain_loop_alternates_between_two_arrays(name: str) -> None:
+    # Each step publishes the new values in an array of their own; in a plain loop the array the
+    # step before replaced is free again, so two arrays alternate and no step allocates (from the
+    # second step on: an array a parameter was made with that is a view is never reused).
     model = make_model()
     opt = OPTIMIZERS[name](model.parameters())
-    # Weak references: a strong one would hold the array, and the step would copy it.
-    arrays = [weakref.ref(p.array) for p in model.parameters()]
-    counters = [p._vc for p in model.parameters()]
-    for s in range(4):
+    # Weak references: a strong one would hold the array, and the step would allocate.
+    seen: list[list[weakref.ref[np.ndarray]]] = [[] for _ in model.parameters()]
+    for s in range(6):
         x, y = batch(s)
         opt.zero_grad()
         out = model(x)  # still alive at the step, like a loop's locals
         loss = F.mse_loss(out, y)
         loss.backward()
         grads = [p.grad for p in model.parameters()]  # holding p.grad doesn't count
+        counters = [p._vc for p in model.parameters()]
+        versions = [p._version for p in model.parameters()]
+        before = [weakref.ref(p.array) for p in model.parameters()]
         opt.step()
-        for p, a, vc in zip(model.parameters(), arrays, counters, strict=True):
-            assert p.array is a()
-            assert p._vc is vc
+        for p, arrays, vc, v, b in zip(
+            model.parameters(), seen, counters, versions, before, strict=True
+        ):
+            assert p.array is not b()
+            assert p._vc is not vc
+            assert p._version == v + 1
+            if s in (1, 2):
+                arrays.append(weakref.ref(p.array))
+            elif s > 2:
+                assert p.array is arrays[(s - 1) % 2]()
         assert all(g is p.grad for g, p in zip(grads, model.parameters(), strict=True))
-    for p, w in zip(model.parameters(), reference_weights(name, 4), strict=True):
+    for p, w in zip(model.parameters(), reference_weights(name, 6), strict=True):
         np.testing.assert_array_equal(p.array, w)
 
 
-async def test_an_awaited_loop_updates_in_place_and_returns_to_it_after_a_copy() -> None:
+async def test_an_awaited_loop_allocates_only_while_a_request_holds_the_weights() -> None:
     model = make_model()
     opt = ag.optim.Adam(model.parameters(), lr=0.01)
     x, y = batch(0)
-    pending = F.mse_loss(model(x), y)  # holds the weights: the first step copies them
-    opt.zero_grad()
     await asyncio.wait_for(ag.backward(F.mse_loss(model(x), y)), TIMEOUT_S)
-    before = [weakref.ref(p.array) for p in model.parameters()]
-    opt.step()
+    opt.step()  # the spares exist from here on
+    pending = F.mse_loss(model(x), y)  # holds what it saved: the second layer's weight
+    for _ in range(2):
+        opt.zero_grad()
+        await asyncio.wait_for(ag.backward(F.mse_loss(model(x), y)), TIMEOUT_S)
+        before = [weakref.ref(p.array) for p in model.parameters()]
+        spares = [weakref.ref(opt._spares[p]) for p in model.parameters()]
+        opt.step()
+        reused = [p.array is a() for p, a in zip(model.parameters(), spares, strict=True)]
+        assert all(p.array is not a() for p, a in zip(model.parameters(), before, strict=True))
     # The pending graph saved only the second layer's weight (the hidden layer's gradient needs
     # it); the first layer's weight would be needed only for the input's gradient, which x does
-    # not require, and an add needs no values for its backward: only that weight was copied.
-    copied = [p.array is not a() for p, a in zip(model.parameters(), before, strict=True)]
-    assert copied == [False, False, True, False]
-    del pending  # the request is gone: the following steps are in place again
-    arrays = [weakref.ref(p.array) for p in model.parameters()]
+    # not require, and an add needs no values for its backward: that weight alone was not free.
+    assert reused == [True, True, False, True]
+    del pending  # the request is gone: the following steps reuse their spares again
     for _ in range(3):
         opt.zero_grad()
         await asyncio.wait_for(ag.backward(F.mse_loss(model(x), y)), TIMEOUT_S)
+        spares = [weakref.ref(opt._spares[p]) for p in model.parameters()]
         opt.step()
-    assert all(p.array is a() for p, a in zip(model.parameters(), arrays, strict=True))
+        assert all(p.array is a() for p, a in zip(model.parameters(), spares, strict=True))
 
 
 def test_retain_graph_keeps_the_saved_weights() -> None:
@@ -324,18 +341,17 @@ def test_state_dict_taken_before_a_step_is_what_the_weights_were() -> None:
         np.testing.assert_array_equal(p.array, w)
 
 
-def test_a_parameter_made_from_a_numpy_view_is_copied_once() -> None:
+def test_a_parameter_made_from_a_numpy_view_never_writes_the_users_array() -> None:
     base = np.arange(8.0)
     p = ag.from_numpy(base[2:6]).requires_grad_()
     opt = ag.optim.SGD([p], lr=1.0)
     p.grad = ag.ones_like(p)
-    opt.step()
-    np.testing.assert_array_equal(base, np.arange(8.0))  # the user's array is left alone
-    np.testing.assert_array_equal(p.array, np.arange(2.0, 6.0) - 1)
-    assert p.array.base is None
-    arr = weakref.ref(p.array)
-    opt.step()
-    assert p.array is arr()  # it owns its memory now: in place
+    for k in range(1, 4):
+        opt.step()
+        np.testing.assert_array_equal(base, np.arange(8.0))  # the user's array is left alone
+        np.testing.assert_array_equal(p.array, np.arange(2.0, 6.0) - k)
+        assert p.array.base is None
+        assert not any(a is base or a.base is base for a in opt._spares.values())
 
 
 def test_a_parameter_that_is_a_view_is_updated_in_place_in_its_base() -> None:

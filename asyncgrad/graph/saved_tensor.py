@@ -20,6 +20,7 @@ __all__ = [
     "raise_detached",
     "raise_freed",
     "saved_hooks",
+    "version_counter_of",
 ]
 
 # What a node's saved values become once a backward without retain_graph has run it; found by
@@ -35,10 +36,20 @@ FREED: Final[tuple[str, ...]] = ("freed",)
 class SavedTensor:
     __slots__ = ("array", "is_output", "tensor", "vc", "version")
 
-    def __init__(self, tensor: Tensor, is_output: bool) -> None:
-        self.array = tensor._array
-        self.vc = tensor._vc
-        self.version = tensor._vc[0]
+    def __init__(self, tensor: Tensor, is_output: bool, array: Any = None) -> None:
+        # ``array``: the array the op read from ``tensor`` (an input), which an optimizer step
+        # may have replaced since (See NOTE [Serving while training] in optim/optimizers.py).
+        vc = tensor._vc  # read before the array: See version_counter_of
+        if array is None:
+            self.array = tensor._array
+            self.vc = vc
+        elif tensor._meta is None and tensor._array is array:  # no step ever published for it
+            self.array = array
+            self.vc = vc
+        else:
+            self.array = array
+            self.vc = vc = version_counter_of(tensor, array)
+        self.version = vc[0]
         self.is_output = is_output
         # An output is saved without its grad_fn (the node would keep itself alive through it);
         # it is rebuilt on unpack for create_graph.
@@ -90,6 +101,36 @@ class SavedTensor:
             else:
                 t._grad_fn, t._output_nr = edge
         return t
+
+
+def version_counter_of(tensor: Tensor, array: Any) -> list[int]:
+    """The version counter that goes with ``array``, which an op read from ``tensor`` when it
+    started: the tensor's own while ``array`` is still its array, else the one an optimizer step
+    published ``array`` with (See NOTE [Serving while training] in optim/optimizers.py).
+
+    A step publishes in this order: the pair (id of the new array, its counter) first, in a new
+    tuple of the tensor's ``published`` pairs, then the array, then the counter. Read in the
+    opposite order, with the tuple read again last, the pair found is consistent whichever
+    moment another thread's step comes at.
+    """
+    while True:
+        m = tensor._meta
+        published = None if m is None else m.published
+        if published is not None:
+            key = id(array)  # ``array`` is alive (the caller holds it): its id is its own
+            for i, vc in published:
+                if i == key:
+                    return vc
+        vc = tensor._vc
+        current = tensor._array
+        if tensor._meta is m and (m is None or m.published is published):
+            if current is array:
+                return vc
+            raise RuntimeError(
+                f"a tensor of shape {list(array.shape)} was given new values "
+                f"{len(published or ())} times by optimizer steps while one operation read it: "
+                "the version its operation read is no longer known"
+            )
 
 
 # NOTE [Saved tensor hooks]

@@ -110,9 +110,14 @@ def _saves_table(op: OpDef) -> tuple[int, ...]:
 
 
 def record(
-    op: OpDef, outs: Sequence[Tensor], inputs: Sequence[Any], params: dict[str, Any]
+    op: OpDef,
+    outs: Sequence[Tensor],
+    inputs: Sequence[Any],
+    params: dict[str, Any],
+    arrays: Sequence[Any] | None = None,
 ) -> None:
-    """Attach a backward node of ``op`` to ``outs`` if any tensor input requires grad."""
+    """Attach a backward node of ``op`` to ``outs`` if any tensor input requires grad.
+    ``arrays``: the arrays the op read from ``inputs`` (See NOTE [Ops save what they read])."""
     edges: list[Any] = []  # Edge | None, See NOTE [Edges are plain tuples]
     saved: list[Any] = [None]  # position 0 for the output(s), then one per input
     mask = 0
@@ -140,7 +145,7 @@ def record(
     if not mask:
         return
     if len(outs) == 1:
-        _attach(op, outs[0], edges, topo, saved, mask, tbits, inputs, params)
+        _attach(op, outs[0], edges, topo, saved, mask, tbits, inputs, params, arrays)
         return
     node = TableNode()  # See NOTE [Nodes are filled in as TableNode]
     node._init_node(edges)
@@ -157,7 +162,7 @@ def record(
     else:
         node._device = dev = device_of(a)
         node._stream = current_stream(dev)
-    node._spos = _save(_keep(op, mask, tbits), saved, outs, inputs)
+    node._spos = _save(_keep(op, mask, tbits), saved, outs, inputs, arrays)
     node._saved = saved
     node.__class__ = op.node_cls
     i = 0
@@ -199,6 +204,19 @@ _OUTPUT_ONLY: Final = (0,)
 # specialised. (Where this module is compiled, the stores go straight to the node's fields.)
 
 
+# NOTE [Ops save what they read]
+# An op reads each input's array once, when it starts, and computes from that; recording comes
+# after. In between, an optimizer step on another thread may give a parameter new values in a
+# new array (See NOTE [Serving while training] in asyncgrad/optim/optimizers.py), and a node that
+# saved what the tensor holds by then would backpropagate through weights its forward never
+# used. So an op passes the arrays it read (``make``'s and the recorders' ``arrays``), and the
+# saved tensor keeps those, with the version counter they were published with. An op that
+# passes none saves what its inputs hold when it records: right when nothing steps them meanwhile.
+# Not covered: a custom Function (autograd/function.py) saves what ``save_for_backward`` named as
+# its forward returns, and its forward reads its inputs as it goes, so a step on another thread
+# during that forward may leave it other weights than it read (as in torch).
+
+
 # NOTE [Edges are plain tuples]
 # Recording builds each edge as a plain ``(node, input_nr)`` tuple rather than ``Edge(...)``: the
 # namedtuple's constructor is a Python-level call (about 2,500 machine instructions, as much as
@@ -224,26 +242,34 @@ def _edge_of(x: Tensor) -> Any:
     return x._edge()
 
 
-def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any]) -> None:
-    """``record`` for one tensor input and one output, the common case, without the loops."""
+def record_unary(op: OpDef, t: Tensor, x: Tensor, params: dict[str, Any], xa: Any = None) -> None:
+    """``record`` for one tensor input and one output, the common case, without the loops;
+    ``xa``: the array the op read from ``x`` (See NOTE [Ops save what they read])."""
     e = _edge_of(x)
     if e is None:
         return
     fn = e[0]
-    _attach(op, t, [e], fn._topological_nr + 1, _NO_CONSTANTS_1, 1, 3, (x,), params)
+    arrays = None if xa is None else (xa,)
+    _attach(op, t, [e], fn._topological_nr + 1, _NO_CONSTANTS_1, 1, 3, (x,), params, arrays)
 
 
-def record_scalar(op: OpDef, t: Tensor, x: Tensor, c: Any) -> None:
+def record_scalar(op: OpDef, t: Tensor, x: Tensor, c: Any, xa: Any = None) -> None:
     """``record_binary`` for a tensor and a constant second operand (``y * 0.5``)."""
     e = _edge_of(x)
     if e is None:
         return
     fn = e[0]
-    _attach(op, t, [e, None], fn._topological_nr + 1, (None, None, c), 1, 3, (x, c), NO_PARAMS)
+    arrays = None if xa is None else (xa, c)
+    _attach(
+        op, t, [e, None], fn._topological_nr + 1, (None, None, c), 1, 3, (x, c), NO_PARAMS, arrays
+    )
 
 
-def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
-    """``record`` for two inputs (tensors or constants) and one output, without the loops."""
+def record_binary(
+    op: OpDef, t: Tensor, x: Any, y: Any, arrays: Sequence[Any] | None = None
+) -> None:
+    """``record`` for two inputs (tensors or constants) and one output, without the loops;
+    ``arrays``: the op's operands as it read them (See NOTE [Ops save what they read])."""
     if isinstance(x, Tensor):
         ex = _edge_of(x)
         cx = None
@@ -270,10 +296,12 @@ def record_binary(op: OpDef, t: Tensor, x: Any, y: Any) -> None:
     else:
         mask = 3
         topo = builtins.max(ex[0]._topological_nr, ey[0]._topological_nr) + 1
-    _attach(op, t, [ex, ey], topo, (None, cx, cy), mask, tbits, (x, y), NO_PARAMS)
+    _attach(op, t, [ex, ey], topo, (None, cx, cy), mask, tbits, (x, y), NO_PARAMS, arrays)
 
 
-def record_ternary(op: OpDef, t: Tensor, x: Tensor, y: Tensor, z: Tensor) -> None:
+def record_ternary(
+    op: OpDef, t: Tensor, x: Tensor, y: Tensor, z: Tensor, arrays: Sequence[Any] | None = None
+) -> None:
     """``record`` for three tensor inputs and one output (``linear`` with a bias), without
     the loops."""
     ex = _edge_of(x)
@@ -295,7 +323,9 @@ def record_ternary(op: OpDef, t: Tensor, x: Tensor, y: Tensor, z: Tensor) -> Non
         if n > topo:
             topo = n
     if mask:
-        _attach(op, t, [ex, ey, ez], topo + 1, _NO_CONSTANTS_3, mask, 15, (x, y, z), NO_PARAMS)
+        _attach(
+            op, t, [ex, ey, ez], topo + 1, _NO_CONSTANTS_3, mask, 15, (x, y, z), NO_PARAMS, arrays
+        )
 
 
 def _attach(
@@ -308,6 +338,7 @@ def _attach(
     tbits: int,
     inputs: Sequence[Any],
     params: dict[str, Any],
+    arrays: Sequence[Any] | None,
 ) -> None:
     """Make the backward node of a one-output op and make it ``t``'s grad_fn. ``topo`` is one
     more than the largest topological number of the nodes in ``edges``; ``saved`` holds the
@@ -354,7 +385,7 @@ def _attach(
         node._saved = values
     else:
         values = list(saved)
-        node._spos = _save(keep, values, (t,), inputs)
+        node._spos = _save(keep, values, (t,), inputs, arrays)
         node._saved = values
     node.__class__ = op.node_cls
     t._grad_fn = node
@@ -362,10 +393,15 @@ def _attach(
 
 
 def _save(
-    keep: int, saved: list[Any], outs: Sequence[Tensor], inputs: Sequence[Any]
+    keep: int,
+    saved: list[Any],
+    outs: Sequence[Tensor],
+    inputs: Sequence[Any],
+    arrays: Sequence[Any] | None,
 ) -> tuple[int, ...]:
     """Save the tensors at the positions in bit set ``keep`` (See _SAVES) into ``saved``; return
-    those positions (only these are released after backward)."""
+    those positions (only these are released after backward). ``arrays``: the arrays the op
+    read from ``inputs``, saved in place of what the tensors hold now."""
     spos = _POSITIONS.get(keep)
     if spos is None:
         spos = _POSITIONS[keep] = tuple(p for p in range(keep.bit_length()) if keep >> p & 1)
@@ -383,7 +419,7 @@ def _save(
                 "Inference tensors cannot be saved for backward. To work around you can "
                 "make a clone to get a normal tensor and use it in autograd."
             )
-        saved[pos] = SavedTensor(x, False)
+        saved[pos] = SavedTensor(x, False, None if arrays is None else arrays[pos - 1])
     return spos
 
 
@@ -402,8 +438,16 @@ def _keep(op: OpDef, mask: int, tbits: int) -> int:
     return builtins.sum(1 << p for p in op.saves_for(mask)) & tbits
 
 
-def make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = NO_PARAMS) -> Tensor:
-    """The tensor of a one-output op's result ``out``, recorded when grad mode is on."""
+def make(
+    op: OpDef,
+    out: Any,
+    inputs: Sequence[Any],
+    params: dict[str, Any] = NO_PARAMS,
+    arrays: Sequence[Any] | None = None,
+) -> Tensor:
+    """The tensor of a one-output op's result ``out``, recorded when grad mode is on;
+    ``arrays``: the arrays the op computed ``out`` from, one per input (See NOTE [Ops save what
+    they read])."""
     if type(out) is not ndarray:
         out = backend.ensure_array(out)
     t = new_tensor(out)
@@ -411,9 +455,9 @@ def make(op: OpDef, out: Any, inputs: Sequence[Any], params: dict[str, Any] = NO
         t._get_meta().inference = True
     if grad_enabled():
         if len(inputs) == 1 and isinstance(inputs[0], Tensor):
-            record_unary(op, t, inputs[0], params)
+            record_unary(op, t, inputs[0], params, None if arrays is None else arrays[0])
         else:
-            record(op, (t,), inputs, params)
+            record(op, (t,), inputs, params, arrays)
     return t
 
 

@@ -156,22 +156,26 @@ def conv_op(x: Any, w: Any, b: Any, **p: Any) -> Tensor:
     """The recorded ``conv`` op on checked arguments (also the rules' under create_graph)."""
     x, w = _tensor(x), _tensor(w)
     b = None if b is None else _tensor(b)
-    out = formulas.conv_array(x._array, w._array, None if b is None else b._array, **p)
-    return make(OPS["convolution"], out, (x, w, b), p)
+    xa, wa, ba = x._array, w._array, None if b is None else b._array
+    out = formulas.conv_array(xa, wa, ba, **p)
+    # The arrays read here are the ones saved (See NOTE [Ops save what they read]).
+    return make(OPS["convolution"], out, (x, w, b), p, (xa, wa, ba))
 
 
 @silent_fp  # See NOTE [Silent floating point]
 def conv_input_grad_op(gy: Any, w: Any, **p: Any) -> Tensor:
     gy, w = _tensor(gy), _tensor(w)
-    out = formulas.conv_input_grad_array(gy._array, w._array, **p)
-    return make(OPS["conv_input_grad"], out, (gy, w), p)
+    ga, wa = gy._array, w._array
+    out = formulas.conv_input_grad_array(ga, wa, **p)
+    return make(OPS["conv_input_grad"], out, (gy, w), p, (ga, wa))
 
 
 @silent_fp  # See NOTE [Silent floating point]
 def conv_weight_grad_op(x: Any, gy: Any, **p: Any) -> Tensor:
     x, gy = _tensor(x), _tensor(gy)
-    out = formulas.conv_weight_grad_array(x._array, gy._array, **p)
-    return make(OPS["conv_weight_grad"], out, (x, gy), p)
+    xa, ga = x._array, gy._array
+    out = formulas.conv_weight_grad_array(xa, ga, **p)
+    return make(OPS["conv_weight_grad"], out, (x, gy), p, (xa, ga))
 
 
 def _tensor(v: Any) -> Tensor:

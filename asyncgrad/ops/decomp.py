@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import silent_fp
-from ._record import OPS, grad_enabled, make, record, wrap
+from ._record import NO_PARAMS, OPS, grad_enabled, make, record, wrap
 from .creation import scalar_name
 
 namespace = backend.namespace
@@ -97,7 +97,7 @@ def det(A: Tensor) -> Tensor:
     a = A._array
     _check_matrix("det", a)
     out = backend.ensure_array(_call("det", "det", a)).astype(a.dtype, copy=False)
-    return make(OPS["linalg_det"], out, (A,))
+    return make(OPS["linalg_det"], out, (A,), NO_PARAMS, (a,))  # NOTE [Ops save what they read]
 
 
 @silent_fp  # See NOTE [Silent floating point]
@@ -109,7 +109,7 @@ def slogdet(A: Tensor) -> SlogdetResult:
     sign, logabs = _call("slogdet", "slogdet", a)
     sign = backend.ensure_array(sign).astype(a.dtype, copy=False)
     logabs = backend.ensure_array(logabs).astype(a.dtype, copy=False)
-    return SlogdetResult(wrap(sign), make(OPS["linalg_slogdet"], logabs, (A,)))
+    return SlogdetResult(wrap(sign), make(OPS["linalg_slogdet"], logabs, (A,), NO_PARAMS, (a,)))
 
 
 def _is_vector_rhs(a: Any, b: Any) -> bool:
@@ -165,7 +165,7 @@ def _solve_matrix(A: Tensor, B: Tensor) -> Tensor:
         raise backend.LinAlgError(
             "linalg.solve: The solver failed because the input matrix is singular."
         ) from None
-    return make(OPS["linalg_solve_ex"], out, (A, B))
+    return make(OPS["linalg_solve_ex"], out, (A, B), NO_PARAMS, (a, b))
 
 
 # ----- cholesky, qr, svd, eigh -----

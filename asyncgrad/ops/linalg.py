@@ -10,7 +10,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..backend import silent_fp
 from ..rules.formulas import einsum_call
-from ._record import OPS, arr, grad_enabled, make, record_ternary, wrap
+from ._record import NO_PARAMS, OPS, arr, grad_enabled, make, record_ternary, wrap
 
 
 def _shape_str(s: tuple[int, ...]) -> str:
@@ -113,7 +113,7 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
             f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(xa.shape)} and "
             f"{_shape_str(ya.shape)})"
         )
-    return make(OPS["matmul"], backend.mm(xa, ya), (input, other))
+    return make(OPS["matmul"], backend.mm(xa, ya), (input, other), NO_PARAMS, (xa, ya))
 
 
 def mm(input: Tensor, mat2: Tensor) -> Tensor:
@@ -150,13 +150,15 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(xa.shape)} and "
             f"{_shape_str(wa.shape[::-1])})"
         )
+    # Each array is read once, here (See NOTE [Ops save what they read]).
+    ba = None if bias is None else bias._array
     out: Any = backend.mm(xa, wa.T)  # See NOTE [Small-array fast paths]
     if bias is None:
-        return make(_LINEAR, out, (input, weight, None))
-    out += bias._array
+        return make(_LINEAR, out, (input, weight, None), NO_PARAMS, (xa, wa, None))
+    out += ba
     t = wrap(out)
     if grad_enabled():
-        record_ternary(_LINEAR, t, input, weight, bias)
+        record_ternary(_LINEAR, t, input, weight, bias, (xa, wa, ba))
     return t
 
 
@@ -187,7 +189,7 @@ def dot(input: Tensor, other: Tensor) -> Tensor:
             "dot : expected both vectors to have same dtype, but found "
             f"{_dtype_name(xa.dtype)} and {_dtype_name(ya.dtype)}"
         )
-    return make(OPS["dot"], backend.namespace(xa).dot(xa, ya), (input, other))
+    return make(OPS["dot"], backend.namespace(xa).dot(xa, ya), (input, other), NO_PARAMS, (xa, ya))
 
 
 @silent_fp  # See NOTE [Silent floating point]
@@ -197,7 +199,7 @@ def outer(input: Tensor, vec2: Tensor) -> Tensor:
     for name, a in (("self", xa), ("vec2", ya)):
         if a.ndim != 1:
             raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {a.ndim}-D")
-    return make(OPS["outer"], xa[:, None] * ya, (input, vec2))
+    return make(OPS["outer"], xa[:, None] * ya, (input, vec2), NO_PARAMS, (xa, ya))
 
 
 # NOTE [einsum as pairwise contractions]
@@ -288,13 +290,14 @@ def _einsum_node(
     eq_x: str, x: Tensor, eq_y: str | None, y: Tensor | None, out: str, sizes: dict[str, int]
 ) -> Tensor:
     xa = x._array
+    ya = None if y is None else y._array
     xp = backend.namespace(xa)
-    if y is None:
+    if ya is None:
         res = xp.einsum(f"{eq_x}->{out}", xa)
     else:
-        res = einsum_call(f"{eq_x},{eq_y}->{out}", xa, y._array)
+        res = einsum_call(f"{eq_x},{eq_y}->{out}", xa, ya)
     params = {"sx": eq_x, "sy": eq_y, "out": out, "sizes": sizes}
-    return make(OPS["einsum"], res, (x, y), params)
+    return make(OPS["einsum"], res, (x, y), params, (xa, ya))
 
 
 @silent_fp  # See NOTE [Silent floating point]

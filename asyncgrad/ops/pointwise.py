@@ -130,10 +130,11 @@ def _binary_function(op: OpDef, fname: str, name: str) -> BinaryOp:
         if inference_enabled():
             t._get_meta().inference = True
         if grad_enabled():
+            # The operands as read above (See NOTE [Ops save what they read]).
             if xt and (ty is float or ty is int):  # a tensor and a number
-                record_scalar(op, t, x, y)
+                record_scalar(op, t, x, y, xa)
             else:
-                record_binary(op, t, x, y)
+                record_binary(op, t, x, y, (xa, ya))
         return t
 
     binary.__name__ = binary.__qualname__ = name
@@ -306,7 +307,8 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     """``fn(xp, array)`` recorded as ``op``."""
     if not isinstance(x, Tensor):
         x = as_tensor(x)
-    xa = _float_input(op, x._array)
+    read = x._array
+    xa = _float_input(op, read)
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         out = fn(namespace(xa), xa)
@@ -318,7 +320,7 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
     if inference_enabled():
         t._get_meta().inference = True
     if grad_enabled():
-        record_unary(op, t, x, params)
+        record_unary(op, t, x, params, read)  # See NOTE [Ops save what they read]
     return t
 
 
@@ -333,7 +335,7 @@ def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> Una
 
     def unary(input: Any) -> Tensor:
         x = input if isinstance(input, Tensor) else as_tensor(input)
-        xa = x._array
+        xa = read = x._array
         dt = xa.dtype
         if dt is not _float64 and dt is not _float32:
             xa = _float_input(op, xa)
@@ -361,7 +363,7 @@ def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> Una
         if inference_enabled():
             t._get_meta().inference = True
         if grad_enabled():
-            record_unary(op, t, x, NO_PARAMS)
+            record_unary(op, t, x, NO_PARAMS, read)  # See NOTE [Ops save what they read]
         return t
 
     unary.__name__ = unary.__qualname__ = name
@@ -517,21 +519,27 @@ def binary_cross_entropy_with_logits(
                     f"respect to argument '{name}'. This input cannot have requires_grad True."
                 )
     xa = input._array
-    ta = arr(target)
+    ta, wa, pa = arr(target), arr(weight), arr(pos_weight)
     xp = namespace(xa)
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         ls = _log_sigmoid_array(xp, xa)
         if pos_weight is not None:
-            ls = ls * ((arr(pos_weight) - 1) * ta + 1)
+            ls = ls * ((pa - 1) * ta + 1)
         loss = (1 - ta) * xa - ls
         if weight is not None:
-            loss = loss * arr(weight)
+            loss = loss * wa
     finally:
         restore_fp(token)
     if loss.dtype != xa.dtype and xa.dtype.kind == "f":
         loss = loss.astype(dtypes.promote_binary(loss.dtype, xa, ta), copy=False)
-    return make(OPS["binary_cross_entropy_with_logits"], loss, (input, target, weight, pos_weight))
+    return make(
+        OPS["binary_cross_entropy_with_logits"],
+        loss,
+        (input, target, weight, pos_weight),
+        NO_PARAMS,
+        (xa, ta, wa, pa),  # See NOTE [Ops save what they read]
+    )
 
 
 def _clamp_tensors(input: Tensor, min: Any, max: Any) -> Tensor:
@@ -539,13 +547,13 @@ def _clamp_tensors(input: Tensor, min: Any, max: Any) -> Tensor:
     where min <= x <= max; 0 at NaN and nothing halved at ties), where maximum and minimum
     would split ties."""
     xa = input._array
+    lo, hi = arr(min), arr(max)
     xp = namespace(xa)
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         out = xa
-        for bound, f in ((min, xp.maximum), (max, xp.minimum)):
-            if bound is not None:
-                ba = arr(bound)
+        for ba, f in ((lo, xp.maximum), (hi, xp.minimum)):
+            if ba is not None:
                 r = f(out, ba)
                 want = dtypes.promote_binary(r.dtype, out, ba)  # torch's dtypes, as maximum's
                 out = r if r.dtype == want else r.astype(want)
@@ -556,7 +564,7 @@ def _clamp_tensors(input: Tensor, min: Any, max: Any) -> Tensor:
         restore_fp(token)
     if out is xa:
         out = xa.copy()
-    return make(OPS["clamp_tensor"], out, (input, min, max))
+    return make(OPS["clamp_tensor"], out, (input, min, max), NO_PARAMS, (xa, lo, hi))
 
 
 def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
@@ -580,7 +588,7 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:
         from .sorting import nonzero
 
         return nonzero(condition, as_tuple=True)
-    c = arr(condition)
+    c = c0 = arr(condition)
     ia, oa = arr(input), arr(other)
     xp = namespace(c if hasattr(c, "shape") else ia if hasattr(ia, "shape") else oa)
     if not hasattr(c, "dtype"):  # a Python bool, e.g. from a rule run under create_graph
@@ -589,7 +597,7 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:
     out = xp.where(c, ia, oa)
     if out.dtype == _float64 and not dtypes.is_float64(ia) and not dtypes.is_float64(oa):
         out = out.astype(_float32)
-    return make(OPS["where"], out, (c, input, other))
+    return make(OPS["where"], out, (c, input, other), NO_PARAMS, (c0, ia, oa))
 
 
 def masked_fill(input: Tensor, mask: Any, value: Any) -> Tensor:

@@ -80,7 +80,7 @@ def _amax_amin(name: str, input: Tensor, dim: Any, keepdim: bool, evenly: bool) 
         else xa.min(axis=axis, keepdims=keepdim)
     )
     params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape, "evenly": evenly}
-    return make(OPS[name], out, (input,), params)
+    return make(OPS[name], out, (input,), params, (xa,))  # See NOTE [Ops save what they read]
 
 
 class MinMax(NamedTuple):
@@ -106,7 +106,7 @@ def _extreme(input: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
         idx = idx.squeeze(d)
         vals = vals.squeeze(d)
     params = {"dim": d, "keepdim": keepdim, "indices": idx, "in_shape": xa.shape}
-    v = make(OPS["max_dim"], vals, (input,), params)
+    v = make(OPS["max_dim"], vals, (input,), params, (xa,))
     keeps_for_backward(v._grad_fn)  # torch's MaxBackward0 saves the indices
     return MinMax(v, wrap(idx.astype(dtypes.int64)))
 
@@ -145,9 +145,8 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     out = xp.log(xp.exp(xa - m).sum(axis=axis, keepdims=True)) + m
     if not keepdim:
         out = out.squeeze(axis=axis)
-    return make(
-        OPS["logsumexp"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
-    )
+    params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
+    return make(OPS["logsumexp"], out, (input,), params, (xa,))
 
 
 @silent_fp  # See NOTE [Silent floating point]
@@ -232,7 +231,7 @@ def _var_std(
     if name == "std":
         out = xp.sqrt(out)
     params = {"dim": axis, "keepdim": keepdim, "n": n, "correction": corr}
-    return make(OPS[name], out, (input,), params)
+    return make(OPS[name], out, (input,), params, (xa,))
 
 
 def _int_dim(dim: Any, what: str) -> Any:
@@ -253,7 +252,7 @@ def prod(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
     out = xa.prod(axis=axis, keepdims=keepdim and axis is not None, dtype=dt)
     if keepdim and axis is None and xa.ndim:
         out = backend.ensure_array(out).reshape((1,) * xa.ndim)
-    return make(OPS["prod"], out, (input,), {"dim": axis, "keepdim": keepdim})
+    return make(OPS["prod"], out, (input,), {"dim": axis, "keepdim": keepdim}, (xa,))
 
 
 @silent_fp  # See NOTE [Silent floating point]
@@ -292,8 +291,8 @@ def norm(
     """
     xa = input._array
     if dtype is not None:
-        xa = xa.astype(dtypes.to_dtype(dtype))
         input = input.to(dtypes.to_dtype(dtype))
+        xa = input._array
     if xa.dtype.kind not in "fc":
         raise RuntimeError(
             "linalg.vector_norm: Expected a floating point or complex tensor as input. "
@@ -325,7 +324,7 @@ def norm(
     else:
         out = (a**p).sum(axis=axis, keepdims=keepdim) ** (1.0 / p)
     out = backend.ensure_array(out).astype(xa.dtype, copy=False)
-    return make(OPS["norm"], out, (input,), {"p": p, "dim": axis, "keepdim": keepdim})
+    return make(OPS["norm"], out, (input,), {"p": p, "dim": axis, "keepdim": keepdim}, (xa,))
 
 
 def _all_any(name: str, input: Tensor, dim: Any, keepdim: bool) -> Tensor:

@@ -11,70 +11,102 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from .. import backend
 from .._tensor import Tensor
 from ..backend import cuda
 from ..graph.grad_mode import enable_grad
 
-
 # NOTE [Serving while training]
-# A server may run requests (forward, then `await ag.grad(...)`) while a trainer steps the same
-# model in the same event loop. A request's graph saves the weights its forward read; its
-# backward may run after an optimizer step. torch updates in place and that backward raises
-# "modified by an inplace operation". Here the step checks each parameter first:
+# A server may run requests (a forward, then `await ag.grad(...)`) while a trainer steps the same
+# model: in the same event loop, or with forwards on other threads (`ag.run`, a Coalescer's
+# forwards off the loop, a user's thread). The rule: **a step never writes into an array that a
+# reader may hold; it publishes new values in an array of their own.**
 #
-# * The rule. A step updates parameter `p` in place when nothing but `p` refers to `p`'s array
-#   (the reference count says so, and the array owns its memory). Otherwise it first binds `p`
-#   to a copy of its array and to a new version counter, then updates that copy in place.
-#   Everything that held the old array keeps it, with its old values and at its old version:
-#   a graph's saved tensors (whose backward then computes the exact gradient of the forward it
-#   recorded, with the weights that forward used), views of `p` and detached tensors made
-#   before the step (`p.t()`, `p[0]`, `p.detach()`, `model.state_dict()`), and arrays users
-#   hold (`p.array`, `p.numpy(force=True)`). Either way the new values are bit for bit the
-#   same, the arithmetic being the same, and `p`'s version goes up by one.
-# * The difference from torch: torch always updates in place, so a stale graph raises and a
-#   view, detached tensor or state_dict taken before the step sees the new values. Here those
-#   stay as they were when the step found the parameter's array held (a snapshot), and only
-#   what is made from `p` after the step shares its new array. A parameter that is itself a
-#   view of another tensor (`p._base` is set) is always updated in place, so that its base
-#   sees the update, as in torch.
-# * Who may hold the array. A saved tensor holds the array it saved; a view's NumPy (or CuPy)
-#   array holds its base array through `.base`, so views count too. A parameter's array that
-#   is itself a view (`.base` set, e.g. made by `from_numpy` on a slice) has views that hold
-#   the base array instead, invisible in its own count: it is treated as shared, copied once,
-#   and owns its memory from then on. The optimizer's own state (momentum buffers, Adam's
-#   moments) and `p.grad` are separate arrays and don't count.
-# * The cost. In a plain loop (`zero_grad`, forward, `backward()`, `step()`) backward has
-#   released the saved tensors before the step, so the count is 1 and the step allocates no
-#   new parameter array (`p._array` stays the same object). The check is `sys.getrefcount`
-#   per parameter per step, nothing on the forward or backward path. A graph kept with
-#   `retain_graph=True`, a stray view, or a reference cycle not yet collected costs one copy
-#   of that parameter per step while it lives, never a wrong value.
+# * The step. For each parameter ``p`` it computes the update into an array nobody else can
+#   reach (the parameter's spare, see below, or a new one), then publishes it: the pair (id of
+#   the new array, a new version counter one past the old version) goes into ``p``'s
+#   ``published`` pairs (its _Meta), then ``p`` is bound to the array, then to the counter. The
+#   arrays readers took before keep their values and their version counters, untouched: a
+#   forward running on another thread reads either the old weights or the new ones, never half
+#   of each (a multi-kernel update such as Adam's releases the GIL between kernels, and its
+#   partial results are never where a reader looks).
+# * The readers. An op reads each input's array once, when it starts, and recording saves that
+#   array (``make``'s ``arrays``, See asyncgrad/ops/_record.py), not whatever the tensor holds
+#   by then: a step that publishes while a forward's matmul runs leaves that forward's saved
+#   weights the ones it multiplied by. The version counter saved with the array is the one the
+#   step published it with (``version_counter_of`` in graph/saved_tensor.py reads the published
+#   pairs, in the order opposite to the step's writes, so that a step on another thread at any
+#   moment yields a consistent pair). So every gradient is the exact gradient of the forward
+#   that was computed, at the weights it used. A forward reads each parameter when its op runs:
+#   a step between two layers gives it the old weights of one and the new of the other (it is
+#   still the exact gradient of what it computed); a model-wide consistent version is a
+#   snapshot (``copy.deepcopy``, as examples/server does).
+# * What stays as it was. Everything that held the old array keeps it, with its old values and
+#   at its old version: a graph's saved tensors, views of ``p`` and detached tensors made before
+#   the step (``p.t()``, ``p[0]``, ``p.detach()``, ``model.state_dict()``), arrays users hold
+#   (``p.array``, ``p.numpy(force=True)``). Only what is made from ``p`` after the step sees the
+#   new values. The arithmetic is torch's, so the new values are bit for bit the same as an
+#   in-place update's, and ``p``'s version goes up by one.
+# * The difference from torch. torch always updates in place: a graph recorded before the step
+#   raises "modified by an inplace operation" at its backward, a view, detached tensor or
+#   state_dict taken before the step sees the new values, and a forward on another thread may
+#   read half-updated weights. Here the graph backpropagates with the weights its forward used,
+#   and those views stay snapshots. A parameter that is itself a view of another tensor
+#   (``p._base`` is set) is updated in place, so that its base sees the update, as in torch (its
+#   readers on other threads are then not protected).
+# * The cost. One memory pass more per parameter per step (the update reads the old array and
+#   writes the new one), and no allocation in a plain loop: on the CPU, the array a step
+#   replaced becomes the parameter's spare, reused by the next step when nothing holds it any
+#   more (``sys.getrefcount``), so a plain loop alternates between two arrays. That spare is one
+#   more copy of the parameters in memory. A graph kept with ``retain_graph=True``, a stray view
+#   or a reference cycle not yet collected makes the next step allocate instead. CUDA arrays
+#   come from CuPy's pool each step (the pool keeps the freed ones): no spare is kept there.
 # * Saved leaves. A SavedTensor keeps the leaf tensor itself as well as its array (See
 #   asyncgrad/graph/saved_tensor.py); once the step has rebound the leaf, unpacking (custom
 #   Functions, create_graph) gives a tensor over the saved array that feeds the leaf's own
 #   AccumulateGrad, so higher-order gradients still reach the parameter.
 # * A user's own in-place op (`w.mul_(2)` under no_grad, `load_state_dict`) still modifies the
 #   shared array and bumps the shared version counter, so a pending backward that saved it
-#   raises, as in torch. CUDA arrays follow the same rule (CuPy views hold `.base` too; the
-#   copy runs on the current stream, ahead of the update).
-def _array_refs(t: Tensor) -> int:
-    return sys.getrefcount(t._array)
+#   raises, as in torch; it is not protected from readers on other threads (torch's isn't
+#   either). ``p.data = ...`` and ``module.to(...)`` rebind the array without a step: the
+#   published pairs are dropped with it.
+_KEEP_PUBLISHED: Final = 8  # how many (array id, counter) pairs a parameter keeps
 
 
-# What _array_refs() gives for a tensor whose array nothing else refers to (measured with the
-# same call, so it holds across Python versions).
-_SOLE_REFS = _array_refs(Tensor([0.0]))
+def _refs(a: Any) -> int:
+    return sys.getrefcount(a)
 
 
-def _detach_if_shared(p: Tensor) -> None:
-    """Before a step: bind ``p`` to a copy of its array and a new version counter when anything
-    besides ``p`` may read its array (See NOTE [Serving while training])."""
-    if p._base is None and (p._array.base is not None or _array_refs(p) > _SOLE_REFS):
-        p._array = p._array.copy()
-        p._vc = [p._vc[0]]
+def _probe_refs() -> int:
+    spare = Tensor([0.0])._array.copy()
+    return _refs(spare)
+
+
+# What _refs() gives for an array held only by the caller's local variable (measured with the
+# same calls, so it holds across Python versions and builds).
+_UNHELD_REFS: Final = _probe_refs()
+
+
+def _publish(p: Tensor, new: Any) -> None:
+    """Bind parameter ``p`` to array ``new`` at one version past its current one (See NOTE
+    [Serving while training]): the published pair first, then the array, then the counter."""
+    m = p._get_meta()
+    old, old_vc = p._array, p._vc
+    vc = [old_vc[0] + 1]
+    keep: list[tuple[int, list[int]]] = [(id(new), vc), (id(old), old_vc)]
+    for pair in m.published or ():
+        if pair[0] != keep[0][0] and pair[0] != keep[1][0] and len(keep) < _KEEP_PUBLISHED:
+            keep.append(pair)
+    m.published = tuple(keep)
+    p._array = new
+    p._vc = vc
+
+
+def _subtract(old: Any, x: Any, out: Any) -> None:
+    """``out = old - x`` (in place where ``out`` is ``old``)."""
+    backend.namespace(old).subtract(old, x, out=out)
 
 
 class Optimizer:
@@ -90,6 +122,8 @@ class Optimizer:
         self.defaults = defaults
         self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the parameter itself
         self.param_groups: list[dict[str, Any]] = []
+        # Per parameter, the array its last step replaced (See NOTE [Serving while training]).
+        self._spares: dict[Tensor, Any] = {}
         groups = list(params)
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -167,15 +201,41 @@ class Optimizer:
                     g = p.grad._array
                     if group.get("maximize", False):
                         g = -g
-                    _detach_if_shared(p)
-                    self._update(p, g, self.state.setdefault(p, {}), group)
+                    state = self.state.setdefault(p, {})
+                    old = p._array
+                    if p._base is not None:  # a view: its base must see the update, in place
+                        self._update(p, old, old, g, state, group)
+                        p._vc[0] += 1
+                    else:  # See NOTE [Serving while training]
+                        out = self._unheld_spare(p, old)
+                        self._update(p, old, out, g, state, group)
+                        _publish(p, out)
+                        if type(old) is backend.ndarray and old.base is None:
+                            self._spares[p] = old
                 finally:
                     if prev >= 0:
                         cuda.use_device(prev)
-                p._vc[0] += 1
         return loss
 
-    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _unheld_spare(self, p: Tensor, old: Any) -> Any:
+        """An array for ``p``'s next values that nothing but this step can reach: its spare when
+        nothing holds that any more, else a new one (See NOTE [Serving while training])."""
+        spare = self._spares.pop(p, None)
+        if (
+            spare is not None
+            and _refs(spare) == _UNHELD_REFS
+            and spare.shape == old.shape
+            and spare.dtype == old.dtype
+            and spare.strides == old.strides
+        ):
+            return spare
+        return backend.namespace(old).empty_like(old)
+
+    def _update(
+        self, p: Tensor, old: Any, out: Any, g: Any, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
+        """Write ``p``'s updated values into ``out``: ``old`` holds its current values, which
+        the update only reads (``out`` is ``old`` for an in-place update)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -277,10 +337,12 @@ class SGD(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _update(
+        self, p: Tensor, old: Any, out: Any, g: Any, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
         wd, mom = group["weight_decay"], group["momentum"]
         if wd:
-            g = g + wd * p._array
+            g = g + wd * old
         if mom:
             buf = state.get("momentum_buffer")
             if buf is None:
@@ -289,7 +351,7 @@ class SGD(Optimizer):
                 buf *= mom
                 buf += (1 - group["dampening"]) * g
             g = g + mom * buf if group["nesterov"] else buf
-        p._array -= group["lr"] * g
+        _subtract(old, group["lr"] * g, out)
 
 
 class Adam(Optimizer):
@@ -328,7 +390,9 @@ class Adam(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _update(
+        self, p: Tensor, old: Any, out: Any, g: Any, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         if not state:
             state["step"] = 0
@@ -341,9 +405,10 @@ class Adam(Optimizer):
         t = state["step"]
         if wd:
             if self._decoupled:
-                p._array *= 1 - lr * wd
+                backend.namespace(old).multiply(old, 1 - lr * wd, out=out)
+                old = out
             else:
-                g = g + wd * p._array
+                g = g + wd * old
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m *= b1
         m += (1 - b1) * g
@@ -354,7 +419,7 @@ class Adam(Optimizer):
             xp.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
             v = state["max_exp_avg_sq"]
         denom = backend.namespace(v).sqrt(v) / math.sqrt(1 - b2**t) + eps
-        p._array -= (lr / (1 - b1**t)) * (m / denom)
+        _subtract(old, (lr / (1 - b1**t)) * (m / denom), out)
 
 
 class AdamW(Adam):
@@ -430,7 +495,9 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _update(
+        self, p: Tensor, old: Any, out: Any, g: Any, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
         alpha, eps, wd, mom = group["alpha"], group["eps"], group["weight_decay"], group["momentum"]
         xp = backend.namespace(p._array)
         if not state:
@@ -442,7 +509,7 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = xp.zeros_like(p._array)
         state["step"] += 1
         if wd:
-            g = g + wd * p._array
+            g = g + wd * old
         sq = state["square_avg"]
         sq *= alpha
         sq += (1 - alpha) * (g * g)
@@ -456,9 +523,9 @@ class RMSprop(Optimizer):
             buf = state["momentum_buffer"]
             buf *= mom
             buf += g / avg
-            p._array -= group["lr"] * buf
+            _subtract(old, group["lr"] * buf, out)
         else:
-            p._array -= group["lr"] * (g / avg)
+            _subtract(old, group["lr"] * (g / avg), out)
 
 
 class Adagrad(Optimizer):
@@ -503,17 +570,19 @@ class Adagrad(Optimizer):
                     "sum": backend.full_like(p._array, group["initial_accumulator_value"]),
                 }
 
-    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _update(
+        self, p: Tensor, old: Any, out: Any, g: Any, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
         if not state:  # a group added after construction
             state["step"] = 0
             state["sum"] = backend.full_like(p._array, group["initial_accumulator_value"])
         state["step"] += 1
         if group["weight_decay"]:
-            g = g + group["weight_decay"] * p._array
+            g = g + group["weight_decay"] * old
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         acc = state["sum"]
         acc += g * g
-        p._array -= clr * (g / (backend.namespace(acc).sqrt(acc) + group["eps"]))
+        _subtract(old, clr * (g / (backend.namespace(acc).sqrt(acc) + group["eps"])), out)
 
 
 class Adadelta(Optimizer):
@@ -549,7 +618,9 @@ class Adadelta(Optimizer):
         }
         super().__init__(params, defaults)
 
-    def _update(self, p: Tensor, g: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+    def _update(
+        self, p: Tensor, old: Any, out: Any, g: Any, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
         rho, eps = group["rho"], group["eps"]
         xp = backend.namespace(p._array)
         if not state:
@@ -558,11 +629,11 @@ class Adadelta(Optimizer):
             state["acc_delta"] = xp.zeros_like(p._array)
         state["step"] += 1
         if group["weight_decay"]:
-            g = g + group["weight_decay"] * p._array
+            g = g + group["weight_decay"] * old
         sq, acc = state["square_avg"], state["acc_delta"]
         sq *= rho
         sq += (1 - rho) * (g * g)
         delta = xp.sqrt(acc + eps) / xp.sqrt(sq + eps) * g
         acc *= rho
         acc += (1 - rho) * (delta * delta)
-        p._array -= group["lr"] * delta
+        _subtract(old, group["lr"] * delta, out)

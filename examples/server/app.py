@@ -154,11 +154,25 @@ class Snapshot:
     # Its saliency requests made at once run as one forward and one backward over their
     # stacked rows (NOTE [Coalesced gradients]); None: one pass per request.
     coalescer: ag.serving.Coalescer | None
+    # What the weights were at publication: each parameter's array, version and checksum.
+    published: tuple[tuple[int, int, float], ...]
 
     @classmethod
     def of(cls, version: int, model: ag.nn.Sequential, coalesce: bool) -> Snapshot:
         coalescer = ag.serving.Coalescer(model, max_batch=MAX_BATCH) if coalesce else None
-        return cls(version, model, coalescer)
+        return cls(version, model, coalescer, _weights_record(model))
+
+    def intact(self) -> bool:
+        """Whether the weights are still exactly what was published (every response says so:
+        a wrong answer then tells a changed snapshot from wrong rows returned)."""
+        return _weights_record(self.model) == self.published
+
+
+def _weights_record(model: ag.nn.Module) -> tuple[tuple[int, int, float], ...]:
+    return tuple(
+        (id(p.array), p._version, float(digits.to_numpy(p.detach()).astype(np.float64).sum()))
+        for p in model.parameters()
+    )
 
 
 @dataclass
@@ -244,6 +258,7 @@ async def saliency(server: Server, req: SaliencyRequest) -> dict[str, Any]:
         "saliency": digits.to_numpy(grad).reshape(digits.SIDE, digits.SIDE).tolist(),
         "samples": req.samples,
         "version": snap.version,
+        "snapshot_intact": snap.intact(),
     }
 
 

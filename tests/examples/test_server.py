@@ -224,6 +224,9 @@ async def check_saliency_under_concurrent_adapts(
     # Each saliency map is the gradient for the weights of the version it reports.
     versions = set()
     for body, out in results[:SALIENCY_REQUESTS]:
+        # The server checks its snapshot at every response: a wrong map below with an intact
+        # snapshot means the wrong rows were returned, not that the weights changed.
+        assert out["snapshot_intact"], f"the weights of version {out['version']} changed"
         w = history[out["version"] - v0]
         versions.add(out["version"])
         x = np.asarray(body["image"], dtype=np.float64).reshape(64)
@@ -239,7 +242,11 @@ async def check_saliency_under_concurrent_adapts(
         else:
             expected = score_grad(w, x, out["target"])
         np.testing.assert_allclose(
-            np.asarray(out["saliency"]).reshape(64), expected, rtol=1e-3, atol=1e-5
+            np.asarray(out["saliency"]).reshape(64),
+            expected,
+            rtol=1e-3,
+            atol=1e-5,
+            err_msg=f"the snapshot of version {out['version']} was intact: wrong rows returned",
         )
 
 
