@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 from .. import backend, engine
 from .._tensor import Tensor
 from ..graph.node import Edge
-from .entry import AT_ONCE, awaitable, call_use, loop_running
+from .entry import AT_ONCE, awaitable, backward_done, call_use, finished, loop_running
 from .graph import GradientEdge
 
 if TYPE_CHECKING:
@@ -381,8 +381,9 @@ def grad(
     """Gradients of ``outputs`` with respect to ``inputs``, without touching ``.grad``.
 
     As torch's where no event loop runs in the calling thread (a script, a worker thread): the
-    backward pass runs at the call, ``(gx,) = ag.grad(y, [x])``. Inside a running event loop it
-    is awaitable, ``(gx,) = await ag.grad(y, [x])``, and any other use of it raises at once
+    backward pass runs at the call, ``(gx,) = ag.grad(y, [x])``; the tuple it returns is also a
+    finished coroutine, so ``asyncio.run(ag.grad(y, [x]))`` gives it too. Inside a running event
+    loop it is awaitable, ``(gx,) = await ag.grad(y, [x])``, and any other use of it raises
     (See NOTE [One rule for gradient calls] in asyncgrad/autograd/entry.py).
 
     It may be awaited on asyncio's loop, uvloop's, or trio's (through anyio): under trio the
@@ -422,7 +423,8 @@ def grad(
         (tensor([ 3., 12.]),)
     """
     if loop_running():
-        use = call_use(sys._getframe(1))
+        caller = sys._getframe(1)
+        use = call_use(caller, grad)
         if use != AT_ONCE:
             coro = _grad(
                 outputs,
@@ -435,17 +437,19 @@ def grad(
                 materialize_grads,
                 priority,
             )
-            return awaitable(coro, use, "ag.grad", "ag.grad_sync")
-    return grad_sync(
-        outputs,
-        inputs,
-        grad_outputs,
-        retain_graph,
-        create_graph,
-        allow_unused,
-        is_grads_batched,
-        materialize_grads,
-        priority,
+            return awaitable(coro, use, caller, "ag.grad", "ag.grad_sync")
+    return finished(
+        grad_sync(
+            outputs,
+            inputs,
+            grad_outputs,
+            retain_graph,
+            create_graph,
+            allow_unused,
+            is_grads_batched,
+            materialize_grads,
+            priority,
+        )
     )
 
 
@@ -548,11 +552,13 @@ def backward(
 ) -> NoneCall:
     """Accumulate the gradients of ``tensors`` into the ``.grad`` of graph leaves.
 
-    As torch's where no event loop runs in the calling thread: the pass runs at the call and
-    returns None. Inside a running loop (asyncio's, uvloop's or trio's) it is awaitable,
-    ``await ag.backward(loss)``, as :func:`grad` (under trio: a cancelled caller leaves each
-    leaf's ``.grad`` untouched or complete, never half-written); a call whose value is thrown
-    away raises at once instead of computing nothing.
+    As torch's where no event loop runs in the calling thread: the pass runs at the call. It
+    returns ``BACKWARD_DONE`` where torch returns None: falsy as None, and a finished coroutine
+    that awaits to None, so ``asyncio.run(ag.backward(loss))`` works too. Inside a running loop
+    (asyncio's, uvloop's or trio's) it is awaitable, ``await ag.backward(loss)``, as
+    :func:`grad` (under trio: a cancelled caller leaves each leaf's ``.grad`` untouched or
+    complete, never half-written); a call whose value is thrown away raises at once instead of
+    computing nothing.
 
     Args:
         tensors: tensor(s) to differentiate.
@@ -566,6 +572,7 @@ def backward(
         >>> import asyncio, asyncgrad as ag
         >>> w = ag.tensor([3.0], requires_grad=True)
         >>> ag.backward((w * w).sum())
+        <ag.backward(...) done>
         >>> w.grad
         tensor([6.])
         >>> async def main():
@@ -575,12 +582,13 @@ def backward(
         tensor([12.])
     """
     if loop_running():
-        use = call_use(sys._getframe(1))
+        caller = sys._getframe(1)
+        use = call_use(caller, backward)
         if use != AT_ONCE:
             coro = _backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-            return cast("NoneCall", awaitable(coro, use, "ag.backward", "ag.backward_sync"))
+            return cast("NoneCall", awaitable(coro, use, caller, "ag.backward", "ag.backward_sync"))
     backward_sync(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-    return cast("NoneCall", None)  # torch's value; NoneCall is what type checkers see
+    return cast("NoneCall", backward_done())  # See NOTE [One rule for gradient calls]
 
 
 async def _backward(

@@ -31,7 +31,7 @@ from .. import ops
 from .._tensor import Tensor
 from ..graph.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 from .api import _grad, grad_sync
-from .entry import AT_ONCE, awaitable, call_use, loop_running
+from .entry import AT_ONCE, Finished, awaitable, call_use, loop_running
 
 if TYPE_CHECKING:
     from .entry import TupleCall
@@ -116,10 +116,10 @@ def _call(gen: Steps, caller: FrameType | None, name: str) -> Any:
     """Run ``gen`` at once where no loop runs; inside one, its awaitable (See NOTE [One rule for
     gradient calls] in entry.py)."""
     if loop_running():
-        use = call_use(caller)
+        use = call_use(caller, globals()[name])
         if use != AT_ONCE:
             full = f"ag.autograd.functional.{name}"
-            return awaitable(_run_async(gen), use, full, f"{full}_sync")
+            return awaitable(_run_async(gen), use, caller, full, f"{full}_sync")
     return _run_sync(gen)
 
 
@@ -128,7 +128,8 @@ def _user(func: Callable[..., Any]) -> Callable[..., Steps]:
 
     def call(*args: Any) -> Steps:
         out = func(*args)
-        if inspect.isawaitable(out):
+        # ag.grad's tuple where it ran at once is awaitable too, but it is a value here.
+        if inspect.isawaitable(out) and not isinstance(out, Finished):
             out = yield _Await(out)
         return out
 

@@ -53,7 +53,7 @@ def _device_index(values: Iterable[Any]) -> int:
             a = v._array
             if type(a) is not ndarray:
                 return int(a.device.id)
-        elif type(v) is tuple or type(v) is list:
+        elif isinstance(v, (tuple, list)):  # a tuple subclass too: ag.grad's result
             if v and (isinstance(v[0], (Tensor, tuple, list)) or backend.is_device_array(v[0])):
                 i = _device_index(v)
                 if i >= 0:

@@ -23,7 +23,7 @@ import pytest
 
 import asyncgrad as ag
 from asyncgrad.autograd import functional as F
-from asyncgrad.autograd.entry import NotAwaitedError
+from asyncgrad.autograd.entry import BACKWARD_DONE, NotAwaitedError
 
 TIMEOUT_S: Final = 10.0
 HAVE_TORCH: Final = importlib.util.find_spec("torch") is not None
@@ -76,7 +76,8 @@ def test_grad_runs_at_the_call_and_returns_a_tuple(no_warnings: None) -> None:
     seen: list[Any] = []
     x.register_hook(lambda g: seen.append(g.tolist()))
     res = ag.grad(y, [x, w], retain_graph=True)
-    assert type(res) is tuple  # what torch.autograd.grad returns
+    assert isinstance(res, tuple)  # what torch.autograd.grad returns
+    assert res == tuple(res)
     assert seen == [[6.0, -4.0]]  # the pass ran at the call: its hook fired
     check(*res)
     assert x.grad is None  # grad() never touches .grad
@@ -93,11 +94,13 @@ def test_a_result_feeds_back_as_outputs_for_second_derivatives(no_warnings: None
     np.testing.assert_allclose(h.numpy(), [6.0, 12.0])  # d2/dx2 x^3 = 6x
 
 
-def test_backward_runs_at_the_call_and_returns_none(no_warnings: None) -> None:
+def test_backward_runs_at_the_call_and_returns_a_falsy_done(no_warnings: None) -> None:
+    # torch returns None: asyncgrad returns BACKWARD_DONE, falsy, that also awaits to None.
     x, w, y = problem()
-    assert ag.backward(y, retain_graph=True) is None
+    assert ag.backward(y, retain_graph=True) is BACKWARD_DONE
     check(x.grad, w.grad)
-    assert ag.autograd.backward(y) is None  # accumulates, as torch's
+    assert not ag.autograd.backward(y)  # accumulates, as torch's
+    assert repr(BACKWARD_DONE) == "<ag.backward(...) done>"
     np.testing.assert_allclose(x.grad.numpy(), [12.0, -8.0])
 
 
@@ -156,15 +159,15 @@ def test_functional_with_an_async_function_needs_a_loop() -> None:
 def test_a_worker_thread_without_a_loop_runs_at_the_call(no_warnings: None) -> None:
     x, w, y = problem()
     check(*in_thread(lambda: ag.grad(y, [x, w], retain_graph=True)))
-    assert in_thread(lambda: ag.backward(y)) is None
+    assert in_thread(lambda: ag.backward(y)) is BACKWARD_DONE
     check(x.grad, w.grad)
 
 
-def test_asyncio_run_of_a_call_made_without_a_loop_fails_loudly() -> None:
-    # The call ran (no loop yet); what it returned is torch's value, not a coroutine.
+def test_asyncio_run_of_a_call_made_without_a_loop_gives_its_value(no_warnings: None) -> None:
+    # The call ran (no loop yet); what it returned is torch's value, and a finished coroutine:
+    # asyncio takes it, and the pass does not run again (tests/autograd/test_call_patterns.py).
     x, w, y = problem()
-    with pytest.raises(ValueError, match="a coroutine was expected"):
-        asyncio.run(ag.backward(y))  # type: ignore[arg-type]
+    assert asyncio.run(ag.backward(y)) is None
     check(x.grad, w.grad)
 
 
@@ -328,9 +331,9 @@ async def test_a_worker_thread_of_a_loop_runs_at_the_call(no_warnings: None) -> 
     x, w, y = problem()
     async with asyncio.timeout(TIMEOUT_S):
         res = await asyncio.to_thread(ag.grad, y, [x, w], retain_graph=True)
-        assert type(res) is tuple
+        assert isinstance(res, tuple)
         check(*res)
-        assert await asyncio.to_thread(ag.backward, y) is None
+        assert await asyncio.to_thread(ag.backward, y) is BACKWARD_DONE
     check(x.grad, w.grad)
 
 
@@ -378,7 +381,7 @@ def test_inside_trio_calls_are_awaitable_and_threads_run_at_the_call() -> None:
             ag.backward(y)
         # anyio's worker threads inherit trio's context but run no loop: torch's behaviour.
         res = await anyio.to_thread.run_sync(lambda: ag.grad(y, [x, w], retain_graph=True))
-        assert type(res) is tuple
+        assert isinstance(res, tuple)
         check(*res)
 
     _run_on("trio", body)
@@ -450,7 +453,7 @@ async def test_a_sync_hook_may_call_grad_in_an_awaited_pass(no_warnings: None) -
     x.register_hook(hook)
     async with asyncio.timeout(TIMEOUT_S):
         await ag.backward((x * x).sum())
-    assert type(seen[0]) is tuple
+    assert type(seen[0]) is tuple  # user code that a pass calls gets torch's plain values
     np.testing.assert_allclose(seen[0][0].numpy(), [6.0])
 
 

@@ -29,7 +29,11 @@ def script() -> None:
     y.backward()
     out, v = F.vjp(lambda t: (t * t).sum(), x.detach())
     jac = F.jacobian(lambda t: t * t, x.detach())
-    print(gx, out, v, jac)
+    # A script's calls ran at the call, and asyncio takes their values as finished coroutines.
+    again = asyncio.run(ag.grad(y, x, retain_graph=True))
+    assert_type(again, tuple[ag.Tensor, ...])
+    asyncio.run(asyncio.wait_for(ag.backward(y, retain_graph=True), 5.0))
+    print(gx, out, v, jac, again)
 
 
 async def serve() -> None:
