@@ -12,10 +12,13 @@ stored as views of one storage (See NOTE [Views in saved files]). A path ending 
 writes a safetensors file instead, which holds a flat ``{str: Tensor}`` dict (a state dict), with
 each tensor's device and requires_grad in the file's metadata.
 
-Loading reads arrays with ``allow_pickle=False`` and the structure with ``json``: a file can
-describe data, never code, so loading an untrusted file executes nothing. Anything malformed
-(truncated, random bytes, a pickled object array, a structure that names a missing array)
-raises a ``RuntimeError`` that names the file.
+Loading reads arrays without pickle and the structure with ``json``: a file can describe
+data, never code, so loading an untrusted file executes nothing. Anything malformed (truncated,
+random bytes, a zip member that fails its CRC, a pickled object array, a structure that names a
+missing array, a size the file's bytes cannot hold) raises a ``RuntimeError`` that names the
+file, whichever reader met it, with the exception that reader raised (if one did) as its
+``__cause__``; nothing of a size the file declares is allocated before the file's bytes are
+checked to hold it (See NOTE [Sizes from a file] in asyncgrad/backend/arrayio.py).
 
 NOTE [Views in saved files]
 ``torch.save`` keeps views: tensors that share a storage share it again after loading, so a
@@ -41,8 +44,8 @@ import io
 import os
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import IO, Any, Final
+from collections.abc import Callable, Hashable
+from typing import IO, Any, Final, NamedTuple
 
 from . import backend, cuda, dtypes
 from ._tensor import Tensor
@@ -50,6 +53,8 @@ from .backend import CPU, Device
 from .backend.arrayio import (
     ArrayFileError,
     byte_span,
+    open_zip,
+    read_member,
     read_npz,
     read_safetensors,
     span_of,
@@ -142,8 +147,8 @@ def load(
         RuntimeError: the file is not a well-formed asyncgrad, ``.npz``, safetensors or
             PyTorch file (truncated, corrupt, holding pickled objects or arrays no tensor
             holds, a PyTorch pickle naming anything but tensors and containers), naming it
-            and what is wrong; or a tensor would go to a CUDA device where none is
-            available.
+            and what is wrong, with the exception its reader raised (if one did) as its
+            ``__cause__``; or a tensor would go to a CUDA device where none is available.
     """
     name = _name_of(f)
     if max_bytes is not None and (type(max_bytes) is not int or max_bytes < 0):
@@ -164,8 +169,8 @@ def load(
             return _decode_safetensors(data, map_location)
         pickled = None if zf is None else _torch_pickle_of(zf)
         if zf is not None and pickled is not None:
-            return _decode_torch(zf, pickled, map_location)
-        return _decode_npz(data, map_location)
+            return _decode_torch(zf, len(data), pickled, map_location)
+        return _decode_npz(data, zf, map_location)
     except _CorruptError as e:
         raise RuntimeError(f"ag.load: {name} is not a valid asyncgrad file: {e}") from e.__cause__
     except ArrayFileError as e:
@@ -179,8 +184,8 @@ def _zip_of(data: bytes) -> zipfile.ZipFile | None:
     if data[:4] != b"PK\x03\x04":
         return None
     try:
-        return zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
+        return open_zip(data)
+    except ArrayFileError:
         return None
 
 
@@ -241,6 +246,11 @@ def _looks_like_safetensors(data: bytes) -> bool:
 
 class _CorruptError(Exception):
     """The file's structure is malformed (the message says how)."""
+
+
+class _NoCudaError(RuntimeError):
+    """A tensor would go to a CUDA device where none is available: not a defect of the file,
+    so it passes the readers' handlers as it is."""
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -427,6 +437,8 @@ class _Decoder:
         if type(node) is not dict:
             raise _CorruptError(f"unexpected {type(node).__name__} in the structure")
         kind = node.get("type")
+        if type(kind) is str and kind in _NODE_FIELDS:
+            _known_fields(node, _NODE_FIELDS[kind], f"a {kind} node")
         if kind == "tensor":
             return self.tensor(node)
         if kind in ("dict", "OrderedDict"):
@@ -467,6 +479,7 @@ class _Decoder:
             return t
         layout = self.views.get(name)
         if layout is not None:
+            _known_fields(layout, ("storage", "offset", "size", "stride"), f"the view {name!r}")
             key = layout.get("storage")
             storage = self.arrays.get(key) if type(key) is str else None
             if storage is None or storage.ndim != 1:
@@ -489,10 +502,16 @@ class _Storages:
 
     def __init__(self, map_location: MapLocation) -> None:
         self.map_location = map_location
-        self.placed: dict[tuple[str, str], Any] = {}  # (storage, device) -> its array there
+        self.placed: dict[tuple[Hashable, str], Any] = {}  # (storage, device) -> its array
 
     def tensor(
-        self, key: str, storage: Any, offset: Any, size: Any, stride: Any, meta: dict[str, Any]
+        self,
+        key: Hashable,
+        storage: Any,
+        offset: Any,
+        size: Any,
+        stride: Any,
+        meta: dict[str, Any],
     ) -> Tensor:
         dev = _target(_str(meta, "device") if "device" in meta else "cpu", self.map_location)
         placed = self.placed.get((key, str(dev)))
@@ -500,6 +519,26 @@ class _Storages:
             placed = storage if dev is CPU else backend.to_device(storage, dev)
             self.placed[key, str(dev)] = placed
         return _wrap_tensor(strided_view(placed, offset, size, stride), meta)
+
+
+# The fields of each node of an asyncgrad structure, of its header and of a safetensors file's
+# metadata: a reader of a version knows every field of it, so any other is damage (a field
+# whose name was corrupted would otherwise load as if absent: requires_grad as False).
+_NODE_FIELDS: Final[dict[Any, tuple[str, ...]]] = {
+    "tensor": ("type", "data", "device", "requires_grad", "class"),
+    "dict": ("type", "items"),
+    "OrderedDict": ("type", "items"),
+    "tuple": ("type", "items"),
+    "dtype": ("type", "name"),
+    "device": ("type", "name"),
+}
+_TENSOR_META_FIELDS: Final = ("device", "requires_grad", "class")
+
+
+def _known_fields(node: dict[str, Any], known: tuple[str, ...], what: str) -> None:
+    for field in node:
+        if field not in known:
+            raise _CorruptError(f"{what} has the unknown field {field!r:.40}")
 
 
 def _str(node: dict[str, Any], field: str) -> str:
@@ -533,7 +572,7 @@ def _target(saved: str, map_location: MapLocation) -> Device:
             f"got {type(map_location).__name__}"
         )
     if dev.type == "cuda" and not cuda.is_available():
-        raise RuntimeError(
+        raise _NoCudaError(
             "Attempting to deserialize object on a CUDA device but ag.cuda.is_available() is "
             "False. If you are running on a CPU-only machine, please use ag.load with "
             "map_location='cpu' to map your tensors to the CPU."
@@ -554,6 +593,8 @@ def _wrap_tensor(arr: Any, meta: dict[str, Any]) -> Tensor:
         raise _CorruptError("a tensor's requires_grad is not a bool")
     if rg and not dtypes.is_floating(arr.dtype):
         raise _CorruptError(f"a tensor of dtype {arr.dtype} requires grad")
+    if meta.get("class", "Parameter") != "Parameter":
+        raise _CorruptError(f"a tensor's class {meta['class']!r:.40} is not one this reader knows")
     if meta.get("class") == "Parameter":
         return Parameter(arr, requires_grad=rg)
     t = Tensor._wrap(arr)
@@ -562,8 +603,8 @@ def _wrap_tensor(arr: Any, meta: dict[str, Any]) -> Tensor:
     return t
 
 
-def _decode_npz(data: bytes, map_location: MapLocation) -> Any:
-    arrays = read_npz(io.BytesIO(data))
+def _decode_npz(data: bytes, zf: zipfile.ZipFile | None, map_location: MapLocation) -> Any:
+    arrays = read_npz(data, zf)
     raw = arrays.pop(STRUCTURE_KEY, None)
     if raw is None:  # a plain .npz of arrays, written elsewhere
         return {k: _make_tensor(a, {}, map_location) for k, a in arrays.items()}
@@ -572,10 +613,8 @@ def _decode_npz(data: bytes, map_location: MapLocation) -> Any:
     header = _parse_json(raw.tobytes())
     if type(header) is not dict or header.get("format") != "asyncgrad" or "root" not in header:
         raise _CorruptError(f"the {STRUCTURE_KEY} entry is not an asyncgrad structure")
-    if header.get("version") not in (1, FORMAT_VERSION):
-        raise _CorruptError(
-            f"format version {header.get('version')!r} (this asyncgrad reads 1 to {FORMAT_VERSION})"
-        )
+    _check_version(header)
+    _known_fields(header, ("format", "version", "root", "views"), "its header")
     views = header.get("views", {})
     if type(views) is not dict or not all(type(v) is dict for v in views.values()):
         raise _CorruptError("its views are not a table of layouts")
@@ -585,6 +624,13 @@ def _decode_npz(data: bytes, map_location: MapLocation) -> Any:
         raise _CorruptError("the structure is nested too deeply") from None
 
 
+def _check_version(header: dict[str, Any]) -> None:
+    if header.get("version") not in (1, FORMAT_VERSION):
+        raise _CorruptError(
+            f"format version {header.get('version')!r} (this asyncgrad reads 1 to {FORMAT_VERSION})"
+        )
+
+
 def _decode_safetensors(data: bytes, map_location: MapLocation) -> Any:
     arrays, metadata = read_safetensors(data)
     raw = metadata.get(STRUCTURE_KEY)
@@ -592,15 +638,24 @@ def _decode_safetensors(data: bytes, map_location: MapLocation) -> Any:
         return {k: _make_tensor(a, {}, map_location) for k, a in arrays.items()}
     header = _parse_json(raw.encode("utf-8"))
     info = header.get("tensors") if type(header) is dict else None
-    if type(info) is not list:
+    if type(info) is not list or header.get("format") != "asyncgrad":
         raise _CorruptError(f"the {STRUCTURE_KEY} metadata is not an asyncgrad header")
+    _check_version(header)
+    _known_fields(header, ("format", "version", "tensors"), "its header")
     out = {}
     for item in info:
         if type(item) is not list or len(item) != 2 or type(item[1]) is not dict:
             raise _CorruptError(f"the {STRUCTURE_KEY} metadata is not an asyncgrad header")
         k, meta = item
+        if type(k) is not str:
+            raise _CorruptError(
+                f"the {STRUCTURE_KEY} metadata names a tensor by a {type(k).__name__}"
+            )
         if k not in arrays:
             raise _CorruptError(f"the metadata names a missing tensor {k!r}")
+        if k in out:
+            raise _CorruptError(f"the metadata names the tensor {k!r} twice")
+        _known_fields(meta, _TENSOR_META_FIELDS, f"the metadata of {k!r}")
         out[k] = _make_tensor(arrays[k], meta, map_location)
     for k, a in arrays.items():
         if k not in out:
@@ -621,6 +676,12 @@ def _decode_safetensors(data: bytes, map_location: MapLocation) -> Any:
 # torch installed. Tensors are views of their storage as the file lays them out, so views
 # saved with their base share memory after loading, on any device: each storage is read once
 # and moved to each device once (See NOTE [Views in saved files]).
+# What torch.save never writes is refused as damage, not loaded as something else: a storage
+# whose bytes disagree with a reference's numel, dtype or device, a tensor's backward hooks
+# other than an empty dict, metadata other than the conj and neg bits (applied to a copy of
+# the storage, which the views with those bits share), a BUILD that changes a tensor after it
+# was built. Before the unpickler runs, _check_pickle holds the pickle's declared lengths and
+# memo indices to its bytes (See NOTE [Sizes from a file] in asyncgrad/backend/arrayio.py).
 _TORCH_STORAGES: Final = {
     "FloatStorage": "float32",
     "DoubleStorage": "float64",
@@ -636,13 +697,12 @@ _TORCH_STORAGES: Final = {
 }
 
 
-class _StorageType:
-    """What a file's ``torch.<Type>Storage`` resolves to: the dtype of its bytes."""
+class _StorageType(NamedTuple):
+    """What a file's ``torch.<Type>Storage`` resolves to: the dtype of its bytes. A tuple,
+    so that a pickle's BUILD cannot change it."""
 
-    __slots__ = ("dtype", "name")
-
-    def __init__(self, name: str, dtype: str) -> None:
-        self.name, self.dtype = name, dtype
+    name: str
+    dtype: str
 
 
 def _torch_pickle_of(zf: zipfile.ZipFile) -> str | None:
@@ -651,20 +711,35 @@ def _torch_pickle_of(zf: zipfile.ZipFile) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def _decode_torch(zf: zipfile.ZipFile, member: str, map_location: MapLocation) -> Any:
+def _decode_torch(
+    zf: zipfile.ZipFile, file_bytes: int, member: str, map_location: MapLocation
+) -> Any:
     import pickle
 
     from .backend.arrayio import torch_storage
 
     prefix = member.rsplit("/", 1)[0]
-    try:
-        byteorder = zf.read(f"{prefix}/byteorder").decode().strip()
-    except KeyError:
-        byteorder = "little"  # written before the member existed, on little-endian machines
+    # torch.save writes 0 for every CRC when told not to compute them
+    # (torch.serialization.set_crc32_options(False)), and torch.load never checks them; where
+    # a file has CRCs, each is checked (test_a_torch_file_written_without_crcs_loads).
+    check_crc = any(i.CRC for i in zf.infolist())
+
+    def read(name: str) -> Any:
+        try:
+            info = zf.getinfo(name)
+        except KeyError:
+            return None
+        return read_member(zf, info, file_bytes, check_crc=check_crc)
+
+    raw_order = read(f"{prefix}/byteorder")
+    # Without the member: written before it existed, on little-endian machines.
+    byteorder = "little" if raw_order is None else raw_order.tobytes().decode("latin-1").strip()
     if byteorder not in ("little", "big"):
         raise _CorruptError(f"its byte order is {byteorder!r}")
     storages: dict[str, tuple[str, Any, str]] = {}
     placed = _Storages(map_location)
+    made: list[tuple[Tensor, tuple[Any, ...]]] = []  # each tensor built, with its state then
+    with_bits: dict[Hashable, Any] = {}  # (storage, bits) -> the storage with them applied
 
     class Unpickler(pickle.Unpickler):
         def find_class(self, module: str, attr: str) -> Any:
@@ -686,46 +761,146 @@ def _decode_torch(zf: zipfile.ZipFile, member: str, map_location: MapLocation) -
                 type(pid) is tuple
                 and len(pid) == 5
                 and pid[0] == "storage"
-                and isinstance(pid[1], _StorageType)
+                and type(pid[1]) is _StorageType
                 and type(pid[2]) is str
                 and type(pid[3]) is str
+                and type(pid[4]) is int
             ):
                 raise _CorruptError(
                     f"it holds an object reference {pid!r:.80} that is not a storage"
                 )
-            _, kind, key, location, _numel = pid
+            _, kind, key, location, numel = pid
             if key not in storages:
-                try:
-                    raw = zf.read(f"{prefix}/data/{key}")
-                except KeyError:
-                    raise _CorruptError(f"its storage {key!r} is missing") from None
+                raw = read(f"{prefix}/data/{key}")
+                if raw is None:
+                    raise _CorruptError(f"its storage {key!r} is missing")
                 storages[key] = (key, torch_storage(raw, kind.dtype, byteorder), location)
-            return storages[key]
+            entry = storages[key]
+            held = entry[1]
+            if held.dtype != kind.dtype or held.shape[0] != numel or entry[2] != location:
+                raise _CorruptError(
+                    f"its storage {key!r} holds {held.shape[0]} {held.dtype} on {entry[2]}, and "
+                    f"a reference to it says {numel} {kind.dtype} on {location}"
+                )
+            return entry
 
     def rebuild_tensor(
-        storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, *_: Any
+        storage: Any,
+        offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any,
+        backward_hooks: Any,
+        metadata: Any = None,
     ) -> Tensor:
         ours = type(storage) is tuple and len(storage) == 3 and type(storage[0]) is str
         entry = storages.get(storage[0]) if ours else None
-        if entry is None or entry is not storage or type(requires_grad) is not bool:
+        if (
+            entry is None
+            or entry is not storage
+            or type(requires_grad) is not bool
+            or not _no_hooks(backward_hooks)
+        ):
             raise _CorruptError("a tensor's arguments are malformed")
         key, array, location = entry
+        bits = _bits_of(metadata)
+        where: Hashable = key
+        if bits:  # a view of the storage with the bits applied, as one storage of its own
+            where = (key, bits)
+            if where not in with_bits:
+                with_bits[where] = _apply_bits(array, bits)
+            array = with_bits[where]
         meta = {"requires_grad": requires_grad, "device": location}
-        return placed.tensor(key, array, offset, size, stride, meta)
+        return built(placed.tensor(where, array, offset, size, stride, meta))
 
-    def rebuild_parameter(data: Any, requires_grad: Any, *_: Any) -> Tensor:
-        if not isinstance(data, Tensor) or type(requires_grad) is not bool:
+    def rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any) -> Tensor:
+        if (
+            not isinstance(data, Tensor)
+            or type(requires_grad) is not bool
+            or not _no_hooks(backward_hooks)
+        ):
             raise _CorruptError("a parameter's arguments are malformed")
-        return Parameter(data._array, requires_grad=requires_grad)
+        return built(Parameter(data._array, requires_grad=requires_grad))
 
+    def built(t: Tensor) -> Tensor:
+        made.append((t, _state_of(t)))
+        return t
+
+    pickled = read(member).tobytes()
+    _check_pickle(pickled)
     try:
-        return Unpickler(io.BytesIO(zf.read(member))).load()
-    except _CorruptError:
+        obj = Unpickler(io.BytesIO(pickled)).load()
+    except (_CorruptError, ArrayFileError, _NoCudaError):
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
-        raise _CorruptError(f"its pickle is malformed ({type(e).__name__}: {e})") from e
     except RecursionError:
         raise _CorruptError("its pickle is nested too deeply") from None
+    except Exception as e:  # the unpickler's own, or what BUILD's setattr on a tensor raised
+        raise _CorruptError(f"its pickle is malformed ({type(e).__name__}: {e})") from e
+    # torch.save gives a tensor its whole state in its arguments: a BUILD that changed one
+    # afterwards (its array, its requires_grad) is no file torch wrote.
+    for t, state in made:
+        if any(a is not b for a, b in zip(_state_of(t), state, strict=True)):
+            raise _CorruptError("its pickle changes a tensor after building it")
+    return obj
+
+
+def _no_hooks(hooks: Any) -> bool:
+    """Whether ``hooks`` is what torch.save writes for a tensor's backward hooks: an empty
+    dict (See Note [Don't serialize hooks] in torch/_utils.py)."""
+    return type(hooks) in (dict, OrderedDict) and not hooks
+
+
+_TORCH_BITS: Final = ("conj", "neg")
+
+
+def _bits_of(metadata: Any) -> tuple[str, ...]:
+    """The bits torch keeps in a tensor's metadata (``_rebuild_tensor_v2``'s last argument),
+    of those this reader knows: a lazily conjugated or negated view (``x.conj()``,
+    ``x.conj().imag``) is saved as its base's storage and the bit."""
+    if metadata is None:
+        return ()
+    if type(metadata) not in (dict, OrderedDict) or not all(
+        k in _TORCH_BITS and type(v) is bool for k, v in metadata.items()
+    ):
+        raise _CorruptError(f"a tensor's metadata {metadata!r:.80} is not one this reader knows")
+    return tuple(k for k in _TORCH_BITS if metadata.get(k))
+
+
+def _apply_bits(storage: Any, bits: tuple[str, ...]) -> Any:
+    """A copy of ``storage`` with ``bits`` applied to its values. Applied to the storage, not
+    to each view (an expanded one may span far more elements than the file holds), so the
+    views with the same bits share the copy, as they share the storage in torch."""
+    if "conj" in bits:
+        storage = storage.conj()
+    if "neg" in bits:
+        storage = -storage
+    return storage
+
+
+_TENSOR_SLOTS: Final = tuple(s for s in Tensor.__slots__ if s != "__weakref__")
+
+
+def _state_of(t: Tensor) -> tuple[Any, ...]:
+    return tuple(getattr(t, s, None) for s in _TENSOR_SLOTS)
+
+
+def _check_pickle(pickled: bytes) -> None:
+    """Refuse a pickle that declares more than it holds (See NOTE [Sizes from a file]):
+    CPython's unpickler allocates a BINBYTES8's or BYTEARRAY8's declared length, and a memo
+    twice as long as the largest index put, before reading on. ``pickletools`` reads each
+    argument only as far as the bytes go, and a pickler puts memo indices in order, so none
+    exceeds the count of opcodes before it."""
+    import pickletools
+
+    try:
+        for n, (op, arg, _) in enumerate(pickletools.genops(pickled)):
+            is_put = op.name in ("PUT", "BINPUT", "LONG_BINPUT")
+            if is_put and not (isinstance(arg, int) and 0 <= arg <= n):
+                raise _CorruptError(f"its pickle puts memo index {arg} after {n} opcodes")
+    except _CorruptError:
+        raise
+    except Exception as e:  # pickletools raises ValueError, and decoding errors of arguments
+        raise _CorruptError(f"its pickle is malformed ({type(e).__name__}: {e})") from e
 
 
 def _parse_json(raw: bytes) -> Any:

@@ -7,10 +7,15 @@ import json
 import math
 import os
 import pickle
+import pickletools
+import struct
+import tracemalloc
 import zipfile
+import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pytest
@@ -440,6 +445,18 @@ def _npz_with_structure(path: Path, structure: bytes, **arrays: Any) -> None:
             b'{"format": "asyncgrad", "version": 1, "root": {"type": "dict", "items": [[[1], 2]]}}',
             "not hashable",
         ),
+        (b'{"format": "asyncgrad", "version": 1, "root": {"type": ["dict"]}}', "unknown node type"),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": '
+            b'{"type": "tensor", "data": "t0", "requires_gr{d": true}}',
+            "tensor node has the unknown field 'requires_gr{d'",
+        ),
+        (
+            b'{"format": "asyncgrad", "version": 1, "root": '
+            b'{"type": "tensor", "data": "t0", "class": "Parametez"}}',
+            "class 'Parametez' is not one this reader knows",
+        ),
+        (b'{"format": "asyncgrad", "version": 1, "root": 1, "rooot": 2}', "unknown field 'rooot'"),
         (
             b'{"format": "asyncgrad", "version": 1, "root": {"type": "dtype", "name": "object"}}',
             "unknown dtype",
@@ -696,8 +713,13 @@ def test_views_in_a_torch_file_share_memory_on_a_cuda_device(tmp_path: Path) -> 
     assert got["rows"][1].tolist() == [0.0, -1.0, 2.0, 3.0, 4.0, 5.0]
 
 
-def _torch_like_zip(path: Path, pickled: bytes, storages: dict[str, bytes] | None = None) -> None:
-    with zipfile.ZipFile(path, "w") as z:
+def _torch_like_zip(
+    path: Path,
+    pickled: bytes,
+    storages: dict[str, bytes] | None = None,
+    compression: int = zipfile.ZIP_STORED,
+) -> None:
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
         z.writestr("archive/data.pkl", pickled)
         z.writestr("archive/byteorder", "little")
         for key, raw in (storages or {}).items():
@@ -743,6 +765,10 @@ def test_a_torch_file_whose_tensor_overruns_its_storage_raises(tmp_path: Path) -
     with zipfile.ZipFile(path, "w") as z:
         for n, raw in members.items():
             z.writestr(n, raw)
+    with pytest.raises(RuntimeError, match=r"short\.pt.*storage '0' holds 8 float32.* says 16"):
+        ag.load(path)
+    # A storage as long as its reference says, under a layout that reads past it.
+    _torch_like_zip(path, b"\x80\x02" + _torch_tensor([16], [1], numel=8) + b".", {"0": bytes(32)})
     with pytest.raises(RuntimeError, match=r"short\.pt.*needs elements 0\.\.15 of a storage of 8"):
         ag.load(path)
 
@@ -812,4 +838,510 @@ def test_safetensors_metadata_that_is_not_strings_raises_a_runtime_error(
     path = tmp_path / "crafted.safetensors"
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + np.zeros(3, np.float32).tobytes())
     with pytest.raises(RuntimeError, match=r"crafted\.safetensors' is not a valid asyncgrad file"):
+        ag.load(path)
+
+
+# ============================================================================= corrupt files
+# Every defect a reader meets is the RuntimeError naming the file, with the reader's own
+# exception as its cause; sizes a file declares are checked against its bytes before anything
+# is allocated. tests/test_serialization_fuzz.py flips and cuts bytes of small files at random.
+
+
+def _pickled(value: Any) -> bytes:
+    """The opcodes that push ``value`` (plain values only), without protocol, memo or stop."""
+    return pickletools.optimize(pickle.dumps(value, protocol=2))[2:-1]
+
+
+def _torch_tensor(
+    size: list[int],
+    stride: list[int],
+    *,
+    numel: int = 4,
+    offset: int = 0,
+    key: str = "0",
+    kind: str = "Float",
+    storage_type: bytes | None = None,
+) -> bytes:
+    """The opcodes of ``torch._utils._rebuild_tensor_v2`` over storage ``key`` (of ``numel``
+    elements), as torch.save writes them (pickle protocol 2); ``storage_type`` replaces the
+    opcodes of the storage type."""
+    if storage_type is None:
+        storage_type = f"ctorch\n{kind}Storage\n".encode()
+    storage = b"(" + _pickled("storage") + storage_type + _pickled(key) + _pickled("cpu")
+    hooks = b"ccollections\nOrderedDict\n)R"  # torch.save's backward hooks: always none
+    args = _pickled(offset) + _pickled(tuple(size)) + _pickled(tuple(stride)) + b"\x89" + hooks
+    return (
+        b"ctorch._utils\n_rebuild_tensor_v2\n("
+        + (storage + _pickled(numel) + b"tQ")
+        + (args + b"tR")
+    )
+
+
+# Far below the 256 MiB the files below declare (ag.load(max_bytes=...) reads a file with a
+# buffer of that size).
+SMALL: Final = 4 << 20
+FOUR_FLOATS: Final = np.arange(4, dtype=np.float32).tobytes()
+A_STATE_DICT: Final = b"\x80\x02}(" + _pickled("w") + _torch_tensor([2, 2], [2, 1]) + b"u."
+
+
+def _member_start(data: bytes, name: str) -> int:
+    """Where the (possibly compressed) bytes of the zip member ``name`` begin in ``data``."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        at = z.getinfo(name).header_offset
+    name_len, extra_len = struct.unpack("<HH", data[at + 26 : at + 30])
+    return int(at + 30 + name_len + extra_len)
+
+
+def _peak_bytes(f: Callable[[], Any]) -> int:
+    """The most memory Python and NumPy held at once while ``f`` ran (tracemalloc's peak)."""
+    tracemalloc.start()
+    try:
+        f()
+    except RuntimeError:
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_a_hand_made_torch_file_loads(tmp_path: Path) -> None:
+    """The helpers above write what torch.save writes: the tests below corrupt it."""
+    path = tmp_path / "made.pt"
+    _torch_like_zip(path, A_STATE_DICT, {"0": FOUR_FLOATS})
+    assert ag.load(path)["w"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+
+
+@pytest.mark.parametrize("member", ["archive/data.pkl", "archive/byteorder", "archive/data/0"])
+def test_a_torch_member_that_fails_its_crc_raises_naming_the_file(
+    member: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "crc.pt"
+    _torch_like_zip(path, A_STATE_DICT, {"0": FOUR_FLOATS})
+    data = bytearray(path.read_bytes())
+    data[_member_start(bytes(data), member)] ^= 0x01
+    path.write_bytes(data)
+    with pytest.raises(
+        RuntimeError, match=rf"crc\.pt' is not a valid asyncgrad file: .*{member}.*CRC"
+    ) as info:
+        ag.load(path)
+    assert isinstance(info.value.__cause__, zipfile.BadZipFile)
+
+
+def test_a_torch_member_whose_deflate_stream_is_corrupt_raises_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "deflate.pt"
+    _torch_like_zip(path, A_STATE_DICT, {"0": FOUR_FLOATS}, zipfile.ZIP_DEFLATED)
+    data = bytearray(path.read_bytes())
+    data[_member_start(bytes(data), "archive/data.pkl")] = 0xFF  # block type 3: reserved
+    path.write_bytes(data)
+    with pytest.raises(
+        RuntimeError, match=r"deflate\.pt' is not a valid asyncgrad file: .*archive/data\.pkl"
+    ) as info:
+        ag.load(path)
+    assert isinstance(info.value.__cause__, zlib.error)
+
+
+def test_a_torch_file_written_without_crcs_loads(tmp_path: Path) -> None:
+    """torch.save writes 0 for every CRC when told not to compute them
+    (``torch.serialization.set_crc32_options(False)``), and torch.load reads such files: so
+    does ag.load, where a file with CRCs has each one checked."""
+    path = tmp_path / "nocrc.pt"
+    _torch_like_zip(path, A_STATE_DICT, {"0": FOUR_FLOATS})
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
+        infos = z.infolist()
+    central = bytes(data).index(b"PK\x01\x02")
+    for info in infos:
+        data[info.header_offset + 14 : info.header_offset + 18] = bytes(4)
+        central = bytes(data).index(b"PK\x01\x02", central)
+        data[central + 16 : central + 20] = bytes(4)
+        central += 4
+    path.write_bytes(data)
+    assert ag.load(path)["w"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    data[_member_start(bytes(data), "archive/data/0") + 3] ^= 0x80  # unchecked, as in torch
+    path.write_bytes(data)
+    assert ag.load(path)["w"].tolist() == [[-0.0, 1.0], [2.0, 3.0]]
+
+
+def test_a_torch_file_torch_wrote_without_crcs_loads_as_torch_loads_it(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    saved = {"w": torch.randn(3, 4), "n": torch.arange(5)}
+    path = tmp_path / "nocrc.pt"
+    was = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(saved, path)
+    finally:
+        torch.serialization.set_crc32_options(was)
+    with zipfile.ZipFile(path) as z:
+        assert all(i.CRC == 0 for i in z.infolist())
+    got = ag.load(path)
+    want = torch.load(path, weights_only=True)
+    for k in saved:
+        np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
+
+
+TOO_BIG: Final = "larger than an array can be"
+
+
+@pytest.mark.parametrize(
+    ("size", "stride", "why"),
+    [
+        ([2**63], [0], TOO_BIG),  # a dimension past int64
+        ([2**62], [0], TOO_BIG),  # elements past what an array may hold, once in bytes
+        ([2**31, 2**31, 4], [0, 0, 0], TOO_BIG),
+        ([1, 2], [2**62, 1], TOO_BIG),  # a stride past int64 once in bytes
+        ([2, 1], [-(2**62), 1], TOO_BIG),
+        ([2, 1], [-(2**60), 1], r"needs elements -1152921504606846976\.\.0 of a storage of 4"),
+    ],
+)
+def test_a_torch_tensor_layout_past_int64_raises_naming_the_file(
+    size: list[int], stride: list[int], why: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "big.pt"
+    _torch_like_zip(path, b"\x80\x02" + _torch_tensor(size, stride) + b".", {"0": FOUR_FLOATS})
+    with pytest.raises(RuntimeError, match=rf"big\.pt' is not a valid asyncgrad file: .*{why}"):
+        ag.load(path)
+
+
+def test_a_huge_expanded_torch_tensor_loads_as_a_view_without_allocating(tmp_path: Path) -> None:
+    """torch saves ``torch.zeros(1).expand(2**40)`` as one element and a stride of 0: that is
+    what the file says, and it loads as torch loads it, a read-only view of that element."""
+    path = tmp_path / "expanded.pt"
+    _torch_like_zip(path, b"\x80\x02" + _torch_tensor([2**40], [0]) + b".", {"0": FOUR_FLOATS})
+    assert _peak_bytes(lambda: ag.load(path)) < SMALL
+    t = ag.load(path)
+    assert t.shape == (2**40,)
+    assert t[2**40 - 1].item() == 0.0
+
+
+def test_a_torch_storage_of_another_size_than_its_reference_says_raises(tmp_path: Path) -> None:
+    path = tmp_path / "numel.pt"
+    _torch_like_zip(
+        path, b"\x80\x02" + _torch_tensor([2], [1], numel=99) + b".", {"0": FOUR_FLOATS}
+    )
+    with pytest.raises(RuntimeError, match=r"numel\.pt' .*storage '0' .*99"):
+        ag.load(path)
+
+
+@pytest.mark.parametrize(
+    "pickled",
+    [
+        b"\x8e" + (1 << 28).to_bytes(8, "little") + b"abc.",  # BINBYTES8 of 256 MiB
+        b"B" + (1 << 28).to_bytes(4, "little") + b"abc.",  # BINBYTES
+        b"\x96" + (1 << 28).to_bytes(8, "little") + b"abc.",  # BYTEARRAY8
+        b"\x8d" + (1 << 28).to_bytes(8, "little") + b"abc.",  # BINUNICODE8
+        b"N" + b"r" + (1 << 24).to_bytes(4, "little") + b".",  # LONG_BINPUT: a memo of 2**24
+    ],
+)
+def test_a_torch_pickle_that_declares_huge_sizes_raises_without_allocating_them(
+    pickled: bytes, tmp_path: Path
+) -> None:
+    path = tmp_path / "sizes.pt"
+    _torch_like_zip(path, b"\x80\x02" + pickled, {"0": FOUR_FLOATS})
+    with pytest.raises(RuntimeError, match=r"sizes\.pt' is not a valid asyncgrad file"):
+        ag.load(path)
+    assert _peak_bytes(lambda: ag.load(path)) < SMALL
+
+
+@pytest.mark.parametrize(
+    "pickled",
+    [
+        # BUILD on a tensor: torch.save never writes one (a tensor's state is in its arguments)
+        _torch_tensor([4], [1]) + b"N}" + _pickled("_array") + _pickled("x") + b"s\x86b.",
+        _torch_tensor([4], [1], key="1", kind="Long")
+        + (b"N}" + _pickled("requires_grad") + b"\x88s\x86b."),
+        _torch_tensor([4], [1]) + b"}" + _pickled("x") + b"Ns" + b"b.",
+        # BUILD on a storage type, then a storage of it
+        b"ctorch\nFloatStorage\nq\x00N}"
+        + (_pickled("dtype") + _pickled("U1") + b"s\x86b0")
+        + (_torch_tensor([4], [1], storage_type=b"h\x00") + b"."),
+    ],
+)
+def test_a_torch_pickle_that_changes_what_it_built_raises(pickled: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "build.pt"
+    _torch_like_zip(path, b"\x80\x02" + pickled, {"0": FOUR_FLOATS, "1": np.arange(4).tobytes()})
+    with pytest.raises(RuntimeError, match=r"build\.pt' is not a valid asyncgrad file"):
+        ag.load(path)
+
+
+@pytest.mark.parametrize(
+    ("offset", "patch", "why"),
+    [
+        (6, 0x01, "encrypted"),  # the local header's flags: encrypted
+        (8, 99, "compression"),  # the local header's compression method
+    ],
+)
+def test_a_zip_member_that_cannot_be_read_raises_naming_the_file(
+    offset: int, patch: int, why: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "odd.pt"
+    _torch_like_zip(path, A_STATE_DICT, {"0": FOUR_FLOATS})
+    data = bytearray(path.read_bytes())
+    central = bytes(data).index(b"PK\x01\x02")  # the first member's entry in the directory
+    data[offset] |= patch
+    data[central + offset + 2] |= patch
+    path.write_bytes(data)
+    with pytest.raises(RuntimeError, match=rf"odd\.pt' is not a valid asyncgrad file: .*{why}"):
+        ag.load(path)
+
+
+def _npy_header(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        out, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return out.getvalue()
+
+
+def test_an_npy_header_that_declares_more_than_the_file_holds_raises_without_allocating_it(
+    tmp_path: Path,
+) -> None:
+    """An .npy header says 256 MiB of float64 in a file of a few hundred bytes: refused from
+    the member's size, with max_bytes or without (its limit promises the arrays' size too)."""
+    path = tmp_path / "claims.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("w.npy", _npy_header((1 << 25,)) + bytes(8))
+    for limit in (None, 1 << 20):
+        with pytest.raises(RuntimeError, match=r"claims\.npz' is not a valid asyncgrad file"):
+            ag.load(path, max_bytes=limit)
+        assert _peak_bytes(lambda: ag.load(path, max_bytes=limit)) < SMALL  # noqa: B023
+    bare = tmp_path / "claims.npy"
+    bare.write_bytes(_npy_header((1 << 25,)) + bytes(8))
+    with pytest.raises(RuntimeError, match=r"claims\.npy' is not a valid asyncgrad file"):
+        ag.load(bare)
+    assert _peak_bytes(lambda: ag.load(bare)) < SMALL
+
+
+def test_an_npy_array_with_more_bytes_than_its_header_says_raises(tmp_path: Path) -> None:
+    """A header whose shape was damaged to a smaller one would load part of the data."""
+    path = tmp_path / "short_header.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("w.npy", _npy_header((2,)) + np.arange(4.0).tobytes())
+    with pytest.raises(
+        RuntimeError, match=r"short_header\.npz' .*'w' .*needs 16 bytes, and its member holds 32"
+    ):
+        ag.load(path)
+
+
+def test_a_zip_member_that_declares_more_than_its_compressed_bytes_hold_raises(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "inflates.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("w.npy", _npy_header((4,)) + bytes(32))
+    data = bytearray(path.read_bytes())
+    central = bytes(data).index(b"PK\x01\x02")
+    data[central + 24 : central + 28] = (2**31).to_bytes(4, "little")  # its size, inflated
+    path.write_bytes(data)
+    with pytest.raises(RuntimeError, match=r"inflates\.npz' is not a valid asyncgrad file"):
+        ag.load(path)
+    assert _peak_bytes(lambda: ag.load(path)) < SMALL
+
+
+def test_an_npz_array_in_another_byte_order_loads_in_this_machines(tmp_path: Path) -> None:
+    path = tmp_path / "big_endian.npz"
+    np.savez(path, w=np.arange(3, dtype=">f4"))
+    w = ag.load(path)["w"]
+    assert w.dtype == ag.float32
+    assert w.tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("ours", "why"),
+    [
+        ({"format": "asyncgrad", "version": 2, "tensors": [[["w"], {}]]}, "by a list"),
+        ({"format": "asyncgrad", "version": 2, "tensors": [[{"w": 1}, {}]]}, "by a dict"),
+        ({"format": "asyncgrad", "version": 2, "tensors": [["w", {}], ["w", {}]]}, "twice"),
+        ({"format": "asyncgrad", "version": 2, "tensors": [["w", {"devkce": "cpu"}]]}, "devkce"),
+        ({"format": "asyncgrad", "version": 2, "tensors": [["w", {"class": "P"}]]}, "class 'P'"),
+        ({"format": "asyncgrad", "version": 3, "tensors": []}, "format version 3"),
+        ({"format": "asyncgrad-", "version": 2, "tensors": []}, "not an asyncgrad header"),
+    ],
+)
+def test_safetensors_metadata_of_ours_that_is_damaged_raises(
+    ours: Any, why: str, tmp_path: Path
+) -> None:
+    """Its names are strings, each tensor's once, with fields and values this reader knows:
+    a field whose name was damaged would otherwise load as if absent."""
+    pytest.importorskip("safetensors", reason=SAFETENSORS_REASON)
+    ours = json.dumps(ours)
+    header = {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}
+    raw = json.dumps({**header, "__metadata__": {"__asyncgrad__": ours}}).encode()
+    path = tmp_path / "named.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(12))
+    with pytest.raises(
+        RuntimeError, match=rf"named\.safetensors' is not a valid asyncgrad file: .*{why}"
+    ):
+        ag.load(path)
+
+
+def test_a_second_reference_to_a_torch_storage_is_checked_too(tmp_path: Path) -> None:
+    path = tmp_path / "refs.pt"
+    first, second = _torch_tensor([2], [1]), _torch_tensor([2], [1], numel=16)
+    _torch_like_zip(path, b"\x80\x02(" + first + second + b"l.", {"0": FOUR_FLOATS})
+    with pytest.raises(RuntimeError, match=r"refs\.pt' .*storage '0' holds 4 float32.* says 16"):
+        ag.load(path)
+
+
+@pytest.mark.parametrize(
+    ("pickled", "why"),
+    [
+        (_torch_tensor([4], [1])[:-2] + _pickled(3) + b"tR.", "metadata 3"),
+        (_torch_tensor([4], [1])[:-2] + b"}" + _pickled("sparse") + b"\x88stR.", "sparse"),
+        (_torch_tensor([4], [1]).replace(b")R", _pickled(([(1, 2)],)) + b"R") + b".", "arguments"),
+        (_torch_tensor([4], [1]).replace(b")R", b")RNK\x07") + b".", "TypeError.* positional"),
+    ],
+)
+def test_a_torch_tensor_with_malformed_arguments_raises(
+    pickled: bytes, why: str, tmp_path: Path
+) -> None:
+    """torch.save gives each tensor empty backward hooks, and metadata only for the bits it
+    knows; anything else is no file torch wrote."""
+    path = tmp_path / "args.pt"
+    _torch_like_zip(path, b"\x80\x02" + pickled, {"0": FOUR_FLOATS})
+    with pytest.raises(RuntimeError, match=rf"args\.pt' is not a valid asyncgrad file: .*{why}"):
+        ag.load(path)
+
+
+def test_torch_tensors_marked_conjugated_or_negated_load_with_their_values(
+    tmp_path: Path,
+) -> None:
+    """torch saves ``x.conj()`` as x's storage and a conjugate bit, ``x.conj().imag`` as a
+    view of it and a negative bit: the values load as torch's ``resolve_conj()`` gives."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    z, y = torch.tensor([1 + 2j, 3 - 1j]), torch.tensor([[4 - 5j, 6j]])
+    saved = {"conj": z.conj(), "t": z.conj()[None].t(), "neg": y.conj().imag, "both": -y.conj()}
+    assert saved["conj"].is_conj()
+    assert saved["neg"].is_neg()
+    path = tmp_path / "bits.pt"
+    torch.save(saved, path)
+    got = ag.load(path)
+    for k, v in saved.items():
+        np.testing.assert_array_equal(got[k].numpy(), v.resolve_conj().resolve_neg().numpy())
+    got["conj"].numpy()[1] = 7j  # views with the same bits share their storage, as in torch
+    assert got["t"].numpy()[1, 0] == 7j
+
+
+def test_a_huge_expanded_torch_tensor_with_a_bit_loads_without_allocating_it(
+    tmp_path: Path,
+) -> None:
+    """The bit is applied to the storage, not to the 2**30 elements of the view."""
+    path = tmp_path / "expanded_conj.pt"
+    bit = b"}" + _pickled("conj") + b"\x88s"
+    tensor = _torch_tensor([2**30], [0], kind="ComplexFloat", numel=2)[:-2] + bit + b"tR"
+    _torch_like_zip(path, b"\x80\x02" + tensor + b".", {"0": np.complex64(1 + 2j).tobytes() * 2})
+    assert _peak_bytes(lambda: ag.load(path)) < SMALL
+    t = ag.load(path)
+    assert t.shape == (2**30,)
+    assert t[2**30 - 1].numpy() == 1 - 2j
+
+
+def _same_as_torch(got: Any, want: Any, where: str = "obj") -> None:
+    """``got`` (from ag.load) holds what ``want`` (from torch.load) holds, bit for bit."""
+    import torch
+
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, ag.Tensor), where
+        assert isinstance(got, nn.Parameter) == isinstance(want, torch.nn.Parameter), where
+        assert got.requires_grad == want.requires_grad, where
+        host = want.detach().resolve_conj().resolve_neg().numpy()
+        assert got.dtype == host.dtype, where
+        assert got.shape == host.shape, where
+        ours = np.ascontiguousarray(got.detach().numpy())
+        assert ours.tobytes() == np.ascontiguousarray(host).tobytes(), where
+    elif isinstance(want, dict):
+        assert type(got) is type(want), where
+        assert list(got) == list(want), where
+        for k in want:
+            _same_as_torch(got[k], want[k], f"{where}[{k!r}]")
+    elif isinstance(want, list | tuple):
+        assert type(got) is type(want), where
+        assert len(got) == len(want), where
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            _same_as_torch(a, b, f"{where}[{i}]")
+    else:
+        assert type(got) is type(want), where
+        assert got == want or (got != got and want != want), where  # NaN is NaN
+
+
+def _torch_objects() -> dict[str, Any]:
+    """What torch.save writes in a checkpoint: every dtype both read, views, bits, containers."""
+    import torch
+
+    torch.manual_seed(0)
+    dtypes = [
+        torch.float32, torch.float64, torch.float16, torch.int8, torch.int16, torch.int32,
+        torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+    ]  # fmt: skip
+    base = torch.arange(24.0).reshape(4, 6)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    return {
+        "dtypes": [(torch.randn(3) * 50).to(d) for d in dtypes],
+        "shapes": [torch.tensor(2.5), torch.zeros(0, 3), torch.ones(2, 0, dtype=torch.int64)],
+        "views": [base, base[1:3, ::2], base.t(), base[2], base[:1].expand(3, 6), base.view(-1)],
+        "bits": [torch.tensor([1 + 1j]).conj(), torch.tensor([2 - 3j]).conj().imag],
+        "grad": [torch.nn.Parameter(torch.ones(2)), torch.randn(2, requires_grad=True)],
+        "frozen": torch.nn.Parameter(torch.ones(1), requires_grad=False),
+        "model": m.state_dict(),
+        "opt": opt.state_dict(),
+        "plain": (None, True, 3, -(2**70), 1.5, float("nan"), "text", {1: "one"}, [()]),
+    }
+
+
+def test_files_torch_writes_load_as_torch_loads_them(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    path = tmp_path / "all.pt"
+    torch.save(_torch_objects(), path)
+    got = ag.load(path)
+    _same_as_torch(got, torch.load(path, weights_only=True))
+    assert type(got["model"]) is OrderedDict
+    got["views"][0][1, 0] = -1.0  # views share their base's memory, as torch's do
+    assert got["views"][1][0, 0].item() == -1.0
+    assert got["views"][2][0, 1].item() == -1.0
+    assert got["views"][5][6].item() == -1.0
+
+
+def test_a_torch_file_in_its_legacy_format_raises_naming_the_file(tmp_path: Path) -> None:
+    """torch.save(..., _use_new_zipfile_serialization=False) writes one pickle stream with
+    the storages after it: not read (it needs pickle's own loader for its header)."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    path = tmp_path / "legacy.pt"
+    torch.save({"w": torch.ones(2)}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(RuntimeError, match=r"legacy\.pt' is not a valid asyncgrad file"):
+        ag.load(path)
+
+
+def _zip_bytes(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, raw in members.items():
+            z.writestr(zipfile.ZipInfo(name), raw)
+    return out.getvalue()
+
+
+def test_a_zip_directory_that_drops_members_raises(tmp_path: Path) -> None:
+    """zipfile reads a zip's directory by its length in bytes: a damaged length (or a
+    member's comment length) would drop members without a word."""
+    data = bytearray(_zip_bytes({"a.npy": _npy_header((1,)) + bytes(8), "b.npy": b""}))
+    end = bytes(data).rindex(b"PK\x05\x06")
+    data[end + 12 : end + 16] = (0).to_bytes(4, "little")  # the directory's length in bytes
+    path = tmp_path / "dropped.npz"
+    path.write_bytes(data)
+    with pytest.raises(RuntimeError, match=r"dropped\.npz' .*lists 0 members.* end record 2"):
+        ag.load(path)
+
+
+def test_a_zip_that_holds_a_member_twice_raises(tmp_path: Path) -> None:
+    path = tmp_path / "twice.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("w.npy", _npy_header((1,)) + np.float64(1.0).tobytes())
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            z.writestr("w.npy", _npy_header((1,)) + np.float64(2.0).tobytes())
+    with pytest.raises(RuntimeError, match=r"twice\.npz' .*'w\.npy' twice"):
         ag.load(path)
