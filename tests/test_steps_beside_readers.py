@@ -217,7 +217,10 @@ def test_a_saved_weight_stepped_many_times_during_one_op_still_finds_its_version
         held.append(w.array)
         step()
     assert [version_counter_of(w, h)[0] for h in held[1:]] == list(range(6, 13))
-    with pytest.raises(RuntimeError, match=r"given new values 8 times by optimizer steps"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"given a new array while an operation read it \(by at least 8 optimizer steps",
+    ):
         version_counter_of(w, a)
 
 

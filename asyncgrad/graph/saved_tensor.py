@@ -42,13 +42,19 @@ class SavedTensor:
         vc = tensor._vc  # read before the array: See version_counter_of
         if array is None:
             self.array = tensor._array
-            self.vc = vc
-        elif tensor._meta is None and tensor._array is array:  # no step ever published for it
-            self.array = array
-            self.vc = vc
         else:
             self.array = array
-            self.vc = vc = version_counter_of(tensor, array)
+            if tensor._array is array:
+                m = tensor._meta
+                published = None if m is None else m.published
+                if published is not None:
+                    # A step published an array for this tensor: its newest pair, or a search.
+                    first = published[0]
+                    vc = first[1] if first[0] == id(array) else version_counter_of(tensor, array)
+                # else: no step ever published for it, so the counter read first is the array's
+            else:
+                vc = version_counter_of(tensor, array)
+        self.vc = vc
         self.version = vc[0]
         self.is_output = is_output
         # An output is saved without its grad_fn (the node would keep itself alive through it);
@@ -126,10 +132,11 @@ def version_counter_of(tensor: Tensor, array: Any) -> list[int]:
         if tensor._meta is m and (m is None or m.published is published):
             if current is array:
                 return vc
+            steps = len(published) if published is not None else 0
             raise RuntimeError(
-                f"a tensor of shape {list(array.shape)} was given new values "
-                f"{len(published or ())} times by optimizer steps while one operation read it: "
-                "the version its operation read is no longer known"
+                f"a tensor of shape {list(array.shape)} was given a new array while an "
+                f"operation read it (by at least {steps} optimizer steps, or `.data =`, or "
+                "`module.to()`): the version of the array that operation read is no longer known"
             )
 
 

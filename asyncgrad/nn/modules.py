@@ -450,6 +450,7 @@ def _replace_array(p: Tensor, new: Tensor, *args: Any, **kwargs: Any) -> None:
     p._vc[0] += 1
     if p._meta is not None:
         p._meta.grad_edge = None  # its accumulator recorded the old shape/dtype/device
+        p._meta.published = None  # the arrays steps published are no longer its own
     if p.grad is not None:
         g = p.grad.to(*args, **kwargs) if args or kwargs else p.grad.to(new.dtype)
         p._grad = None
