@@ -46,6 +46,11 @@ in tests, so the model is the strictest one CUDA allows:
   (NOTE [Generator state on the device]).
 * Host synchronisations. ``forbid_host_sync()`` makes every host wait on the calling thread raise
   HostSyncError, and ``record_host_syncs()`` collects them (NOTE [Host synchronisations]).
+* Ordering check. With ``ASYNCGRAD_SIM_CUDA_CHECK_ORDER=1`` (or ``configure(check_order=True)``)
+  every access to device memory is checked against the stream orders CUDA guarantees, whatever
+  the timing: one that no event wait or host wait puts after a conflicting access on another
+  stream (a read of a result nothing waited for, a reuse of a block another stream may still
+  read) raises StreamOrderError at the launch, naming both (NOTE [Ordering check]).
 * Errors. An exception raised by queued work is kept on its stream and raised by the next host wait
   on that stream (``synchronize``, an event's ``synchronize``, a host read, the device's
   ``synchronize``), like an asynchronous CUDA error; none is dropped. A GPU's own asynchronous
@@ -61,17 +66,18 @@ in tests, so the model is the strictest one CUDA allows:
 Current device and current streams are per host thread, as in CuPy. The public names are CuPy's
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
 ``configure``, ``inject_fault``, ``reset_device``, the status codes (``NOT_READY``, ...),
-``forbid_host_sync``, ``record_host_syncs`` and ``HostSyncError``, which are the simulator's own;
-CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...) are NumPy's, dispatching
-to the simulated device (module ``__getattr__``). Only CuPy's names and arguments work, on the
-module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a ufunc, no ``__index__``,
-...): See NOTE [CuPy's arguments only]. ``lib.stride_tricks.as_strided`` makes a view of the host
-buffer with its strides, like the other views.
+``forbid_host_sync``, ``record_host_syncs``, ``HostSyncError`` and ``StreamOrderError``, which are
+the simulator's own; CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...) are
+NumPy's, dispatching to the simulated device (module ``__getattr__``). Only CuPy's names and
+arguments work, on the module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a
+ufunc, no ``__index__``, ...): See NOTE [CuPy's arguments only]. ``lib.stride_tricks.as_strided``
+makes a view of the host buffer with its strides, like the other views.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
 import collections
 import contextlib
 import functools
@@ -98,6 +104,7 @@ __all__ = [
     "Event",
     "HostSyncError",
     "Stream",
+    "StreamOrderError",
     "arange",
     "array",
     "asarray",
@@ -152,7 +159,8 @@ complex128: Final = np.complex128
 
 # ----------------------------------------------------------------------------- settings
 class _Settings:
-    """Device count, random delay and the delay's generator; read from the environment once."""
+    """Device count, random delay and the delay's generator; read from the environment once
+    (with whether the ordering check is on, which ``_order`` keeps)."""
 
     __slots__ = ("delay", "devices", "lock", "rng")
 
@@ -162,6 +170,8 @@ class _Settings:
         seed = os.environ.get("ASYNCGRAD_SIM_CUDA_SEED")
         self.rng = _stdrandom.Random(int(seed) if seed else None)
         self.lock = threading.Lock()
+        if (os.environ.get("ASYNCGRAD_SIM_CUDA_CHECK_ORDER") or "0").strip() not in ("", "0"):
+            _order.reset(True)
 
 
 _settings_lock: Final = threading.Lock()
@@ -180,13 +190,20 @@ def _settings() -> _Settings:
 
 
 def configure(
-    devices: int | None = None, delay: float | None = None, seed: int | None = None
+    devices: int | None = None,
+    delay: float | None = None,
+    seed: int | None = None,
+    check_order: bool | None = None,
 ) -> None:
     """Change the simulation: the number of devices, the largest random sleep (seconds) before each
-    work item of a stream (0: none), the seed of those sleeps. ``None`` leaves a setting as it is;
-    the defaults come from ``ASYNCGRAD_SIM_CUDA``, ``ASYNCGRAD_SIM_CUDA_DELAY`` and
-    ``ASYNCGRAD_SIM_CUDA_SEED``. The delay may change at any time, also while streams run."""
+    work item of a stream (0: none), the seed of those sleeps, and whether every access is checked
+    against the stream orders (See NOTE [Ordering check]). ``None`` leaves a setting as it is; the
+    defaults come from ``ASYNCGRAD_SIM_CUDA``, ``ASYNCGRAD_SIM_CUDA_DELAY``,
+    ``ASYNCGRAD_SIM_CUDA_SEED`` and ``ASYNCGRAD_SIM_CUDA_CHECK_ORDER``. The delay may change at any
+    time, also while streams run; turning the check on or off forgets what it tracked."""
     settings = _settings()
+    if check_order is not None:
+        _order.reset(bool(check_order))
     if devices is not None:
         if devices < 0:
             raise ValueError(f"devices must be >= 0, got {devices}")
@@ -257,6 +274,342 @@ def _raise_async(errors: list[BaseException], where: str) -> None:
     raise first
 
 
+# ----------------------------------------------------------------------------- ordering check
+# NOTE [Ordering check]
+# Poison and random delays show a missing synchronisation only when the producer happens to be
+# late, which depends on the machine's load. With ``configure(check_order=True)`` (or
+# ``ASYNCGRAD_SIM_CUDA_CHECK_ORDER=1``) the simulator also checks every access against CUDA's
+# ordering rules, whatever the timing, as a race detector does: a launch that reads memory whose
+# last write is not ordered before it, or writes memory that other unordered work still reads or
+# writes, raises StreamOrderError at the launch, naming both accesses and where they ran. The
+# orders it knows are CUDA's, kept as vector clocks (an entry per queue; each host thread keeps
+# what it has seen finished):
+#   - the work of one stream is ordered by its queue;
+#   - ``Stream.wait_event`` orders the work queued after it after the event's point (also where
+#     the simulator skips an event that has already run: a GPU would still order it);
+#   - a host wait (a stream's, an event's or a device's ``synchronize``, a host read) and an event
+#     query or ``Stream.done`` that answers "done" order the calling thread after the work it
+#     saw finished, and the work it launches later after that;
+#   - a block that the pool hands out again is ordered after what the thread that freed it knew
+#     (the engine drops arrays on its releaser thread once their events are done); that
+#     knowledge orders the reuse alone, not the allocating thread's later launches.
+# A host function that has run orders nothing on the host: its thread cannot launch, and a waiter
+# learns from a query. A host access needs no entry: it is over when its call returns, so all
+# that is launched later, from any thread, follows it. What a query answers depends on timing:
+# where a missing order must show every time, a test holds the stream whose work must not be
+# seen finished (a gate), so that no query answers "done" early.
+# Memory is tracked by block (See NOTE [Memory pool]), with every view of it:
+# a launch reads its array operands and writes its results, its ``out=`` arrays and the targets
+# of in-place kernels (assignment, ``put``, ``add.at``, ``copyto``, draws advancing a
+# generator's state); a host read reads and a host assignment writes. An allocation writes its
+# block on its stream at once, as the pool may hand out a block freed there whose earlier readers
+# on other streams have not run: so work on another stream that is not ordered after an
+# allocation must not touch the array, even to write it (torch's docs give the same rule for its
+# caching allocator). And as CuPy's pool splits and merges the blocks freed on a stream, an
+# allocation there, of any size, must be ordered after every other stream's access to all of
+# them (the simulator itself reuses blocks of the same size only: the check does not rely on
+# that). The check sees only memory allocated, and orders made, while it is on: turn it on before
+# the arrays and streams it checks are made. tests/cuda/conftest.py turns it on for every CUDA
+# test on the simulator; tests/backend/test_sim_order.py tests the check itself.
+class StreamOrderError(RuntimeError):
+    """A device access that no stream order or host wait puts after an earlier conflicting one
+    (See NOTE [Ordering check])."""
+
+
+class _Access:
+    """The accesses to one block that later ones must be ordered after: the last write, and the
+    reads since then (one per clock entry: its last), each ``(entry, index, what)``."""
+
+    __slots__ = ("reads", "write")
+
+    def __init__(self) -> None:
+        self.write: tuple[int, int, str] | None = None
+        self.reads: dict[int, tuple[int, str]] = {}
+
+
+class _Order:
+    """The state of the ordering check: whether it is on, the tracked blocks, and the queues by
+    clock entry (for messages)."""
+
+    __slots__ = ("blocks", "epoch", "lock", "on", "queues")
+
+    def __init__(self) -> None:
+        self.on = False
+        self.epoch = 0  # bumped when turned on or off: host clocks start again
+        self.lock = threading.RLock()
+        self.blocks: dict[int, tuple[weakref.ref[_Array], _Access]] = {}
+        self.queues: weakref.WeakValueDictionary[int, _Queue] = weakref.WeakValueDictionary()
+
+    def reset(self, on: bool) -> None:
+        with self.lock:
+            self.on = on
+            self.epoch += 1
+            self.blocks.clear()
+            for queue in list(self.queues.values()):
+                queue.pool.released.clear()
+
+
+_order: Final = _Order()
+atexit.register(_order.reset, False)  # blocks freed at exit are not checked
+_clock_entries: Final = itertools.count(1)  # the queues' entries in a clock
+_clock_versions: Final = itertools.count(1)
+
+
+class _HostClock(threading.local):
+    """What this thread has seen finished (See NOTE [Ordering check])."""
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        self.known: dict[int, int] = {}
+        self.version = 0
+
+    def get(self) -> _HostClock:
+        if self.epoch != _order.epoch:
+            self.epoch = _order.epoch
+            self.known = {}
+            self.version = next(_clock_versions)
+        return self
+
+
+_host_clock: Final = _HostClock()
+
+
+def _join(into: dict[int, int], other: dict[int, int]) -> bool:
+    """``into`` made to know everything ``other`` knows; whether it learned anything."""
+    grew = False
+    for key, n in other.items():
+        if into.get(key, 0) < n:
+            into[key] = n
+            grew = True
+    return grew
+
+
+# A thread's clock is read and changed by that thread alone: no lock (a block may be freed, and
+# its clock copied, anywhere, even by the garbage collector inside a locked section:
+# _Block.__del__).
+def _host_learns(known: dict[int, int] | None) -> None:
+    """This thread has seen the work that ``known`` covers finished."""
+    if known is None or not _order.on:
+        return
+    clock = _host_clock.get()
+    if _join(clock.known, known):
+        clock.version = next(_clock_versions)
+
+
+def _register_block(memory: _Array) -> None:
+    """Track a block allocated while the check is on (its id, until it is collected)."""
+    key = id(memory)
+    blocks = _order.blocks
+
+    def forget(_: object, key: int = key) -> None:
+        entry = blocks.get(key)
+        if entry is not None and entry[0]() is None:
+            del blocks[key]
+
+    blocks[key] = (weakref.ref(memory, forget), _Access())
+
+
+def _access_of(a: Any) -> _Access | None:
+    """The access record of the tracked block an array (or view) lies in, or None."""
+    root = a
+    while True:
+        base = root.base
+        if base is None:
+            break
+        if not isinstance(base, np.ndarray):
+            base = getattr(base, "base", None)  # as_strided wraps its base
+            if not isinstance(base, np.ndarray):
+                break
+        root = base
+    entry = _order.blocks.get(id(root))
+    if entry is None or entry[0]() is not root:
+        return None
+    return entry[1]
+
+
+def _arrays_in(obj: Any, found: list[_Array]) -> None:
+    t = type(obj)
+    if isinstance(obj, np.ndarray):
+        if obj.base is not None:  # device memory is a view of its block; host copies are not
+            found.append(obj)
+    elif t is tuple or t is list:
+        for item in obj:
+            _arrays_in(item, found)
+    elif t is dict:
+        for item in obj.values():
+            _arrays_in(item, found)
+
+
+def _is_at(func: Any) -> bool:
+    return getattr(func, "__name__", None) == "at" and isinstance(
+        getattr(func, "__self__", None), np.ufunc
+    )
+
+
+def _kernel_accesses(
+    func: Any, args: tuple[Any, ...], kw: dict[str, Any], reads: list[_Array], writes: list[_Array]
+) -> None:
+    """What a kernel ``func(*args, **kw)`` reads and writes (See NOTE [Ordering check])."""
+    if func is _run_into:
+        plan, inner, inner_args, inner_kw = args
+        _arrays_in(plan, writes)
+        _kernel_accesses(inner, inner_args, inner_kw, reads, writes)
+        return
+    _arrays_in(args, reads)
+    _arrays_in(kw, reads)
+    _arrays_in(kw.get("out"), writes)
+    if func in _WRITES_FIRST or _is_at(func):
+        _arrays_in(args[:1], writes)
+    elif func is _draw_into:
+        _arrays_in(args[:2], writes)
+
+
+def _work_name(work: Any) -> str:
+    func = getattr(work, "func", work)
+    if func is _run_into:
+        func = work.args[1]
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return str(name or type(func).__name__)
+
+
+_HOST: Final = 0  # the entry of a host access (never recorded: See NOTE [Ordering check])
+
+
+def _entry_name(entry: int) -> str:
+    if entry == _HOST:
+        return "the host"
+    queue = _order.queues.get(entry)
+    return f"stream #{entry}" if queue is None else queue.name
+
+
+def _race(
+    what: str, entry: int, verb: str, earlier: tuple[int, int, str], earlier_verb: str
+) -> StreamOrderError:
+    return StreamOrderError(
+        f"{what} on {_entry_name(entry)} {verb} memory that {earlier[2]} on "
+        f"{_entry_name(earlier[0])} {earlier_verb}, and nothing orders the two (no event wait or "
+        "host wait between them; See NOTE [Ordering check])"
+    )
+
+
+def _check(
+    entry: int,
+    index: int,
+    known: dict[int, int],
+    what: str,
+    reads: list[_Array],
+    writes: list[_Array],
+) -> None:
+    """Check the accesses of one piece of work (at ``index`` of clock entry ``entry``, which
+    knows ``known``), then record them; raise StreamOrderError for the first race."""
+
+    def ordered(earlier: int, at: int) -> bool:
+        return earlier == entry or known.get(earlier, 0) > at
+
+    written: dict[int, _Access] = {}
+    for a in writes:
+        acc = _access_of(a)
+        if acc is not None:
+            written[id(acc)] = acc
+    read: dict[int, _Access] = {}
+    for a in reads:
+        acc = _access_of(a)
+        if acc is not None and id(acc) not in written:
+            read[id(acc)] = acc
+    for acc in read.values():
+        w = acc.write
+        if w is not None and not ordered(w[0], w[1]):
+            raise _race(what, entry, "reads", w, "wrote")
+    for acc in written.values():
+        w = acc.write
+        if w is not None and not ordered(w[0], w[1]):
+            raise _race(what, entry, "writes", w, "wrote")
+        for reader, (at, name) in acc.reads.items():
+            if not ordered(reader, at):
+                raise _race(what, entry, "writes", (reader, at, name), "read")
+    if entry == _HOST:  # over already: nothing later can race with it (NOTE [Ordering check])
+        for acc in written.values():
+            acc.write = None
+            acc.reads = {}
+        return
+    for acc in read.values():
+        acc.reads[entry] = (index, what)
+    for acc in written.values():
+        acc.write = (entry, index, what)
+        acc.reads = {}
+
+
+def _check_submit(queue: _Queue, work: _Work) -> None:
+    """The ordering check of a piece of work being queued (called with ``_order.lock`` held)."""
+    reads: list[_Array] = []
+    writes: list[_Array] = []
+    func = getattr(work, "func", None)
+    if func is not None and func is not _call_host_func:  # a host function reads no device memory
+        _kernel_accesses(func, work.args, work.keywords, reads, writes)  # type: ignore[attr-defined]
+    if not reads and not writes:
+        return
+    known = queue.clock()
+    _check(queue.qid, known[queue.qid], known, _work_name(work), reads, writes)
+
+
+def _check_host(what: str, reads: list[_Array], writes: list[_Array]) -> None:
+    """The ordering check of a host read or write of device memory, on this thread."""
+    with _order.lock:
+        _check(_HOST, 0, _host_clock.get().known, what, reads, writes)
+
+
+# An access to a freed block by another stream than its own: (entry, index, what, "read" or
+# "wrote").
+_Earlier = tuple[int, int, str, str]
+
+
+def _released(queue: _Queue, memory: _Array, known: dict[int, int]) -> None:
+    """A block of ``queue``'s goes back to its pool: remember the accesses of other streams to
+    it, which every later allocation there must be ordered after. (Called by _Block.__del__,
+    anywhere: no lock.)"""
+    acc = _access_of(memory)
+    if acc is None:
+        return
+    others: list[_Earlier] = []
+    w = acc.write
+    if w is not None and w[0] != queue.qid:
+        others.append((w[0], w[1], w[2], "wrote"))
+    for entry, (at, name) in list(acc.reads.items()):
+        if entry != queue.qid:
+            others.append((entry, at, name, "read"))
+    if others:
+        queue.pool.released.append((others, known))
+
+
+def _check_allocation(queue: _Queue, memory: _Array, freed_by: dict[int, int] | None) -> None:
+    """An allocation on ``queue`` writes its block there. CuPy's pool may carve it out of any
+    block freed on that stream (it splits and merges them), so it must be ordered after every
+    access of another stream to those, or after what the thread that freed them knew (See NOTE
+    [Ordering check])."""
+    with _order.lock:
+        if _access_of(memory) is None:  # fresh, or freed before the check was on
+            _register_block(memory)
+        own = queue.clock()
+        released = queue.pool.released
+        for _ in range(len(released)):
+            others, known = released.popleft()
+            if known is not None:
+                known = dict(known)
+                _join(known, own)
+            else:
+                known = own
+            left = [o for o in others if known.get(o[0], 0) <= o[1]]
+            if left:
+                released.appendleft((left, known))
+                entry, at, name, verb = left[0]
+                raise _race("an allocation", queue.qid, "writes", (entry, at, name), verb)
+        known = own
+        if freed_by is not None:
+            known = dict(own)
+            _join(known, freed_by)
+        _check(queue.qid, own[queue.qid] - 1, known, "an allocation", [], [memory])
+
+
 # NOTE [Lingering stream threads]
 # Starting a thread costs about 100 us, ten times a small launch; a thread that left the moment
 # its queue ran dry would be started again for nearly every launch of a program that waits for
@@ -277,15 +630,19 @@ class _Queue:
     """
 
     __slots__ = (
+        "__weakref__",
         "completed",
         "device",
         "dismissed",
         "done",
         "errors",
         "items",
+        "known",
         "lock",
         "name",
         "pool",
+        "qid",
+        "seen",
         "submitted",
         "thread",
         "wake",
@@ -304,11 +661,42 @@ class _Queue:
         self.device = device
         self.name = name
         self.pool = _Pool()  # See NOTE [Memory pool]
+        # The ordering check's clock entry, and what the queue's next work is ordered after (See
+        # NOTE [Ordering check]).
+        self.qid = next(_clock_entries)
+        self.known: dict[int, int] = {}
+        self.seen = -1  # the version of the host clock it joined last
+        _order.queues[self.qid] = self
+        device.queues.add(self)
 
     def submit(self, work: _Work) -> None:
         """Queue ``work``; on a broken device, raise its error instead, as a launch, a record or
-        a wait queued on a GPU then fails (See NOTE [Sticky errors])."""
+        a wait queued on a GPU then fails (See NOTE [Sticky errors]). With the ordering check on,
+        raise StreamOrderError instead for work that races (See NOTE [Ordering check])."""
         self.device.raise_fault()
+        if _order.on:
+            with _order.lock:
+                _check_submit(self, work)
+                self._append(work)
+            return
+        self._append(work)
+
+    def clock(self) -> dict[int, int]:
+        """What the work queued next is ordered after, itself included: the queue's clock, after
+        what the calling thread knows (See NOTE [Ordering check]); with ``_order.lock`` held."""
+        host = _host_clock.get()
+        known = self.known
+        if self.seen != host.version:
+            _join(known, host.known)
+            self.seen = host.version
+        known[self.qid] = self.submitted
+        return known
+
+    def snapshot(self) -> dict[int, int]:
+        """A copy of ``clock()``: what the work queued so far is ordered after."""
+        return dict(self.clock())
+
+    def _append(self, work: _Work) -> None:
         with self.lock:
             self.items.append(work)
             self.submitted += 1
@@ -359,6 +747,10 @@ class _Queue:
         """Block until the work queued before ``point`` (default: all) has run; take the errors.
         A thread left idle is dismissed and joined (See NOTE [Lingering stream threads])."""
         _host_wait()  # See NOTE [Host synchronisations]
+        known = None
+        if _order.on and point is None:
+            with _order.lock:
+                known = self.snapshot()
         with self.lock:
             target = self.submitted if point is None else point
             while self.completed < target:
@@ -375,6 +767,8 @@ class _Queue:
                 self.wake.notify()
         if idle is not None and idle is not threading.current_thread():
             idle.join()
+        if known is not None:
+            _host_learns(known)
         return errors
 
     def synchronize(self, point: int | None = None) -> None:
@@ -382,11 +776,20 @@ class _Queue:
         self.device.raise_fault()
         _raise_async(errors, self.name)
 
-    def wait_for(self, point: int) -> None:
-        """On another stream's thread: block until the work queued here before ``point`` ran."""
-        with self.lock:
-            while self.completed < point:
-                self.done.wait()
+    def wait_for(self, point: int, waiter: _DeviceState) -> None:
+        """On a thread of another stream, of device ``waiter``: block until the work queued here
+        before ``point`` has run, or until ``waiter`` breaks. A broken device runs nothing more,
+        so its stream gives up the wait at once, as its thread would not exist on a GPU (See
+        NOTE [Sticky errors]; the device's host waits then return at once too)."""
+        with waiter.lock:
+            waiter.waits.append(self)
+        try:
+            with self.lock:
+                while self.completed < point and not waiter.fault:
+                    self.done.wait()
+        finally:
+            with waiter.lock:
+                waiter.waits.remove(self)
 
 
 class _DeviceState:
@@ -394,12 +797,14 @@ class _DeviceState:
     while the device is current, the queues that have work or errors, and the status of the error
     that broke its context (0 while it works, See NOTE [Sticky errors])."""
 
-    __slots__ = ("busy", "default_queue", "fault", "index", "lock", "numbers")
+    __slots__ = ("busy", "default_queue", "fault", "index", "lock", "numbers", "queues", "waits")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.lock = threading.Lock()
         self.busy: set[_Queue] = set()
+        self.queues: weakref.WeakSet[_Queue] = weakref.WeakSet()  # all, for the ordering check
+        self.waits: list[_Queue] = []  # the queues its streams' threads wait for now
         self.numbers = itertools.count(1)
         self.fault = SUCCESS
         self.default_queue = _Queue(self, f"asyncgrad-sim-stream-{index}-0")
@@ -411,18 +816,30 @@ class _DeviceState:
 
     def wait(self) -> list[BaseException]:
         """Block until every queue of the device has run its work; take their errors."""
+        known: list[dict[int, int]] = []
+        if _order.on:  # the host is ordered after every stream, idle ones too
+            with _order.lock:
+                known = [queue.snapshot() for queue in list(self.queues)]
         with self.lock:
             queues = list(self.busy)
         errors: list[BaseException] = []
         for queue in queues:
             errors.extend(queue.wait())
+        for k in known:
+            _host_learns(k)
         return errors
 
     def fail(self, status: int) -> None:
-        """Break the device's context, as a kernel failing with ``status`` does."""
+        """Break the device's context, as a kernel failing with ``status`` does; its streams'
+        waits for other devices' work end (See _Queue.wait_for)."""
         with self.lock:
-            if not self.fault:
-                self.fault = status
+            if self.fault:
+                return
+            self.fault = status
+            waits = list(self.waits)
+        for queue in waits:
+            with queue.lock:
+                queue.done.notify_all()
 
     def raise_fault(self) -> None:
         """Raise the error that broke the device's context, if one did."""
@@ -631,9 +1048,12 @@ class Stream:
         queue, point = event._queue, event._point
         here = self._queue
         here.device.raise_fault()  # cudaStreamWaitEvent fails on a broken device
+        if _order.on and event._known is not None and queue is not here:
+            with _order.lock:  # ordered also where the event has run (NOTE [Ordering check])
+                _join(here.known, event._known)
         if queue is None or queue is here or queue.completed >= point:
             return
-        here.submit(functools.partial(queue.wait_for, point))
+        here.submit(functools.partial(queue.wait_for, point, here.device))
         here.pool.waited = here.submitted  # See NOTE [Memory pool]
 
     def synchronize(self) -> None:
@@ -643,6 +1063,12 @@ class Stream:
     @property
     def done(self) -> bool:
         queue = self._queue
+        if _order.on:
+            with _order.lock:
+                known = queue.snapshot()
+            if queue.completed < known[queue.qid]:
+                return False
+            _host_learns(known)
         with queue.lock:
             return queue.completed == queue.submitted
 
@@ -695,7 +1121,7 @@ class Event:
     ``cuda.runtime.eventQuery``, and ``done`` is whether that query returns ``cudaSuccess`` (False
     for good once its device is broken, See NOTE [Sticky errors])."""
 
-    __slots__ = ("__weakref__", "_device", "_disable_timing", "_point", "_queue", "ptr")
+    __slots__ = ("__weakref__", "_device", "_disable_timing", "_known", "_point", "_queue", "ptr")
 
     _ptrs: ClassVar[Iterator[int]] = itertools.count(1)
 
@@ -710,6 +1136,7 @@ class Event:
         self._disable_timing = disable_timing  # for tests: CUDA keeps no timing data then
         self._queue: _Queue | None = None
         self._point = 0
+        self._known: dict[int, int] | None = None  # See NOTE [Ordering check]
         self.ptr = next(Event._ptrs)
         _events[self.ptr] = self
 
@@ -717,8 +1144,13 @@ class Event:
         """Mark the work queued so far on ``stream`` (default: the current stream)."""
         queue = (get_current_stream() if stream is None else stream)._queue
         queue.device.raise_fault()  # cudaEventRecord fails on a broken device
-        with queue.lock:
-            self._queue, self._point = queue, queue.submitted
+        if _order.on:
+            with _order.lock:
+                known = queue.snapshot()
+                self._queue, self._point, self._known = queue, known[queue.qid], known
+        else:
+            with queue.lock:
+                self._queue, self._point, self._known = queue, queue.submitted, None
         self._device = queue.device
 
     def _status(self) -> int:
@@ -726,7 +1158,12 @@ class Event:
         if fault:
             return fault
         queue = self._queue
-        return SUCCESS if queue is None or queue.completed >= self._point else NOT_READY
+        if queue is None:
+            return SUCCESS
+        if queue.completed < self._point:
+            return NOT_READY
+        _host_learns(self._known)  # the host saw the work before it done
+        return SUCCESS
 
     @property
     def done(self) -> bool:
@@ -735,6 +1172,7 @@ class Event:
     def synchronize(self) -> None:
         if self._queue is not None:
             self._queue.synchronize(self._point)
+            _host_learns(self._known)
         else:
             self._device.raise_fault()
 
@@ -852,6 +1290,9 @@ _POOL_KEEP_BYTES: Final = 64 << 20
 _POOL_PENDING_MAX: Final = 1024
 
 
+_Freed = tuple[_Array, int, "dict[int, int] | None"]
+
+
 class _Pool:
     """The free blocks of one stream (See NOTE [Memory pool]).
 
@@ -860,17 +1301,25 @@ class _Pool:
     to ``sizes`` under ``lock``.
     """
 
-    __slots__ = ("freed", "kept", "lock", "sizes", "waited")
+    __slots__ = ("freed", "kept", "lock", "released", "sizes", "waited")
 
     def __init__(self) -> None:
-        self.freed: collections.deque[tuple[_Array, int]] = collections.deque()
-        self.sizes: dict[int, list[tuple[_Array, int]]] = {}
+        # (block, its queue's point at the free, what the freeing thread knew: NOTE [Ordering
+        # check])
+        self.freed: collections.deque[_Freed] = collections.deque()
+        self.sizes: dict[int, list[_Freed]] = {}
         self.kept = 0
         self.lock = threading.Lock()
         self.waited = 0  # the queue's count of work after its last wait for another stream
+        # Blocks freed while other streams' accesses to them were not known to be ordered before
+        # the free, and what the freeing thread knew (See NOTE [Ordering check]).
+        self.released: collections.deque[tuple[list[_Earlier], dict[int, int] | None]] = (
+            collections.deque()
+        )
 
-    def take(self, size: int) -> tuple[_Array, int] | None:
-        """A free block of ``size`` bytes and its queue's point at its free, or None."""
+    def take(self, size: int) -> _Freed | None:
+        """A free block of ``size`` bytes, its queue's point at its free and what the thread
+        that freed it knew, or None."""
         if not self.freed and not self.sizes.get(size):
             return None
         with self.lock:
@@ -899,11 +1348,23 @@ class _Block:
 
     # The limits are bound here: at interpreter exit the module's globals may be gone (None)
     # before the last arrays are.
-    def __del__(self, _keep: int = _POOL_KEEP_BYTES, _pending_max: int = _POOL_PENDING_MAX) -> None:
+    def __del__(
+        self,
+        _keep: int = _POOL_KEEP_BYTES,
+        _pending_max: int = _POOL_PENDING_MAX,
+        _check: _Order = _order,
+        _clock: _HostClock = _host_clock,
+        _note: Callable[[_Queue, _Array, dict[int, int]], None] = _released,
+    ) -> None:
         memory, queue = self.memory, self.queue
         freed = queue.pool.freed
+        known = None
+        if _check.on and _clock.epoch == _check.epoch:
+            # What this thread knew, for the block's next owner (See NOTE [Ordering check]).
+            known = dict(_clock.known)
+            _note(queue, memory, known)
         if memory.nbytes <= _keep and len(freed) < _pending_max:
-            freed.append((memory, queue.submitted))
+            freed.append((memory, queue.submitted, known))
 
 
 def _allocate(
@@ -927,9 +1388,13 @@ def _allocate(
         memory = np.empty(size, np.uint8)
         buf = np.ndarray(dims, dt, buffer=memory, order=order)
         _poison(buf)
+        if _order.on:
+            _check_allocation(queue, memory, None)
     else:
-        memory, point = reused
+        memory, point, freed_by = reused
         buf = np.ndarray(dims, dt, buffer=memory, order=order)
+        if _order.on:
+            _check_allocation(queue, memory, freed_by)
         if queue.completed >= point and queue.pool.waited <= point:
             _poison(buf)
         else:
@@ -1232,6 +1697,11 @@ def _sync_call(
     if found is None:
         found = _scan_call(args, kwargs)
     get_current_stream(device).synchronize()
+    if _order.on:
+        written: list[_Array] = []
+        _arrays_in(_substitute(kwargs.get("out"), _data_of), written)
+        what = f"a synchronous {getattr(func, '__name__', 'call')} on the host"
+        _check_host(what, [a._data for a in found], written)
     rargs, rkwargs = _substitute_call(args, kwargs, _data_of)
     with np.errstate(all="ignore"):
         r = func(*rargs, **rkwargs)
@@ -1887,6 +2357,8 @@ def _set_item(a: ndarray, key: tuple[Any, ...], value: Any) -> None:
             target[skey] = _standin_like(real) if on_device else real
     except Exception:
         get_current_stream(device).synchronize()
+        if _order.on:
+            _check_host("an assignment on the host", [x._data for x in found], [a._data])
         with np.errstate(all="ignore"):
             a._data[rkey if basic else _wrap_key(a._data.shape, rkey)] = real
         return
@@ -2493,6 +2965,8 @@ class ndarray:
         """A NumPy copy, after the stream (default: the current device's current stream) has run
         (also with ``blocking=False``: the copy is taken at once, so the call waits)."""
         self._host_queue(stream).synchronize()
+        if _order.on:
+            _check_host("a host read (get)", [self._data], [])
         if out is not None:
             np.copyto(out, self._data)
             return out  # type: ignore[no-any-return]
@@ -3642,3 +4116,20 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r} (as CuPy has none)")
     _wrapped[name] = wrapped
     return wrapped
+
+
+# Kernels that write their first argument (See NOTE [Ordering check]).
+_WRITES_FIRST: Final = frozenset(
+    {
+        np.copyto,
+        np.put,
+        _take_into,
+        _put,
+        _put_wrapped,
+        _put_wrap_mode,
+        _reshape_into,
+        _erf_into,
+        _poison,
+        _add_at_wrapped,
+    }
+)

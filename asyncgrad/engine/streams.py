@@ -22,7 +22,13 @@ current streams (taken when the graph task was built) waits for those streams, s
 later work sees the gradients, as in PyTorch; an awaiting caller also resumes only once the GPU has
 finished them (See NOTE [Waiting for the GPU] in asyncgrad/backend/cuda.py), so reading a
 returned gradient does not block.
+A leaf's accumulator is a consumer like any other: it runs on the stream that was current when
+it was made, at the leaf's first use in an op, and keeps that stream for the leaf's life (NOTE
+[Accumulator lifetime] in graph/accumulate_grad.py), so gradients from other streams are ordered
+and summed there, as torch's AccumulateGrad does.
 All of this is on only in a process that has used a CUDA device (``backend.cuda.loaded``).
+tests/cuda/test_stream_order.py runs each case under the simulator's ordering check, with and
+without the wait or deferred free it needs (NOTE [Ordering check] in asyncgrad/backend/sim.py).
 """
 
 from __future__ import annotations

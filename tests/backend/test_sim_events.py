@@ -164,6 +164,40 @@ def test_a_fault_drops_the_host_functions_and_waits_queued_behind_it() -> None:
     assert consumer._queue.completed == consumer._queue.submitted
 
 
+def test_a_broken_device_gives_up_its_waits_for_another_device() -> None:
+    """A stream of cuda:1 waits for cuda:0, which is busy; cuda:1 breaks meanwhile (a kernel on
+    another of its streams fails). Its stream runs nothing more, so its thread ends and the
+    device's host wait raises at once, while cuda:0 still runs, as on a GPU (the thread used to
+    stay blocked until cuda:0 was done, and the host wait with it)."""
+    producer = sim.cuda.Stream()
+    with sim.cuda.Device(1):
+        waiting = sim.cuda.Stream()
+    with held_by_kernel(producer):
+        ready = producer.record()
+        with sim.cuda.Device(1):
+            waiting.wait_event(ready)
+            with waiting:
+                behind = sim.ones(2) * 3  # never runs
+            sim.inject_fault()  # on cuda:1's default stream
+        outcome: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                sim.cuda.Device(1).synchronize()
+            except BaseException as exc:
+                outcome.append(exc)
+
+        host = threading.Thread(target=wait)
+        host.start()
+        host.join(TIMEOUT_S / 2)  # the hold lasts until the block ends (or TIMEOUT_S)
+        assert not host.is_alive(), "the host wait on cuda:1 waited for cuda:0"
+        assert producer._queue.completed < producer._queue.submitted, "cuda:0 still runs"
+        assert [type(e) for e in outcome] == [sim.CUDARuntimeError]
+        assert waiting._queue.thread is None, "cuda:1's stream kept its thread"
+    assert np.isnan(behind._data).all()
+    sim.reset_device(1)
+
+
 def test_errors_raised_by_a_kernels_python_code_are_not_sticky() -> None:
     stream = sim.cuda.Stream()
     with stream:

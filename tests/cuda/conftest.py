@@ -1,6 +1,8 @@
 """CUDA tests: on two simulated devices by default (see tests/conftest.py), on a real GPU with
 ASYNCGRAD_SIM_CUDA=0. Every test here carries the ``cuda`` marker.
 
+On the simulator the ordering check is on for every test here (``_ordering_checked``).
+
 Helpers for CUDA tests, on either kind of device (CUDA tests in other folders import them from
 ``tests.cuda.conftest``): the ``delays`` fixture (slow producers), ``needs_devices``,
 ``assert_close`` (NOTE [Tolerances on a GPU]), and ``host``, ``leaf``, ``side_stream`` and
@@ -37,6 +39,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _needs_cuda() -> None:
     if not ag.cuda.is_available():
         pytest.skip(f"no CUDA device: {runtime.why()}")
+
+
+@pytest.fixture(autouse=True)
+def _ordering_checked() -> Iterator[None]:
+    """On the simulator every CUDA test runs with the ordering check on (NOTE [Ordering check] in
+    asyncgrad/backend/sim.py): an access that no stream order puts after a conflicting one fails
+    the test at that access, whatever the timing."""
+    if not (ag.cuda.is_available() and runtime.simulated()):
+        yield
+        return
+    from asyncgrad.backend import sim
+
+    sim.configure(check_order=True)
+    try:
+        yield
+    finally:
+        sim.configure(check_order=False)
 
 
 @pytest.fixture(autouse=True)

@@ -88,8 +88,8 @@ def _summed_from_two_streams(
     the engine sums them on the default stream, reading both after waiting for their streams.
     A branch on ``s2`` recorded first (``v * 7``) runs after them in backward and allocates
     arrays of their size there."""
-    s1, s2 = side_stream(), side_stream()
     v = ag.tensor(vv, device="cuda", requires_grad=True)
+    s1, s2 = side_stream(), side_stream()
     with ag.cuda.stream(s2):
         u = (v * 7.0).sum()
     x = ag.tensor(xv, device="cuda", requires_grad=True)
@@ -184,6 +184,30 @@ async def test_a_cancelled_pass_frees_its_buffers_once_the_gpu_is_done() -> None
     assert _releaser_gone(RELEASE_TIMEOUT_S), "the releaser thread outlived its work"
 
 
+async def test_many_cancelled_passes_leave_nothing_held_once_the_gpu_is_done() -> None:
+    """Forty passes cancelled at different points (before, during and after their nodes ran, the
+    GPU held meanwhile): once the GPU has run their kernels, with no other pass after them, no
+    array is kept for them and the releaser has gone."""
+    runtime.prune_deferred()
+    assert runtime.deferred_count() == 0
+    xv = np.linspace(-1, 1, 6)
+    for i in range(40):
+        x = ag.tensor(xv, device="cuda", requires_grad=True)
+        loss = branches_on_two_streams(x)
+        gate = Gate(ag.cuda.current_stream())
+        task = asyncio.ensure_future(ag.grad(loss, [x]))
+        for _ in range(i % 7):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        gate.open()
+    assert _released_within(RELEASE_TIMEOUT_S), (
+        f"{runtime.deferred_count()} deferred frees left after the GPU finished"
+    )
+    assert _releaser_gone(RELEASE_TIMEOUT_S), "the releaser thread outlived its work"
+
+
 def test_deferred_arrays_of_a_broken_device_are_dropped(sim: Any) -> None:
     """A kernel that failed breaks its device: its events are never done. The releaser drops
     what waited for them instead of polling for ever."""
@@ -219,6 +243,7 @@ def test_default_streams_alone_keep_no_saved_values(monkeypatch: pytest.MonkeyPa
     gate.open()
     native = ag.cuda.current_stream().native
     raw = type(native)(non_blocking=True)  # the runtime's own stream, not ag.cuda.Stream
+    raw.wait_event(native.record())  # x was made on the current stream
     with raw:
         loss = ((x + 1.0) * x).sin().sum()
     ag.cuda.current_stream().native.wait_event(raw.record())

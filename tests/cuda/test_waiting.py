@@ -131,6 +131,37 @@ async def test_a_device_broken_mid_pass_fails_the_pass_and_the_engine_goes_on(
     np.testing.assert_array_equal(host(gz), np.full(4, 3.0))
 
 
+async def test_an_error_on_one_device_while_the_other_runs_leaves_no_stream_thread(
+    broken: Any,
+) -> None:
+    """The gradient of a leaf on cuda:1 is copied there from cuda:0, whose stream is busy: cuda:1's
+    stream waits for it. cuda:1 breaks meanwhile: the awaited pass fails with its error while
+    cuda:0 still runs, and cuda:1's stream, which will run nothing more, keeps no thread (one
+    stayed blocked in its wait until cuda:0 was done)."""
+    needs_devices(2)
+    x = leaf(np.linspace(-1.0, 1.0, 8), "cuda:1")
+    loss = (x.to("cuda:0") * 2.0).sin().sum()
+    with broken.cuda.Device(1):
+        elsewhere = broken.cuda.Stream(non_blocking=True)  # idle: its fault runs at once
+
+    def break_cuda1(_: ag.Tensor) -> None:
+        with broken.cuda.Device(1):
+            broken.inject_fault(elsewhere)
+
+    x.register_hook(break_cuda1)
+    held = long_kernel(ag.cuda.current_stream(0).native)
+    try:
+        with pytest.raises(broken.CUDARuntimeError, match="cudaErrorIllegalAddress"):
+            await asyncio.wait_for(ag.grad(loss, [x]), WAIT_S)
+        assert not ag.cuda.current_stream(0).query(), "cuda:0 still runs"
+        for thread in threading.enumerate():
+            if thread.name.startswith("asyncgrad-sim-stream-1-"):
+                thread.join(WAIT_S)
+                assert not thread.is_alive(), f"{thread.name} outlived its broken device"
+    finally:
+        held.set()
+
+
 def test_a_device_broken_mid_pass_fails_a_blocking_backward(broken: Any) -> None:
     x = leaf(np.linspace(-1.0, 1.0, 8))
     h = x * 2.0
