@@ -56,8 +56,9 @@ from ..graph.grad_mode import enable_grad
 #   and those views stay snapshots. A parameter that is itself a view of another tensor
 #   (``p._base`` is set) is updated in place, so that its base sees the update, as in torch (its
 #   readers on other threads are then not protected).
-# * The cost. One memory pass more per parameter per step (the update reads the old array and
-#   writes the new one), and no allocation in a plain loop: on the CPU, the array a step
+# * The cost. The update reads one array and writes another, not the same one (plain SGD on a
+#   784-256-256-10 MLP: the step took 77-79 µs in place, 78-107 µs this way), and about 1 µs of
+#   Python per parameter; no allocation in a plain loop: on the CPU, the array a step
 #   replaced becomes the parameter's spare, reused by the next step when nothing holds it any
 #   more (``sys.getrefcount``), so a plain loop alternates between two arrays. That spare is one
 #   more copy of the parameters in memory. A graph kept with ``retain_graph=True``, a stray view
