@@ -71,20 +71,24 @@ OPTIMIZERS: dict[str, Callable[..., ag.optim.Optimizer]] = {
 # ============================================================================= a step inside an op
 
 
-@pytest.fixture
-def step_inside_mm(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
-    """Makes the next matrix product run a step on another thread once it has computed: the
-    moment between an op's read of its weights and its recording of them."""
-    pending: list[Callable[[], None]] = []
-    real = backend.mm
+def then_step(fn: Callable[..., Any], pending: list[Callable[[], None]]) -> Callable[..., Any]:
+    """``fn``, which once it has returned runs the pending steps, each on another thread: put
+    where an op calls it, the moment between the op's read of its weights and their recording."""
 
-    def mm(a: Any, b: Any) -> Any:
-        out = real(a, b)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
         while pending:
             run_on_thread(pending.pop())
         return out
 
-    monkeypatch.setattr(backend, "mm", mm)
+    return call
+
+
+@pytest.fixture
+def step_inside_mm(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
+    """Makes the next matrix product run the steps put in the list it returns."""
+    pending: list[Callable[[], None]] = []
+    monkeypatch.setattr(backend, "mm", then_step(backend.mm, pending))
     return pending
 
 
@@ -148,22 +152,8 @@ def test_a_step_inside_other_ops_leaves_their_saved_weights(
     w = leaf(rng, 4, 3, 2, 2) if op == "conv2d" else leaf(rng, 3, 3)
     w0 = w.array.copy()
     pending = [stepper([w], OPTIMIZERS["adam"])]
-    real_restore = pointwise.restore_fp
-    real_mm = backend.mm
-
-    def restore(token: Any) -> None:
-        real_restore(token)
-        while pending:
-            run_on_thread(pending.pop())
-
-    def mm(a: Any, b: Any) -> Any:
-        out = real_mm(a, b)
-        while pending:
-            run_on_thread(pending.pop())
-        return out
-
-    monkeypatch.setattr(pointwise, "restore_fp", restore)
-    monkeypatch.setattr(backend, "mm", mm)
+    monkeypatch.setattr(pointwise, "restore_fp", then_step(pointwise.restore_fp, pending))
+    monkeypatch.setattr(backend, "mm", then_step(backend.mm, pending))
     fns: dict[str, Callable[[ag.Tensor, ag.Tensor], ag.Tensor]] = {
         "matmul": lambda a, b: linalg.matmul(a, b),
         "mul": lambda a, b: a * b,
@@ -174,15 +164,9 @@ def test_a_step_inside_other_ops_leaves_their_saved_weights(
     if op == "conv2d":
         from asyncgrad.ops import conv
 
-        real_conv = conv.formulas.conv_array
-
-        def conv_array(*args: Any, **kwargs: Any) -> Any:
-            out = real_conv(*args, **kwargs)
-            while pending:
-                run_on_thread(pending.pop())
-            return out
-
-        monkeypatch.setattr(conv.formulas, "conv_array", conv_array)
+        monkeypatch.setattr(
+            conv.formulas, "conv_array", then_step(conv.formulas.conv_array, pending)
+        )
     out = fns[op](x, w)
     assert not pending
     assert not np.array_equal(w.array, w0)
