@@ -444,6 +444,43 @@ __all__ += [
     "var_mean",
 ]
 
+# ----- torch's wider API, by family -----
+from .ops.pointwise_math import *  # noqa: E402, F403
+from .ops.pointwise_math import __all__ as _pointwise_math_all  # noqa: E402
+
+__all__ += _pointwise_math_all
+
+from .ops.statistics import *  # noqa: E402, F403
+from .ops.statistics import __all__ as _statistics_all  # noqa: E402
+
+__all__ += _statistics_all
+
+from .ops.views import *  # noqa: E402, F403
+from .ops.views import __all__ as _views_all  # noqa: E402
+
+__all__ += _views_all
+
+from .ops.matrix import *  # noqa: E402, F403
+from .ops.matrix import __all__ as _matrix_all  # noqa: E402
+
+__all__ += _matrix_all
+
+from . import fft, special  # noqa: E402
+
+__all__ += ["fft", "special"]
+
+# ----- section H5: activations and losses -----
+# ----- end of section H5 -----
+
+# ----- section H6: convolution, pooling, padding, upsampling -----
+# ----- end of section H6 -----
+
+# ----- section H7: recurrent, transformer, normalization and other layers -----
+# ----- end of section H7 -----
+
+# ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
+# ----- end of section H8 -----
+
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
 from .ops.device_guard import guard_module as _guard_module  # noqa: E402
 

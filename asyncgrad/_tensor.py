@@ -1104,6 +1104,30 @@ class Tensor:
     ) -> Tensor:
         return _ops.new_full(self, size, 0, dtype=dtype, device=device, requires_grad=requires_grad)
 
+    # ----- section H1 -----
+    # ----- end of section H1 -----
+
+    # ----- section H2 -----
+    # ----- end of section H2 -----
+
+    # ----- section H3 -----
+    # ----- end of section H3 -----
+
+    # ----- section H4 -----
+    # ----- end of section H4 -----
+
+    # ----- section H5 -----
+    # ----- end of section H5 -----
+
+    # ----- section H6 -----
+    # ----- end of section H6 -----
+
+    # ----- section H7 -----
+    # ----- end of section H7 -----
+
+    # ----- section H8 -----
+    # ----- end of section H8 -----
+
     # Last in the class: the name ``type`` shadows the builtin in the class body below it.
     def type(self, dtype: Any = None, non_blocking: _bool = False, **kwargs: Any) -> Any:
         """``t.type()``: torch's type string ("torch.FloatTensor"); ``t.type(dtype)``: ``t``

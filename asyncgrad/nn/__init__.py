@@ -83,3 +83,31 @@ __all__ = [
 from .modules import AvgPool2d, Conv1d, Conv2d, MaxPool2d, Upsample
 
 __all__ += ["AvgPool2d", "Conv1d", "Conv2d", "MaxPool2d", "Upsample"]
+
+# ----- torch's wider API, by family -----
+from .loss import *  # noqa: E402, F403
+from .loss import __all__ as _loss_all  # noqa: E402
+
+__all__ += _loss_all
+
+from .spatial import *  # noqa: E402, F403
+from .spatial import __all__ as _spatial_all  # noqa: E402
+
+__all__ += _spatial_all
+
+from .layers import *  # noqa: E402, F403
+from .layers import __all__ as _layers_all  # noqa: E402
+
+__all__ += _layers_all
+
+# ----- section H5: activations and losses -----
+# ----- end of section H5 -----
+
+# ----- section H6: convolution, pooling, padding, upsampling -----
+# ----- end of section H6 -----
+
+# ----- section H7: recurrent, transformer, normalization and other layers -----
+# ----- end of section H7 -----
+
+# ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
+# ----- end of section H8 -----

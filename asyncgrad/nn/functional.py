@@ -737,3 +737,25 @@ def _resize_dim(
 
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
 ops.device_guard.guard_module(__name__)
+
+
+# ----- torch's wider API, by family -----
+from .functional_activations import *  # noqa: E402, F403
+from .functional_activations import __all__ as _activations_all  # noqa: E402
+
+__all__ += _activations_all
+
+from .functional_losses import *  # noqa: E402, F403
+from .functional_losses import __all__ as _losses_all  # noqa: E402
+
+__all__ += _losses_all
+
+from .functional_spatial import *  # noqa: E402, F403
+from .functional_spatial import __all__ as _spatial_all  # noqa: E402
+
+__all__ += _spatial_all
+
+from .functional_layers import *  # noqa: E402, F403
+from .functional_layers import __all__ as _layers_all  # noqa: E402
+
+__all__ += _layers_all

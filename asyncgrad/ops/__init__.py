@@ -372,6 +372,29 @@ __all__ += [
     "view_as",
 ]
 
+# ----- torch's wider API, by family: each module's __all__ is exported here -----
+from .pointwise_math import *  # noqa: E402, F403
+from .pointwise_math import __all__ as _pointwise_math_all  # noqa: E402
+
+__all__ += _pointwise_math_all
+
+from .statistics import *  # noqa: E402, F403
+from .statistics import __all__ as _statistics_all  # noqa: E402
+
+__all__ += _statistics_all
+
+from .views import *  # noqa: E402, F403
+from .views import __all__ as _views_all  # noqa: E402
+
+__all__ += _views_all
+
+from .matrix import *  # noqa: E402, F403
+from .matrix import __all__ as _matrix_all  # noqa: E402
+
+__all__ += _matrix_all
+
+from . import fft  # noqa: E402, F401, I001
+
 # Imported last: it guards the functions above once several CUDA devices are in use (See NOTE
 # [Ops run on their operands' device] in asyncgrad/ops/device_guard.py).
 from . import device_guard  # noqa: E402, F401

@@ -16,3 +16,6 @@ __all__ = [
     "RMSprop",
     "lr_scheduler",
 ]
+
+# ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
+# ----- end of section H8 -----

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from . import table
+# Each rule module registers its ops' rules when imported.
+from . import matrix, nn_ops, pointwise_math, shape_index, spatial, statistics, table  # noqa: F401
 from .formulas import pow_scalar
 from .registry import OPS, SAVES_NO_TENSOR, FunctionNode, OpDef, defvjp, keeps_for_backward, sum_to
 

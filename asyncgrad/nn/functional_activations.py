@@ -1,0 +1,5 @@
+"""Activation functions of ``ag.nn.functional``."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,5 @@
+"""Loss functions of ``ag.nn.functional``."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

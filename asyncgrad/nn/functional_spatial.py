@@ -1,0 +1,6 @@
+"""Convolution transposes, pooling, padding, upsampling and patch functions of
+``ag.nn.functional``."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
