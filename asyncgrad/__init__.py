@@ -30,7 +30,21 @@ from ._tensor import Tensor  # isort: skip
 from . import _build, autograd, cuda, nn, optim
 from .autograd import backward, backward_sync, grad, grad_sync, run
 from .backend import Device, device, get_default_device, set_default_device
-from .dtypes import bool_, dtype, float16, float32, float64, int32, int64
+from .dtypes import (
+    bool_,
+    dtype,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from .engine.settings import configure
 from .graph.grad_mode import (
     enable_grad,
@@ -150,6 +164,7 @@ double = float64
 half = float16
 long = int64
 int = int32
+short = int16
 
 __version__ = "0.1.0"
 # "compiled" where the engine is compiled by mypyc (a release wheel), else "pure" (See NOTE
@@ -218,6 +233,8 @@ __all__ = [
     "index_select",
     "inference_mode",
     "int",
+    "int8",
+    "int16",
     "int32",
     "int64",
     "is_grad_enabled",
@@ -268,6 +285,7 @@ __all__ = [
     "select",
     "set_default_device",
     "set_grad_enabled",
+    "short",
     "sigmoid",
     "sign",
     "silu",
@@ -288,6 +306,10 @@ __all__ = [
     "transpose",
     "tril",
     "triu",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "unbind",
     "unflatten",
     "unsqueeze",

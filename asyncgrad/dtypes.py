@@ -13,12 +13,18 @@ __all__ = [
     "float32",
     "float64",
     "get_default_dtype",
+    "int8",
+    "int16",
     "int32",
     "int64",
     "is_floating",
     "promote_binary",
     "set_default_dtype",
     "to_dtype",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
 ]
 
 # ``ag.dtype``: the type of every dtype object (``isinstance(t.dtype, ag.dtype)``), as torch.dtype.
@@ -27,8 +33,14 @@ dtype = np.dtype
 float16: Final = np.dtype("float16")
 float32: Final = np.dtype("float32")
 float64: Final = np.dtype("float64")
+int8: Final = np.dtype("int8")
+int16: Final = np.dtype("int16")
 int32: Final = np.dtype("int32")
 int64: Final = np.dtype("int64")
+uint8: Final = np.dtype("uint8")
+uint16: Final = np.dtype("uint16")
+uint32: Final = np.dtype("uint32")
+uint64: Final = np.dtype("uint64")
 bool_: Final = np.dtype("bool")
 
 FLOAT_KINDS: Final = frozenset("fc")
@@ -40,10 +52,17 @@ _NAMES: Final[dict[str, np.dtype[Any]]] = {
     "float": float32,
     "float64": float64,
     "double": float64,
+    "int8": int8,
+    "int16": int16,
+    "short": int16,
     "int32": int32,
     "int": int32,
     "int64": int64,
     "long": int64,
+    "uint8": uint8,
+    "uint16": uint16,
+    "uint32": uint32,
+    "uint64": uint64,
     "bool": bool_,
 }
 
