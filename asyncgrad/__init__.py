@@ -347,7 +347,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(serialization, name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._torch_names import missing  # See NOTE [Names torch has]
+
+    raise missing(__name__, name)
 
 
 # ----- var, std, prod, norm, cumsum, all, any; dot, outer, einsum; sort, topk, nonzero -----

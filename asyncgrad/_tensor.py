@@ -1128,6 +1128,13 @@ class Tensor:
     # ----- section H8 -----
     # ----- end of section H8 -----
 
+    if not TYPE_CHECKING:  # type checkers report a mistyped name (See NOTE [Names torch has])
+
+        def __getattr__(self, name: str) -> Any:
+            from ._torch_names import missing
+
+            raise missing("asyncgrad.Tensor", name, self)
+
     # Last in the class: the name ``type`` shadows the builtin in the class body below it.
     def type(self, dtype: Any = None, non_blocking: _bool = False, **kwargs: Any) -> Any:
         """``t.type()``: torch's type string ("torch.FloatTensor"); ``t.type(dtype)``: ``t``

@@ -72,4 +72,6 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name in ("functional", "profiler"):
         return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .._torch_names import missing  # See NOTE [Names torch has]
+
+    raise missing(__name__, name)

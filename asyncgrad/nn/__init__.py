@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import functional, init, utils
 from .activation import ELU, LeakyReLU, LogSoftmax, Mish, SiLU, Softmax
 from .modules import (
@@ -111,3 +113,11 @@ __all__ += _layers_all
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
 # ----- end of section H8 -----
+
+
+if not TYPE_CHECKING:  # type checkers report a mistyped name; at run time, NOTE [Names torch has]
+
+    def __getattr__(name: str) -> Any:
+        from .._torch_names import missing
+
+        raise missing(__name__, name)

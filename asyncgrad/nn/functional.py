@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
@@ -759,3 +759,11 @@ from .functional_layers import *  # noqa: E402, F403
 from .functional_layers import __all__ as _layers_all  # noqa: E402
 
 __all__ += _layers_all
+
+
+if not TYPE_CHECKING:  # type checkers report a mistyped name; at run time, NOTE [Names torch has]
+
+    def __getattr__(name: str) -> Any:
+        from .._torch_names import missing
+
+        raise missing(__name__, name)

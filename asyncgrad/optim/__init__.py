@@ -3,6 +3,8 @@ Adadelta; lr_scheduler."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import lr_scheduler
 from .optimizers import SGD, Adadelta, Adagrad, Adam, AdamW, Optimizer, RMSprop
 
@@ -19,3 +21,11 @@ __all__ = [
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
 # ----- end of section H8 -----
+
+
+if not TYPE_CHECKING:  # type checkers report a mistyped name; at run time, NOTE [Names torch has]
+
+    def __getattr__(name: str) -> Any:
+        from .._torch_names import missing
+
+        raise missing(__name__, name)
