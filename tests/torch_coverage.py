@@ -37,7 +37,7 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     ),
     (
         "quantized tensors",
-        r".*quant.*|q_.*|qscheme|qu?int\d+|quint\dx\d|int_repr|fake_quantize.*|"
+        r".*quantiz.*|dequantize|q_.*|qscheme|qu?int\d+|quint\dx\d|int_repr|fake_quantize.*|"
         r"choose_qparams.*|fbgemm.*|fused_moving_avg_obs_fake_quant",
     ),
     ("nested tensors", r".*nested.*|to_padded_tensor"),
