@@ -378,6 +378,8 @@ def compare_sample(
             return
     if not second_order:
         return
+    if FULL and dtype == "float64":
+        fd_check(report, ours, (a_input, a_args, a_kwargs), a_ins, where)
     # Second order: the gradient of <grads, v> with respect to the inputs (an asyncgrad gradient
     # that does not require grad is a constant: its part must be zero in torch's).
     pairs = [
@@ -421,3 +423,40 @@ def compare_sample(
         if not np.allclose(g, e, rtol=rtol * 10, atol=atol * 10, equal_nan=True):
             report.fail("gradgrad", f"{where}: second derivative of input {i} differs")
             return
+
+
+def _substitute(x: Any, by_id: dict[int, Any]) -> Any:
+    if isinstance(x, ag.Tensor):
+        return by_id.get(id(x), x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_substitute(v, by_id) for v in x))
+    if isinstance(x, (list, tuple)):
+        return type(x)(_substitute(v, by_id) for v in x)
+    if isinstance(x, dict):
+        return {k: _substitute(v, by_id) for k, v in x.items()}
+    return x
+
+
+def fd_check(
+    report: Report, ours: Callable[..., Any], call: Any, ins: list[Any], where: str
+) -> None:
+    """asyncgrad's gradients of one sample against finite differences (float64)."""
+    ids = [id(t) for t in ins]
+
+    def f(*xs: Any) -> tuple[Any, ...]:
+        a_input, a_args, a_kwargs = _substitute(call, dict(zip(ids, xs, strict=True)))
+        out = ours(a_input, *a_args, **a_kwargs)
+        return tuple(
+            t
+            for t in leaves(out)
+            if isinstance(t, ag.Tensor) and t.requires_grad and t.dtype.kind == "f"
+        )
+
+    leaves_in = tuple(t.detach().requires_grad_(True) for t in ins)
+    try:
+        ok = ag.autograd.gradcheck(f, leaves_in, raise_exception=False, atol=1e-5, rtol=1e-3)
+    except Exception as e:
+        report.fail("gradcheck", f"{where}: gradcheck raises {type(e).__name__}: {e}"[:240])
+        return
+    if not ok:
+        report.fail("gradcheck", f"{where}: gradients differ from finite differences")
