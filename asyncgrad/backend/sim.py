@@ -1957,6 +1957,10 @@ def _reduction(
         return _sync_call(func, args, kwargs, device, found)
     axis = args[1] if len(args) == 2 else kwargs.get("axis", default_axis)
     ndim = data.ndim
+    if ndim == 0 and axis is not None and axis != ():
+        # NumPy reduces a 0-d array over axis 0 or -1; CuPy raises (cupy/cupy#8748): asyncgrad's
+        # ops must not pass an axis for a 0-d array.
+        raise np.exceptions.AxisError(axis, 0)
     if axis is None:
         axes = set(range(ndim))
     else:

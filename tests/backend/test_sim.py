@@ -650,3 +650,15 @@ def test_scatter_add_warns_as_cupys_deprecated_one_does() -> None:
     with pytest.warns(DeprecationWarning, match=r"Please use `cupy.add.at` instead"):
         sim.scatter_add(a, sim.asarray(np.array([0, 0, 4])), 1.0)
     np.testing.assert_array_equal(a.get(), [2.0, 1.0, 0.0])
+
+
+def test_a_reduction_over_an_axis_of_a_0d_array_raises_as_cupys() -> None:
+    """NumPy reduces a 0-d array over axis 0; CuPy raises (cupy/cupy#8748), so the simulated
+    device raises too, rather than hiding an op that passes an axis for a 0-d tensor."""
+    from asyncgrad.backend import sim
+
+    a = sim.asarray(np.float64(3.0))
+    with pytest.raises(np.exceptions.AxisError, match="axis 0 is out of bounds"):
+        a.max(axis=0)
+    assert float(a.max()) == 3.0
+    assert float(a.sum(axis=())) == 3.0
