@@ -367,8 +367,8 @@ def matrix_power(A: Tensor, n: int) -> Tensor:
         raise TypeError(f"matrix_power(): argument 'n' must be int, not {type(n).__name__}")
     _check_square("matrix_power", A)
     n = int(n)
-    if n == 0:
-        return _batch_eye(A).clone()
+    if n == 0:  # torch: the identity, with a (zero) gradient to A
+        return A.masked_fill(wrap(backend.ones((), dtypes.bool_, A.device)), 0) + _batch_eye(A)
     if n < 0:
         A, n = inv(A), -n
     result: Tensor | None = None

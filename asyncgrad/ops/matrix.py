@@ -276,7 +276,7 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2, out: Any = None) -> Tensor:
             raise RuntimeError(
                 f"tensordot expects dims < ndim_a or ndim_b, but got dims={n}"
             )
-        da, db = list(range(a.ndim - n, a.ndim)), list(range(n))
+        da, db = list(range(-n, 0)), list(range(n))
     else:
         if len(dims) != 2:
             raise RuntimeError("tensordot expects dims to be a pair of lists of dims")
@@ -373,6 +373,13 @@ def chain_matmul(*matrices: Tensor, out: Any = None) -> Tensor:
     """The product of two-dimensional ``matrices`` (``linalg.multi_dot`` of 2-D tensors)."""
     if out is not None:
         raise NotImplementedError("chain_matmul: out= is not supported")
+    warnings.warn(
+        "torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
+        "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather "
+        "than multiple parameters.",
+        UserWarning,
+        stacklevel=2,
+    )
     if len(matrices) == 1 and isinstance(matrices[0], (list, tuple)):
         matrices = tuple(matrices[0])
     if not matrices:
@@ -493,11 +500,13 @@ def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
             f"Expected b and A to have the same dtype, but found b of type "
             f"{scalar_name(B.dtype)} and A of type {scalar_name(L.dtype)} instead."
         )
+    # The value reads L's triangle only, but torch's gradient is that of (L L^T)^-1 B for the
+    # whole of L (cholesky_solve_backward): the other triangle joins with its value detached.
+    tri = L.triu() if upper else L.tril()
+    factor = L - (L - tri).detach()
     if upper:  # A = U^T U: X = U^-1 U^-T B
-        y = decomp.solve_triangular(L.mT, B, upper=False)
-        return decomp.solve_triangular(L, y, upper=True)
-    y = decomp.solve_triangular(L, B, upper=False)
-    return decomp.solve_triangular(L.mT, y, upper=True)
+        return decomp._solve_matrix(factor, decomp._solve_matrix(factor.mT, B))
+    return decomp._solve_matrix(factor.mT, decomp._solve_matrix(factor, B))
 
 
 def cholesky_inverse(L: Tensor, upper: bool = False) -> Tensor:
