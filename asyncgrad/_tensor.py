@@ -1130,9 +1130,7 @@ class Tensor:
     def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
         return _ops.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
 
-    def baddbmm_(
-        self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1
-    ) -> Tensor:
+    def baddbmm_(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
         return _ops.matrix.baddbmm_(self, batch1, batch2, beta=beta, alpha=alpha)
 
     def addmv(self, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
@@ -1177,7 +1175,7 @@ class Tensor:
     def inverse(self) -> Tensor:
         return _ops.inverse(self)
 
-    def pinverse(self, rcond: float = 1e-15) -> Tensor:
+    def pinverse(self, rcond: Any = 1e-15) -> Tensor:
         return _ops.pinverse(self, rcond)
 
     def matrix_power(self, n: _int) -> Tensor:

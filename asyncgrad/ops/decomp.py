@@ -579,7 +579,7 @@ def solve_ex(
     safe = where_(ok, A, _batch_eye(A))
     res = solve(safe, B, left=left)
     if res.ndim == B.ndim and B.ndim >= 2 and res.ndim >= 2:
-        res = res.masked_fill(wrap((info._array != 0)).reshape(*info.shape, 1, 1), math.nan)
+        res = res.masked_fill(wrap(info._array != 0).reshape(*info.shape, 1, 1), math.nan)
     return SolveExResult(res, info)
 
 
@@ -603,9 +603,7 @@ def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvExResult:
     return InvExResult(_nan_where(res, info), info)
 
 
-def cholesky_ex(
-    A: Tensor, *, upper: bool = False, check_errors: bool = False
-) -> CholeskyExResult:
+def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -> CholeskyExResult:
     """``(L, info)``: ``cholesky`` with LAPACK's info (0, or the order of the leading minor
     that is not positive-definite, whose factor is NaN) instead of an error, unless
     ``check_errors``."""
@@ -637,9 +635,7 @@ def tensorinv(A: Tensor, ind: int = 2) -> Tensor:
     """The inverse of ``A`` seen as a matrix of its first ``ind`` dims by the rest: shape
     ``A.shape[ind:] + A.shape[:ind]``."""
     if ind <= 0:
-        raise RuntimeError(
-            f"Expected a strictly positive integer for 'ind', but got {ind}"
-        )
+        raise RuntimeError(f"Expected a strictly positive integer for 'ind', but got {ind}")
     rows, cols = math.prod(A.shape[:ind]), math.prod(A.shape[ind:])
     if rows != cols:
         raise RuntimeError(
@@ -681,7 +677,7 @@ def linalg_vander(x: Tensor, *, N: int | None = None) -> Tensor:
         N = x.shape[-1]
     if N <= 1:
         if N < 0:
-            raise RuntimeError(f"N must be greater than 1.")
+            raise RuntimeError("N must be greater than 1.")
     if N == 0:
         return x.unsqueeze(-1)[..., :0] * 1
     # each power is the previous one times x: exact at 0, as torch's cumprod
@@ -743,9 +739,7 @@ def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: str | None = None)
     a, b = A._array, B._array
     _check_matrix("lstsq", a, square=False, what="input")
     if driver is not None and driver not in _DRIVERS:
-        raise RuntimeError(
-            f"parameter `driver` should be one of ({', '.join(_DRIVERS)})"
-        )
+        raise RuntimeError(f"parameter `driver` should be one of ({', '.join(_DRIVERS)})")
     if a.dtype != b.dtype:
         raise RuntimeError(
             "torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
@@ -773,8 +767,10 @@ def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: str | None = None)
     x = pinv(A, rtol=rc).matmul(Bm)
     rank_arr = (s > rc * s.max(-1, keepdims=True, initial=0.0)).sum(-1).astype(dtypes.int64)
     empty = wrap(backend.empty((0,), a.dtype, backend.device_of(a)))
-    rank = wrap(backend.ensure_array(rank_arr)) if drv != "gels" else wrap(
-        backend.empty((0,), dtypes.int64, backend.device_of(a))
+    rank = (
+        wrap(backend.ensure_array(rank_arr))
+        if drv != "gels"
+        else wrap(backend.empty((0,), dtypes.int64, backend.device_of(a)))
     )
     sv = wrap(s) if drv in ("gelsd", "gelss") else empty
     residuals = empty
@@ -857,9 +853,7 @@ def _perm_matrix(perm: Any, dtype: Any) -> Any:
 
 
 @silent_fp  # See NOTE [Silent floating point]
-def lu_factor_ex(
-    A: Tensor, *, pivot: bool = True, check_errors: bool = False
-) -> LUFactorExResult:
+def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -> LUFactorExResult:
     """``(LU, pivots, info)``: the packed LU factorisation ``A = P L U`` (L unit lower
     triangular below the diagonal of LU, U on and above it), LAPACK's 1-based int32 row
     swaps ``pivots`` and ``info`` (the index of the first zero pivot, or 0)."""
@@ -902,8 +896,8 @@ def lu_unpack(
     if LU_pivots.dtype != dtypes.int32:
         raise RuntimeError(
             "torch.lu_unpack: LU_pivots is expected to be a contiguous tensor of torch.int32 "
-            f"dtype. Note: this function is intended to be used with the output produced by "
-            f"torch.linalg.lu_factor"
+            "dtype. Note: this function is intended to be used with the output produced by "
+            "torch.linalg.lu_factor"
         )
     if LU_data.ndim < 2:
         raise RuntimeError("torch.lu_unpack: Expected tensor with 2 or more dimensions.")

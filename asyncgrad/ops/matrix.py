@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from .. import backend, dtypes
 from .._tensor import Tensor
 from . import decomp
-from .creation import arange, eye, scalar_name, zeros
+from .creation import scalar_name, zeros
 from .linalg import dot, matmul, outer
 from .pointwise import where
 from .shape import stack
@@ -100,9 +100,7 @@ def _same_dtype(input: Tensor, mat2: Tensor) -> None:
 
 
 # ----- addmm, addbmm, baddbmm, addmv, addr, mv, ger -----
-def addmm(
-    input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1
-) -> Tensor:
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     """``beta * input + alpha * (mat1 @ mat2)`` for matrices ``mat1`` (n x m), ``mat2`` (m x p).
 
     Example:
@@ -167,9 +165,7 @@ def addbmm(
 def mv(input: Tensor, vec: Tensor) -> Tensor:
     """The product of matrix ``input`` (n x m) and vector ``vec`` (m)."""
     if input.ndim != 2 or vec.ndim != 1:
-        raise RuntimeError(
-            f"vector + matrix @ vector expected, got 1, {input.ndim}, {vec.ndim}"
-        )
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {input.ndim}, {vec.ndim}")
     if input.shape[1] != vec.shape[0]:
         raise RuntimeError(
             f"size mismatch, got input ({input.shape[0]}), mat ({_dims_str(input)}), "
@@ -204,9 +200,7 @@ def addr(input: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any
     """``beta * input + alpha * outer(vec1, vec2)``."""
     for name, v in (("vec1", vec1), ("vec2", vec2)):
         if v.ndim != 1:
-            raise RuntimeError(
-                f"addr: Expected 1-D argument {name}, but got {v.ndim}-D"
-            )
+            raise RuntimeError(f"addr: Expected 1-D argument {name}, but got {v.ndim}-D")
     return _scaled_sum(input, outer(vec1, vec2), beta, alpha)
 
 
@@ -273,9 +267,7 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2, out: Any = None) -> Tensor:
         if n < 0:
             raise RuntimeError(f"tensordot expects dims >= 0, but got dims={n}")
         if n > a.ndim or n > b.ndim:
-            raise RuntimeError(
-                f"tensordot expects dims < ndim_a or ndim_b, but got dims={n}"
-            )
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got dims={n}")
         da, db = list(range(-n, 0)), list(range(n))
     else:
         if len(dims) != 2:
@@ -309,13 +301,9 @@ def multi_dot(tensors: Sequence[Tensor]) -> Tensor:
         raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {n}")
     first_vec, last_vec = ts[0].ndim == 1, ts[-1].ndim == 1
     if ts[0].ndim not in (1, 2):
-        raise RuntimeError(
-            f"multi_dot(): the first tensor must be 1D or 2D but got {ts[0].ndim}D"
-        )
+        raise RuntimeError(f"multi_dot(): the first tensor must be 1D or 2D but got {ts[0].ndim}D")
     if ts[-1].ndim not in (1, 2):
-        raise RuntimeError(
-            f"multi_dot(): the last tensor must be 1D or 2D but got {ts[-1].ndim}D"
-        )
+        raise RuntimeError(f"multi_dot(): the last tensor must be 1D or 2D but got {ts[-1].ndim}D")
     if first_vec:
         ts[0] = ts[0].unsqueeze(0)
     if last_vec:
@@ -386,9 +374,7 @@ def chain_matmul(*matrices: Tensor, out: Any = None) -> Tensor:
         raise RuntimeError("chain_matmul(): Expected one or more matrices")
     for t in matrices:
         if t.ndim != 2:
-            raise RuntimeError(
-                f"Tensor dimension is {t.ndim}, expected 2 instead."
-            )
+            raise RuntimeError(f"Tensor dimension is {t.ndim}, expected 2 instead.")
     if len(matrices) == 1:
         return matrices[0].clone()
     return multi_dot(matrices)
@@ -404,8 +390,7 @@ def linalg_cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     nd = input.ndim
     if not -nd <= dim < nd:
         raise IndexError(
-            f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got "
-            f"{dim})"
+            f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})"
         )
     if input.shape[dim] != 3 or other.shape[dim] != 3:
         raise RuntimeError(
@@ -621,13 +606,9 @@ def geqrf(input: Tensor) -> Geqrf:
     and their scales ``tau`` (not differentiable, as torch's)."""
     a = input._array
     if a.ndim < 2:
-        raise RuntimeError(
-            f"torch.geqrf: input must have at least 2 dimensions."
-        )
+        raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
     if a.dtype.kind != "f" or a.dtype == dtypes.float16:
-        raise RuntimeError(
-            f'"geqrf_cpu" not implemented for \'{scalar_name(a.dtype)}\''
-        )
+        raise RuntimeError(f"\"geqrf_cpu\" not implemented for '{scalar_name(a.dtype)}'")
     xp = backend.namespace(a)
     m, n = a.shape[-2], a.shape[-1]
     flat = a.reshape(-1, m, n)
@@ -664,7 +645,9 @@ def ormqr(
             f"torch.ormqr: other.shape[{-2 if left else -1}] must be equal to input.shape[-2]"
         )
     if tau.shape[-1] > input.shape[-1]:
-        raise RuntimeError("torch.ormqr: tau.shape[-1] must be less than or equal to input.shape[-1]")
+        raise RuntimeError(
+            "torch.ormqr: tau.shape[-1] must be less than or equal to input.shape[-1]"
+        )
     return decomp.apply_reflectors(input, tau, other, left=left, transpose=transpose)
 
 
@@ -697,11 +680,11 @@ def _window(
 
     dt = dtypes.get_default_dtype() if dtype is None else dtypes.to_dtype(dtype)
     if dt.kind != "f":
-        raise RuntimeError(
-            f"{name} expects floating point dtypes, got: {scalar_name(dt)}"
-        )
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {scalar_name(dt)}")
     if window_length < 0:
-        raise RuntimeError(f"{name} requires non-negative window length, got window_length={window_length}")
+        raise RuntimeError(
+            f"{name} requires non-negative window length, got window_length={window_length}"
+        )
     if window_length == 0:
         return _finish(backend.empty((0,), dt), device, requires_grad)
     if window_length == 1:
@@ -734,7 +717,12 @@ def hann_window(
 ) -> Tensor:
     """The Hann window ``0.5 - 0.5 cos(2 pi n / (N - 1))``."""
     return _window(
-        "hann_window", window_length, periodic, dtype, device, requires_grad,
+        "hann_window",
+        window_length,
+        periodic,
+        dtype,
+        device,
+        requires_grad,
         _cosine_window(0.5, 0.5),
     )
 
@@ -752,7 +740,12 @@ def hamming_window(
 ) -> Tensor:
     """The Hamming window ``alpha - beta cos(2 pi n / (N - 1))``."""
     return _window(
-        "hamming_window", window_length, periodic, dtype, device, requires_grad,
+        "hamming_window",
+        window_length,
+        periodic,
+        dtype,
+        device,
+        requires_grad,
         _cosine_window(alpha, beta),
     )
 
@@ -768,7 +761,12 @@ def blackman_window(
 ) -> Tensor:
     """The Blackman window ``0.42 - 0.5 cos(2 pi n / (N - 1)) + 0.08 cos(4 pi n / (N - 1))``."""
     return _window(
-        "blackman_window", window_length, periodic, dtype, device, requires_grad,
+        "blackman_window",
+        window_length,
+        periodic,
+        dtype,
+        device,
+        requires_grad,
         _cosine_window(0.42, 0.5, 0.08),
     )
 
@@ -784,7 +782,12 @@ def bartlett_window(
 ) -> Tensor:
     """The triangular Bartlett window ``1 - |2 n / (N - 1) - 1|``."""
     return _window(
-        "bartlett_window", window_length, periodic, dtype, device, requires_grad,
+        "bartlett_window",
+        window_length,
+        periodic,
+        dtype,
+        device,
+        requires_grad,
         lambda xp, n, big_n: 1 - xp.abs(2 * n / big_n - 1),
     )
 
@@ -801,9 +804,16 @@ def kaiser_window(
 ) -> Tensor:
     """The Kaiser window ``I0(beta sqrt(1 - (2 n / (N - 1) - 1)^2)) / I0(beta)``."""
     return _window(
-        "kaiser_window", window_length, periodic, dtype, device, requires_grad,
-        lambda xp, n, big_n: xp.i0(beta * xp.sqrt(xp.clip(1 - (2 * n / big_n - 1) ** 2, 0, None)))
-        / xp.i0(xp.asarray(beta, dtype=n.dtype)),
+        "kaiser_window",
+        window_length,
+        periodic,
+        dtype,
+        device,
+        requires_grad,
+        lambda xp, n, big_n: (
+            xp.i0(beta * xp.sqrt(xp.clip(1 - (2 * n / big_n - 1) ** 2, 0, None)))
+            / xp.i0(xp.asarray(beta, dtype=n.dtype))
+        ),
     )
 
 
