@@ -591,6 +591,39 @@ def test_errors_as_torch(i: int) -> None:
         fn()
 
 
+@pytest.mark.filterwarnings("ignore:.*is deprecated:UserWarning")
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3), (3, 0), (2, 0, 3)])
+@pytest.mark.parametrize(
+    "name", ["lu_factor_ex", "lu", "pinv", "matrix_exp", "matrix_rank", "inv_ex", "geqrf"]
+)
+def test_empty_matrices(name: str, shape: tuple[int, ...]) -> None:
+    a = np.zeros(shape)
+    square = name in ("matrix_exp", "inv_ex")
+    if square and shape[-1] != shape[-2]:
+        return
+    mod_ag = ag if name == "geqrf" else ag.linalg
+    mod_t = torch if name == "geqrf" else torch.linalg
+    outs = _to_list(getattr(mod_ag, name)(ag.tensor(a)))
+    refs = _to_list(getattr(mod_t, name)(torch.tensor(a)))
+    for o, r in zip(outs, refs, strict=True):
+        assert tuple(o.shape) == tuple(r.shape)
+        assert str(o.dtype) == str(r.dtype).removeprefix("torch.")
+        np.testing.assert_array_equal(o.numpy(), r.numpy())
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_vander_sizes(n: int) -> None:
+    x = _general(3)
+    np.testing.assert_allclose(
+        ag.vander(ag.tensor(x), n).numpy(), torch.vander(torch.tensor(x), n).numpy()
+    )
+    if n <= 1:
+        with pytest.raises(RuntimeError, match="N must be greater than 1"):
+            ag.linalg.vander(ag.tensor(x), N=n)
+        with pytest.raises(RuntimeError, match="N must be greater than 1"):
+            torch.linalg.vander(torch.tensor(x), N=n)
+
+
 def test_cond_of_singular_matrix_is_inf() -> None:
     a = np.ones((3, 3))
     for p in (1, math.inf, "fro"):

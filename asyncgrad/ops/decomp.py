@@ -415,6 +415,13 @@ def _tolerances(s_max: Any, shape: tuple[int, ...], atol: Any, rtol: Any, dtype:
     return xp.maximum(a_arr, r_arr * s_max)
 
 
+def _largest(s: Any) -> Any:
+    """The largest of each row of values (0 for none; CuPy's max has no ``initial``)."""
+    if s.shape[-1] == 0:
+        return namespace(s).zeros(s.shape[:-1], dtype=s.dtype)
+    return s.max(-1)
+
+
 def _all_zero(x: Any) -> bool:
     return bool((namespace(x).asarray(x) == 0).all()) if not isinstance(x, float) else x == 0
 
@@ -438,13 +445,13 @@ def pinv(
     if hermitian:
         lam, v = _call("pinv", "eigh", a)
         s_abs = xp.abs(lam)
-        thr = _tolerances(s_abs.max(-1, initial=0.0), a.shape, atol, rtol, a.dtype)
+        thr = _tolerances(_largest(s_abs), a.shape, atol, rtol, a.dtype)
         keep = s_abs > xp.expand_dims(thr, -1)
         inv_s = xp.where(keep, 1.0 / xp.where(keep, lam, 1.0), 0.0)
         out = xp.matmul(v * xp.expand_dims(inv_s, -2), xp.swapaxes(v, -1, -2))
     else:
         u, s, vh = _call("pinv", "svd", a, full_matrices=False)
-        thr = _tolerances(s.max(-1, initial=0.0), a.shape, atol, rtol, a.dtype)
+        thr = _tolerances(_largest(s), a.shape, atol, rtol, a.dtype)
         keep = s > xp.expand_dims(thr, -1)
         inv_s = xp.where(keep, 1.0 / xp.where(keep, s, 1.0), 0.0)
         out = xp.matmul(xp.swapaxes(vh, -1, -2) * xp.expand_dims(inv_s, -2), xp.swapaxes(u, -1, -2))
@@ -466,7 +473,7 @@ def matrix_rank(
         s = xp.abs(_call("matrix_rank", "eigvalsh", a))
     else:
         s = _call("matrix_rank", "svd", a, compute_uv=False)
-    thr = _tolerances(s.max(-1, initial=0.0), a.shape, atol, rtol, a.dtype)
+    thr = _tolerances(_largest(s), a.shape, atol, rtol, a.dtype)
     return wrap(backend.ensure_array((s > xp.expand_dims(thr, -1)).sum(-1).astype(dtypes.int64)))
 
 
@@ -671,26 +678,28 @@ def tensorsolve(A: Tensor, B: Tensor, dims: Any = None) -> Tensor:
 def linalg_vander(x: Tensor, *, N: int | None = None) -> Tensor:
     """The Vandermonde matrix of increasing powers ``x**0, ..., x**(N-1)`` along a new last
     dim (N defaults to ``x.shape[-1]``), batched over ``x``'s leading dims."""
-    if x.ndim < 1:
-        raise RuntimeError("linalg.vander: x must have at least one dimension.")
-    if N is None:
-        N = x.shape[-1]
-    if N <= 1:
-        if N < 0:
-            raise RuntimeError("N must be greater than 1.")
-    if N == 0:
+    n = (x.shape[-1] if x.ndim else 1) if N is None else N
+    if n <= 1:
+        raise RuntimeError("N must be greater than 1.")
+    return powers(x, n)
+
+
+def powers(x: Tensor, n: int) -> Tensor:
+    """``x**0, ..., x**(n-1)`` along a new last dim, each the previous times x (exact at 0,
+    as torch's cumulative product)."""
+    if n == 0:
         return x.unsqueeze(-1)[..., :0] * 1
-    # each power is the previous one times x: exact at 0, as torch's cumprod
-    cols = [x.new_ones(x.shape)]
-    for _ in range(1, N):
-        cols.append(cols[-1] * x)
     from .shape import stack
 
+    cols = [x.new_ones(x.shape)]
+    for _ in range(1, n):
+        cols.append(cols[-1] * x)
     return stack(cols, -1)
 
 
 def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
     """The dot products of ``x`` and ``y`` (broadcast) along ``dim``."""
+    _check_float("vecdot", x._array)
     if x.dtype != y.dtype:
         raise RuntimeError(
             "linalg.vecdot: Expected x and y to have the same dtype, but found x of type "
@@ -765,7 +774,7 @@ def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: str | None = None)
     eps = float(xp.finfo(a.dtype).eps)
     rc = eps * max(m, n) if rcond is None or rcond < 0 else rcond
     x = pinv(A, rtol=rc).matmul(Bm)
-    rank_arr = (s > rc * s.max(-1, keepdims=True, initial=0.0)).sum(-1).astype(dtypes.int64)
+    rank_arr = (s > rc * namespace(s).expand_dims(_largest(s), -1)).sum(-1).astype(dtypes.int64)
     empty = wrap(backend.empty((0,), a.dtype, backend.device_of(a)))
     rank = (
         wrap(backend.ensure_array(rank_arr))
@@ -805,8 +814,8 @@ def _getrf(a: Any, pivot: bool) -> tuple[Any, Any, Any]:
     m, n = a.shape[-2], a.shape[-1]
     k = min(m, n)
     batch = a.shape[:-2]
-    lu = xp.array(a, copy=True).reshape(-1, m, n)
-    nb = lu.shape[0]
+    nb = math.prod(batch)
+    lu = xp.array(a, copy=True).reshape(nb, m, n)
     rows = xp.arange(nb)
     piv = xp.empty((nb, k), dtype=dtypes.int32)
     info = xp.zeros((nb,), dtype=dtypes.int32)
@@ -833,8 +842,8 @@ def _permutation(piv: Any, m: int) -> Any:
     """The row permutation ``perm`` (LU = A[perm]) that the LAPACK row swaps ``piv`` make."""
     xp = namespace(piv)
     batch = piv.shape[:-1]
-    flat = piv.reshape(-1, piv.shape[-1]).astype(dtypes.int64) - 1
-    nb = flat.shape[0]
+    nb = math.prod(batch)
+    flat = piv.reshape(nb, piv.shape[-1]).astype(dtypes.int64) - 1
     perm = xp.broadcast_to(xp.arange(m), (nb, m)).copy()
     rows = xp.arange(nb)
     for j in range(flat.shape[1]):

@@ -480,6 +480,10 @@ def cholesky_solve(B: Tensor, L: Tensor, upper: bool = False) -> Tensor:
             if B.ndim < 2
             else f"u should have at least 2 dimensions, but has {L.ndim} dimensions instead"
         )
+    if L.dtype.kind != "f":
+        raise NotImplementedError(
+            f"\"cholesky_solve_cpu\" not implemented for '{scalar_name(L.dtype)}'"
+        )
     if B.dtype != L.dtype:
         raise RuntimeError(
             f"Expected b and A to have the same dtype, but found b of type "
@@ -502,6 +506,10 @@ def cholesky_inverse(L: Tensor, upper: bool = False) -> Tensor:
             if L.ndim < 2
             else "cholesky_inverse: A must be batches of square matrices, but they are "
             f"{L.shape[-2]} by {L.shape[-1]} matrices"
+        )
+    if L.dtype.kind != "f":
+        raise NotImplementedError(
+            f"\"cholesky_inverse_out_cpu\" not implemented for '{scalar_name(L.dtype)}'"
         )
     n = L.shape[-1]
     ident = Tensor._wrap(backend.eye(n, None, L.dtype, L.device)).expand(*L.shape[:-2], n, n)
@@ -611,7 +619,7 @@ def geqrf(input: Tensor) -> Geqrf:
         raise RuntimeError(f"\"geqrf_cpu\" not implemented for '{scalar_name(a.dtype)}'")
     xp = backend.namespace(a)
     m, n = a.shape[-2], a.shape[-1]
-    flat = a.reshape(-1, m, n)
+    flat = a.reshape(math.prod(a.shape[:-2]), m, n)
     hs, taus = [], []
     for i in range(flat.shape[0]):  # NumPy's raw QR takes one matrix at a time
         h, tau = xp.linalg.qr(flat[i], mode="raw")
@@ -660,7 +668,7 @@ def vander(x: Tensor, N: int | None = None, increasing: bool = False) -> Tensor:
         raise RuntimeError("N must be non-negative.")
     if x.dtype == dtypes.bool_:
         x = x.to(dtypes.int64)
-    v = decomp.linalg_vander(x, N=N if N is not None else x.shape[0])
+    v = decomp.powers(x, N if N is not None else x.shape[0])
     return v if increasing else v.flip(-1)
 
 
