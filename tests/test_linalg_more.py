@@ -630,3 +630,50 @@ def test_cond_of_singular_matrix_is_inf() -> None:
         out = ag.linalg.cond(ag.tensor(a), p)
         ref = torch.linalg.cond(torch.tensor(a), p)
         assert out.item() == ref.item() == math.inf
+
+
+# ----- ldl_factor, ldl_solve (LAPACK's Bunch-Kaufman pivoting: the same LD and pivots) -----
+def _symmetric_cases() -> list[np.ndarray]:
+    rng = np.random.default_rng(17)
+    out = []
+    for n in (1, 2, 3, 5, 6):
+        a = rng.standard_normal((n, n))
+        out.append(a + a.T)
+        z = a + a.T
+        np.fill_diagonal(z, 0.0)  # forces 2 x 2 pivots
+        out.append(z)
+    out.append(rng.standard_normal((4, 4)))  # not symmetric: both read the lower triangle
+    return out
+
+
+@pytest.mark.parametrize("i", range(11))
+def test_ldl_factor_matches_lapack(i: int) -> None:
+    a = _symmetric_cases()[i]
+    out = ag.linalg.ldl_factor_ex(ag.tensor(a))
+    ref = torch.linalg.ldl_factor_ex(torch.tensor(a))
+    np.testing.assert_allclose(out.LD.numpy(), ref.LD.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(out.pivots.numpy(), ref.pivots.numpy())
+    assert out.pivots.dtype == ag.int32
+    assert out.info.item() == ref.info.item()
+    if ref.info.item():  # singular: torch's solve gives inf and NaN, ours raises
+        return
+    b = RNG.standard_normal((a.shape[0], 2))
+    x = ag.linalg.ldl_solve(out.LD, out.pivots, ag.tensor(b))
+    xr = torch.linalg.ldl_solve(ref.LD, ref.pivots, torch.tensor(b))
+    np.testing.assert_allclose(x.numpy(), xr.numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_ldl_batched_singular_and_errors() -> None:
+    a = np.stack([_symmetric_cases()[4], np.zeros((3, 3))])
+    out = ag.linalg.ldl_factor_ex(ag.tensor(a))
+    ref = torch.linalg.ldl_factor_ex(torch.tensor(a))
+    np.testing.assert_allclose(out.LD.numpy(), ref.LD.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(out.pivots.numpy(), ref.pivots.numpy())
+    np.testing.assert_array_equal(out.info.numpy(), ref.info.numpy())
+    ld, piv = ag.linalg.ldl_factor(ag.tensor(a[:1], dtype=ag.float32))
+    assert ld.dtype == ag.float32
+    assert ag.linalg.ldl_factor(ag.zeros(0, 0)).LD.shape == (0, 0)
+    with pytest.raises(RuntimeError, match="must be batches of square matrices"):
+        ag.linalg.ldl_factor(ag.zeros(2, 3))
+    with pytest.raises(RuntimeError, match="Expected B to have at least 2 dimensions"):
+        ag.linalg.ldl_solve(ld, piv, ag.zeros(3))

@@ -1018,3 +1018,179 @@ def householder_product(A: Tensor, tau: Tensor) -> Tensor:
         )
     C = wrap(backend.eye(m, n, A.dtype, A.device)).expand(*A.shape[:-2], m, n)
     return apply_reflectors(A, tau, C)
+
+
+# ----- LDL^T: ldl_factor(_ex), ldl_solve -----
+class LDLFactorResult(NamedTuple):
+    LD: Tensor
+    pivots: Tensor
+
+
+class LDLFactorExResult(NamedTuple):
+    LD: Tensor
+    pivots: Tensor
+    info: Tensor
+
+
+# NOTE [Bunch-Kaufman as LAPACK's sytf2]
+# ldl_factor follows LAPACK's unblocked dsytf2 (lower), which torch's sytrf runs for matrices of
+# up to its block size (64): at column k, a 1 x 1 pivot unless the column's largest
+# off-diagonal entry is much larger (alpha = (1 + sqrt(17)) / 8), else a swap or a 2 x 2 pivot;
+# pivots > 0 name the row swapped with k, a pair of equal negative pivots a 2 x 2 block. Each
+# matrix takes its own choices, so this loops over the matrices of a batch and the columns of
+# each; every step is one rank-1 or rank-2 update of the trailing block, kept symmetric (both
+# triangles) so rows and columns swap alike. The earlier columns of L are not swapped (LAPACK's
+# L is a product of permuted elementary factors).
+_BK_ALPHA = (1.0 + math.sqrt(17.0)) / 8.0
+
+
+def _sytf2(a: Any) -> tuple[Any, Any, int]:
+    """One matrix's compact LD, 1-based int32 pivots and info (See NOTE [Bunch-Kaufman as
+    LAPACK's sytf2])."""
+    xp = namespace(a)
+    n = a.shape[-1]
+    w = xp.tril(a) + xp.swapaxes(xp.tril(a, -1), -1, -2)  # symmetric, from the lower triangle
+    w = xp.array(w, copy=True)
+    piv = [0] * n
+    info = 0
+    k = 0
+    while k < n:
+        step = 1
+        absakk = float(abs(w[k, k]))
+        if k + 1 < n:
+            col = xp.abs(w[k + 1 :, k])
+            imax = k + 1 + int(xp.argmax(col))
+            colmax = float(col[imax - k - 1])
+        else:
+            imax, colmax = k, 0.0
+        if max(absakk, colmax) == 0.0 or math.isnan(absakk):
+            if info == 0:
+                info = k + 1
+            kp = k
+        else:
+            if absakk >= _BK_ALPHA * colmax:
+                kp = k
+            else:
+                # the largest off-diagonal magnitude in row (and column) imax of the block
+                others = xp.abs(w[k:, imax])
+                others[imax - k] = 0
+                rowmax = float(others.max())
+                if absakk >= _BK_ALPHA * colmax * (colmax / rowmax):
+                    kp = k
+                elif float(abs(w[imax, imax])) >= _BK_ALPHA * rowmax:
+                    kp = imax
+                else:
+                    kp, step = imax, 2
+            kk = k + step - 1
+            if kp != kk:  # swap rows and columns kk and kp of the trailing block
+                idx = xp.arange(k, n)
+                idx[kk - k], idx[kp - k] = kp, kk
+                w[k:, k:] = w[idx][:, idx]
+            if step == 1:
+                d = w[k, k]
+                x = w[k + 1 :, k].copy()
+                w[k + 1 :, k + 1 :] -= xp.outer(x, x) / d
+                w[k + 1 :, k] = x / d
+                w[k, k + 1 :] = x / d
+            else:
+                dm = w[k : k + 2, k : k + 2].copy()
+                c = w[k + 2 :, k : k + 2].copy()
+                lc = xp.swapaxes(backend.linalg_call("solve", dm, xp.swapaxes(c, 0, 1)), 0, 1)
+                w[k + 2 :, k + 2 :] -= xp.matmul(lc, xp.swapaxes(c, 0, 1))
+                w[k + 2 :, k : k + 2] = lc
+                w[k : k + 2, k + 2 :] = xp.swapaxes(lc, 0, 1)
+        if step == 1:
+            piv[k] = kp + 1
+        else:
+            piv[k] = piv[k + 1] = -(kp + 1)
+        k += step
+    return xp.tril(w), xp.asarray(piv, dtype=dtypes.int32), info
+
+
+def ldl_factor_ex(
+    A: Tensor, *, hermitian: bool = False, check_errors: bool = False
+) -> LDLFactorExResult:
+    """``(LD, pivots, info)``: the Bunch-Kaufman factorisation ``A = L D L^T`` of each
+    symmetric matrix of ``A`` (read from its lower triangle) in LAPACK's compact form, as
+    ``torch.linalg.ldl_factor_ex``; not differentiable (torch's is not either)."""
+    a = A._array
+    _check_matrix("ldl_factor_ex", a)
+    xp = namespace(a)
+    n = a.shape[-1]
+    batch = a.shape[:-2]
+    flat = a.reshape(math.prod(batch), n, n)
+    lds, pivs, infos = [], [], []
+    for i in range(flat.shape[0]):  # See NOTE [Bunch-Kaufman as LAPACK's sytf2]
+        ld, piv, info = _sytf2(flat[i])
+        lds.append(ld)
+        pivs.append(piv)
+        infos.append(info)
+    if flat.shape[0]:
+        ld_all = xp.stack(lds).reshape(a.shape)
+        piv_all = xp.stack(pivs).reshape(*batch, n)
+    else:
+        ld_all = xp.zeros(a.shape, dtype=a.dtype)
+        piv_all = xp.zeros((*batch, n), dtype=dtypes.int32)
+    info_all = xp.asarray(infos, dtype=dtypes.int32).reshape(batch)
+    if check_errors and any(infos):
+        raise backend.LinAlgError(
+            f"torch.linalg.ldl_factor_ex: The factorization could not be completed because "
+            f"the input is singular (D[{max(infos)},{max(infos)}] is zero)."
+        )
+    return LDLFactorExResult(wrap(ld_all), wrap(piv_all), wrap(info_all))
+
+
+def ldl_factor(A: Tensor, *, hermitian: bool = False) -> LDLFactorResult:
+    """``(LD, pivots)`` of ``ldl_factor_ex``."""
+    res = ldl_factor_ex(A, hermitian=hermitian)
+    return LDLFactorResult(res.LD, res.pivots)
+
+
+def _ldl_matrix(ld: Any, piv: Any) -> Any:
+    """The symmetric matrix ``L D L^T`` of one compact factorisation: D, then each
+    elementary factor P(k) L(k) applied on both sides, the last first."""
+    xp = namespace(ld)
+    n = ld.shape[-1]
+    blocks: list[tuple[int, int, int]] = []  # (k, size, kp)
+    k = 0
+    p = [int(v) for v in piv.tolist()]
+    while k < n:
+        if p[k] > 0:
+            blocks.append((k, 1, p[k] - 1))
+            k += 1
+        else:
+            blocks.append((k, 2, -p[k] - 1))
+            k += 2
+    x = xp.zeros_like(ld)
+    for k, size, _ in blocks:
+        d = ld[k : k + size, k : k + size]
+        x[k : k + size, k : k + size] = xp.tril(d) + xp.swapaxes(xp.tril(d, -1), 0, 1)
+    for k, size, kp in reversed(blocks):
+        # L(k): the identity with the block's columns of L below the block
+        lk = xp.eye(n, dtype=ld.dtype)
+        lk[k + size :, k : k + size] = ld[k + size :, k : k + size]
+        x = xp.matmul(xp.matmul(lk, x), xp.swapaxes(lk, 0, 1))
+        kk = k + size - 1
+        if kp != kk:
+            idx = xp.arange(n)
+            idx[kk], idx[kp] = kp, kk
+            x = x[idx][:, idx]
+    return x
+
+
+def ldl_solve(LD: Tensor, pivots: Tensor, B: Tensor, *, hermitian: bool = False) -> Tensor:
+    """The solution ``X`` of ``A X = B`` from ``A``'s ``ldl_factor``; differentiable in ``B``
+    only (torch's is not differentiable)."""
+    ld = LD._array
+    _check_matrix("ldl_solve", ld, what="LD")
+    if B.ndim < 2:
+        raise RuntimeError("torch.linalg.ldl_solve: Expected B to have at least 2 dimensions.")
+    if pivots.dtype != dtypes.int32:
+        raise RuntimeError("torch.linalg.ldl_solve: Expected pivots to be integers. Got Long")
+    n = ld.shape[-1]
+    xp = namespace(ld)
+    flat = ld.reshape(math.prod(ld.shape[:-2]), n, n)
+    pflat = pivots._array.reshape(flat.shape[0], n)
+    mats = [_ldl_matrix(flat[i], pflat[i]) for i in range(flat.shape[0])]
+    a = xp.stack(mats).reshape(ld.shape) if mats else xp.zeros(ld.shape, dtype=ld.dtype)
+    return solve(wrap(a), B)
