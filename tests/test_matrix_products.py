@@ -341,6 +341,49 @@ ERRORS: list[tuple[Callable[[], Any], type[Exception], str]] = [
         "multi_dot\\(\\): expected at least 2 tensors but got 1",
     ),
     (
+        lambda: ag.baddbmm(ag.zeros(3, 3), ag.zeros(2, 2, 3), ag.zeros(2, 3, 2)),
+        RuntimeError,
+        r"The expanded size of the tensor \(2\) must match the existing size \(3\) at "
+        r"non-singleton dimension 2.  Target sizes: \[2, 2, 2\].  Tensor sizes: \[3, 3\]",
+    ),
+    (
+        lambda: ag.baddbmm(ag.zeros(2, 2), ag.zeros(2, 2, 3), ag.zeros(2, 2, 2)),
+        RuntimeError,
+        r"Expected size for first two dimensions of batch2 tensor to be: \[2, 3\] but got: "
+        r"\[2, 2\].",
+    ),
+    (
+        lambda: ag.addbmm(ag.zeros(2, 2), ag.zeros(2, 2), ag.zeros(2, 2, 2)),
+        RuntimeError,
+        "batch1 must be a 3D tensor",
+    ),
+    (
+        lambda: ag.addbmm(ag.zeros(2, 2), ag.zeros(2, 2, 3, dtype=ag.float64), ag.zeros(2, 3, 2)),
+        RuntimeError,
+        "Input dtypes must be the same, got: input float, batch1: double, batch2: float",
+    ),
+    (
+        lambda: ag.addmv(ag.zeros(2), ag.zeros(2, 3), ag.zeros(3, dtype=ag.float64)),
+        RuntimeError,
+        "addmv input tensors must have the same dtype, but got Float, Float, and Double",
+    ),
+    (
+        lambda: ag.addmv(ag.zeros(3), ag.zeros(2, 3), ag.zeros(3)),
+        RuntimeError,
+        r"size mismatch, got input \(3\), mat \(2x3\), vec \(3\)",
+    ),
+    (
+        lambda: ag.tensordot(ag.zeros(2, 3), ag.zeros(3, dtype=ag.float64), dims=1),
+        RuntimeError,
+        "both inputs should have same dtype",
+    ),
+    (
+        lambda: ag.linalg.cross(ag.zeros(2, 3), ag.zeros(4, 3)),
+        RuntimeError,
+        r"The size of tensor a \(2\) must match the size of tensor b \(4\) at non-singleton "
+        "dimension 0",
+    ),
+    (
         lambda: ag.baddbmm(ag.zeros(2, 2), ag.zeros(2, 2, 3), ag.zeros(3, 3, 2)),
         RuntimeError,
         "batch1 and batch2 must have same number of batches, got 2 and 3",
@@ -386,5 +429,5 @@ def test_window_parameters_and_dtypes() -> None:
     assert w.is_leaf
     with pytest.raises(RuntimeError, match="hann_window expects floating point dtypes, got: Long"):
         ag.hann_window(4, dtype=ag.int64)
-    with pytest.raises(RuntimeError, match="hann_window requires non-negative window length"):
+    with pytest.raises(RuntimeError, match="hann_window requires non-negative window_length"):
         ag.hann_window(-1)

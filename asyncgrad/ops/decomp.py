@@ -443,6 +443,7 @@ def pinv(
         rtol = rcond
     xp = namespace(a)
     if hermitian:
+        _check_matrix("eigh", a)
         lam, v = _call("pinv", "eigh", a)
         s_abs = xp.abs(lam)
         thr = _tolerances(_largest(s_abs), a.shape, atol, rtol, a.dtype)
@@ -483,7 +484,7 @@ def cond(A: Tensor, p: Any = None) -> Tensor:
     ``matrix_norm(A, p) * matrix_norm(inv(A), p)``)."""
     _check_float("cond", A._array)
     if A.ndim < 2:
-        raise RuntimeError("linalg.cond: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError("linalg.cond: The input tensor must have at least 2 dimensions.")
     if p is None or p in (2, -2):
         s = svdvals(A)
         if s.shape[-1] == 0:
@@ -492,7 +493,11 @@ def cond(A: Tensor, p: Any = None) -> Tensor:
         return ratio if p != -2 else s[..., -1] / s[..., 0]
     if p not in ("fro", "nuc", 1, -1, math.inf, -math.inf):
         raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
-    _check_square("cond", A)
+    if A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(
+            f"linalg.cond(ord={p}): A must be batches of square matrices, but they are "
+            f"{A.shape[-2]} by {A.shape[-1]} matrices"
+        )
     try:
         ainv = inv(A)
     except backend.LinAlgError:
@@ -515,6 +520,9 @@ def solve_triangular(
     """The solution ``X`` of ``A X = B`` (``X A = B`` with ``left=False``) for triangular
     ``A``, read from its upper or lower triangle only (with ones on the diagonal where
     ``unitriangular``), batched and broadcast."""
+    if A.dtype != B.dtype and A.dtype.kind == B.dtype.kind == "f":  # torch promotes here
+        wide = dtypes.float64 if dtypes.float64 in (A.dtype, B.dtype) else A.dtype
+        A, B = A.to(wide), B.to(wide)
     a, b = A._array, B._array
     _check_matrix("solve_triangular", a)
     _check_float("solve_triangular", b)
@@ -746,6 +754,8 @@ def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: str | None = None)
     residuals, rank and singular values that torch's CPU ``driver`` returns (the default
     "gelsy": the rank only)."""
     a, b = A._array, B._array
+    if a.ndim < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
     _check_matrix("lstsq", a, square=False, what="input")
     if driver is not None and driver not in _DRIVERS:
         raise RuntimeError(f"parameter `driver` should be one of ({', '.join(_DRIVERS)})")
@@ -867,6 +877,11 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -
     triangular below the diagonal of LU, U on and above it), LAPACK's 1-based int32 row
     swaps ``pivots`` and ``info`` (the index of the first zero pivot, or 0)."""
     a = A._array
+    if a.ndim < 2:
+        raise RuntimeError(
+            "torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: "
+            f"{list(a.shape)} instead"
+        )
     _check_matrix("lu_factor_ex", a, square=False)
     lu, piv, info = _getrf(a, pivot)
     if check_errors and bool((info != 0).any()):
@@ -994,6 +1009,10 @@ def householder_product(A: Tensor, tau: Tensor) -> Tensor:
     """The first n columns of Q = H_1 ... H_k from the Householder vectors below the diagonal
     of ``A`` (m x n) and their scales ``tau`` (k <= n), as LAPACK's orgqr."""
     a = A._array
+    if a.ndim < 2:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input must have at least 2 dimensions."
+        )
     _check_matrix("householder_product", a, square=False)
     m, n = a.shape[-2], a.shape[-1]
     if m < n:
@@ -1114,7 +1133,14 @@ def ldl_factor_ex(
     symmetric matrix of ``A`` (read from its lower triangle) in LAPACK's compact form, as
     ``torch.linalg.ldl_factor_ex``; not differentiable (torch's is not either)."""
     a = A._array
-    _check_matrix("ldl_factor_ex", a)
+    _check_float("ldl_factor_ex", a)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise RuntimeError(
+            "torch.linalg.ldl_factor_ex: The input tensor A must have at least 2 dimensions."
+            if a.ndim < 2
+            else "torch.linalg.ldl_factor_ex: A must be batches of square matrices, but they "
+            f"are {a.shape[-2]} by {a.shape[-1]} matrices"
+        )
     xp = namespace(a)
     n = a.shape[-1]
     batch = a.shape[:-2]

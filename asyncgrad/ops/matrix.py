@@ -18,7 +18,7 @@ from .. import backend, dtypes
 from .._tensor import Tensor
 from . import decomp
 from .creation import scalar_name, zeros
-from .linalg import dot, matmul, outer
+from .linalg import _c_type, dot, matmul, outer
 from .pointwise import where
 from .shape import stack
 
@@ -74,21 +74,32 @@ def _scaled_sum(input: Tensor, prod: Tensor, beta: Any, alpha: Any) -> Tensor:
     ``beta == 0`` ``input`` is ignored (its gradient is 0), as torch does."""
     if not isinstance(input, Tensor):
         input = Tensor(input)
-    try:
-        shape = backend.broadcast_shapes(input.shape, prod.shape)
-    except ValueError:
-        shape = None
-    if shape != tuple(prod.shape):
-        raise RuntimeError(
-            f"The size of tensor a ({list(input.shape)}) must match the size of tensor b "
-            f"({list(prod.shape)}): input cannot be broadcast to the product's shape"
-        )
+    _check_expands(input, tuple(prod.shape))
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:
         # selected, not multiplied: NaN and inf in input stay out of the result
         return prod + where(backend.scalar(False, dtypes.bool_), input, 0).to(prod.dtype)
     return prod + (input if beta == 1 else input * beta)
+
+
+def _check_expands(input: Tensor, target: tuple[int, ...]) -> None:
+    """torch's error where ``input`` does not broadcast to the product's shape."""
+    shape = tuple(input.shape)
+    if len(shape) > len(target):
+        raise RuntimeError(
+            f"The expanded size of the tensor ({len(target)}) must be greater or equal to the "
+            f"number of dimensions in the tensor ({len(shape)})"
+        )
+    lead = len(target) - len(shape)
+    for i in reversed(range(len(shape))):  # torch reports the last mismatch first
+        s, t = shape[i], target[lead + i]
+        if s != t and s != 1:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({t}) must match the existing size ({s}) at "
+                f"non-singleton dimension {i + lead}.  Target sizes: {list(target)}.  Tensor "
+                f"sizes: {list(shape)}"
+            )
 
 
 def _same_dtype(input: Tensor, mat2: Tensor) -> None:
@@ -124,10 +135,10 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: An
     return _scaled_sum(input, matmul(mat1, mat2), beta, alpha)
 
 
-def _check_batches(name: str, b1: Tensor, b2: Tensor) -> None:
-    for t in (b1, b2):
+def _check_batches(input: Tensor, b1: Tensor, b2: Tensor) -> None:
+    for name, t in (("batch1", b1), ("batch2", b2)):
         if t.ndim != 3:
-            raise RuntimeError(f"batch1 must be a 3D tensor, got {t.ndim}-D ({name})")
+            raise RuntimeError(f"{name} must be a 3D tensor")
     if b1.shape[0] != b2.shape[0]:
         raise RuntimeError(
             f"batch1 and batch2 must have same number of batches, got {b1.shape[0]} and "
@@ -135,12 +146,13 @@ def _check_batches(name: str, b1: Tensor, b2: Tensor) -> None:
         )
     if b1.shape[2] != b2.shape[1]:
         raise RuntimeError(
-            f"Incompatible matrix sizes for bmm ({b1.shape[1]}x{b1.shape[2]} and "
-            f"{b2.shape[1]}x{b2.shape[2]})"
+            "Expected size for first two dimensions of batch2 tensor to be: "
+            f"[{b1.shape[0]}, {b1.shape[2]}] but got: [{b2.shape[0]}, {b2.shape[1]}]."
         )
-    if b1.dtype != b2.dtype:
+    if not input.dtype == b1.dtype == b2.dtype:
         raise RuntimeError(
-            f"expected scalar type {scalar_name(b1.dtype)} but found {scalar_name(b2.dtype)}"
+            f"Input dtypes must be the same, got: input {_c_type(input.dtype)}, batch1: "
+            f"{_c_type(b1.dtype)}, batch2: {_c_type(b2.dtype)}"
         )
 
 
@@ -148,8 +160,7 @@ def baddbmm(
     input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1
 ) -> Tensor:
     """``beta * input + alpha * bmm(batch1, batch2)``."""
-    _check_batches("baddbmm", batch1, batch2)
-    _same_dtype(input, batch2)
+    _check_batches(input, batch1, batch2)
     return _scaled_sum(input, matmul(batch1, batch2), beta, alpha)
 
 
@@ -157,8 +168,7 @@ def addbmm(
     input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1
 ) -> Tensor:
     """``beta * input + alpha * sum_i batch1[i] @ batch2[i]``."""
-    _check_batches("addbmm", batch1, batch2)
-    _same_dtype(input, batch2)
+    _check_batches(input, batch1, batch2)
     return _scaled_sum(input, matmul(batch1, batch2).sum(0), beta, alpha)
 
 
@@ -183,6 +193,17 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any 
     if mat.ndim != 2 or vec.ndim != 1 or input.ndim > 1:
         raise RuntimeError(
             f"vector + matrix @ vector expected, got {input.ndim}, {mat.ndim}, {vec.ndim}"
+        )
+    bad_input = input.ndim == 1 and input.shape[0] not in (1, mat.shape[0])
+    if mat.shape[1] != vec.shape[0] or bad_input:
+        raise RuntimeError(
+            f"size mismatch, got input ({input.shape[0] if input.ndim else 1}), mat "
+            f"({_dims_str(mat)}), vec ({vec.shape[0]})"
+        )
+    if not input.dtype == mat.dtype == vec.dtype:
+        raise RuntimeError(
+            "addmv input tensors must have the same dtype, but got "
+            f"{scalar_name(input.dtype)}, {scalar_name(mat.dtype)}, and {scalar_name(vec.dtype)}"
         )
     return _scaled_sum(input, mv(mat, vec), beta, alpha)
 
@@ -219,6 +240,8 @@ def inner(input: Tensor, other: Tensor) -> Tensor:
     other.shape[:-1]`` (a product with a 0-d tensor is elementwise)."""
     if input.ndim == 0 or other.ndim == 0:
         return input * other
+    if input.dtype != other.dtype:
+        raise RuntimeError("both inputs should have same dtype")
     if input.shape[-1] != other.shape[-1]:
         raise RuntimeError(
             "inner() the last dimension must match on both input tensors but got shapes "
@@ -275,6 +298,8 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2, out: Any = None) -> Tensor:
         da, db = _as_dims(dims[0]), _as_dims(dims[1])
         if len(da) != len(db):
             raise RuntimeError("both dimension lists should have same length")
+    if a.dtype != b.dtype:
+        raise RuntimeError("both inputs should have same dtype")
     ra = [d % a.ndim if a.ndim else d for d in da]
     rb = [d % b.ndim if b.ndim else d for d in db]
     for x, y, ox, oy in zip(ra, rb, da, db, strict=True):
@@ -315,7 +340,7 @@ def multi_dot(tensors: Sequence[Tensor]) -> Tensor:
         if ts[i].dtype != ts[0].dtype:
             raise RuntimeError(
                 f"multi_dot(): all tensors must have be the same dtype but tensor 0 is "
-                f"{scalar_name(ts[0].dtype)} and tensor {i} {scalar_name(ts[i].dtype)}"
+                f"{_c_type(ts[0].dtype)} and tensor {i} {_c_type(ts[i].dtype)}"
             )
     for i in range(n - 1):
         if ts[i].shape[1] != ts[i + 1].shape[0]:
@@ -397,11 +422,21 @@ def linalg_cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
             f"linalg.cross: inputs dimension {dim} must have length 3. Got "
             f"{input.shape[dim]} and {other.shape[dim]}"
         )
-    shape = backend.broadcast_shapes(
-        tuple(s for i, s in enumerate(input.shape) if i != dim % nd),
-        tuple(s for i, s in enumerate(other.shape) if i != dim % nd),
-    )
+    if input.dtype != other.dtype:
+        raise RuntimeError(
+            f"expected scalar type {scalar_name(input.dtype)} but found {scalar_name(other.dtype)}"
+        )
     d = dim % nd
+    for i, (x, y) in enumerate(zip(input.shape, other.shape, strict=True)):
+        if x != y and x != 1 and y != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                f"non-singleton dimension {i}"
+            )
+    shape = backend.broadcast_shapes(
+        tuple(s for i, s in enumerate(input.shape) if i != d),
+        tuple(s for i, s in enumerate(other.shape) if i != d),
+    )
     full = (*shape[:d], 3, *shape[d:])
     a0, a1, a2 = input.expand(full).unbind(d)
     b0, b1, b2 = other.expand(full).unbind(d)
@@ -502,7 +537,7 @@ def cholesky_inverse(L: Tensor, upper: bool = False) -> Tensor:
     """The inverse of ``A = L L^T`` (``U^T U`` with ``upper``) from its Cholesky factor."""
     if L.ndim < 2 or L.shape[-1] != L.shape[-2]:
         raise RuntimeError(
-            "cholesky_inverse: The input tensor input must have at least 2 dimensions."
+            "cholesky_inverse: The input tensor A must have at least 2 dimensions."
             if L.ndim < 2
             else "cholesky_inverse: A must be batches of square matrices, but they are "
             f"{L.shape[-2]} by {L.shape[-1]} matrices"
@@ -652,9 +687,9 @@ def ormqr(
         raise RuntimeError(
             f"torch.ormqr: other.shape[{-2 if left else -1}] must be equal to input.shape[-2]"
         )
-    if tau.shape[-1] > input.shape[-1]:
+    if tau.shape[-1] > min(size, input.shape[-1]):
         raise RuntimeError(
-            "torch.ormqr: tau.shape[-1] must be less than or equal to input.shape[-1]"
+            "torch.ormqr: tau.shape[-1] must be equal to min(other.shape[-2], input.shape[-1])"
         )
     return decomp.apply_reflectors(input, tau, other, left=left, transpose=transpose)
 
@@ -691,7 +726,7 @@ def _window(
         raise RuntimeError(f"{name} expects floating point dtypes, got: {scalar_name(dt)}")
     if window_length < 0:
         raise RuntimeError(
-            f"{name} requires non-negative window length, got window_length={window_length}"
+            f"{name} requires non-negative window_length, got window_length={window_length}"
         )
     if window_length == 0:
         return _finish(backend.empty((0,), dt), device, requires_grad)
