@@ -89,9 +89,36 @@ def pinv_grad(g: Any, ans: Any, a: Any) -> Any:
 
 
 # ----- LU -----
-def _solve_right(b: Any, a: Any) -> Any:
-    """``b a^-1``."""
-    return mT(_solve(mT(a), mT(b)))
+def _back_substitute(t: Any, b: Any, upper: bool) -> Any:
+    """``t^-1 b`` for triangular arrays ``t``, row by row (a loop over the matrix size), so a
+    singular ``t`` gives infinities and NaNs as LAPACK's trsm does rather than an error."""
+    xp = backend.namespace(t)
+    batch = backend.broadcast_shapes(t.shape[:-2], b.shape[:-2])
+    t = xp.broadcast_to(t, (*batch, *t.shape[-2:]))
+    b = xp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    n = t.shape[-1]
+    x = xp.zeros(b.shape, dtype=xp.result_type(t, b))
+    for i in range(n - 1, -1, -1) if upper else range(n):
+        done = slice(i + 1, n) if upper else slice(0, i)
+        s = b[..., i, :] - xp.matmul(t[..., i : i + 1, done], x[..., done, :])[..., 0, :]
+        x[..., i, :] = s / t[..., i, i, None]
+    return x
+
+
+def _tri_solve(a: Any, b: Any, upper: bool) -> Any:
+    """``a^-1 b`` for triangular ``a``: LAPACK's solve, and where it finds ``a`` singular,
+    back substitution (torch's backward gives infinities there, not an error)."""
+    try:
+        return _solve(a, b)
+    except backend.LinAlgError:
+        if isinstance(a, Tensor) or isinstance(b, Tensor):
+            raise
+        return _back_substitute(a, b, upper)
+
+
+def _tri_solve_right(b: Any, a: Any, upper: bool) -> Any:
+    """``b a^-1`` for triangular ``a``."""
+    return mT(_tri_solve(mT(a), mT(b), not upper))
 
 
 def lu_factor_grad(g: Any, ans: Any, perm_matrix: Any) -> Any:
@@ -107,19 +134,19 @@ def lu_factor_grad(g: Any, ans: Any, perm_matrix: Any) -> Any:
     if m == n:
         # P L^-T [tril(L^T gL, -1) + triu(gU U^T)] U^-T
         inner = xp.tril(xp.matmul(mT(lo), gl), -1) + xp.triu(xp.matmul(gu, mT(up)))
-        ga = _solve(mT(lo), _solve_right(inner, mT(up)))
+        ga = _tri_solve(mT(lo), _tri_solve_right(inner, mT(up), False), True)
     elif m < n:
         # [L^-T (tril(L^T gL - gU U^T, -1) U1^-T + gU1) | L^-T gU2]
         u1 = up[..., :, :k]
         inner = xp.matmul(mT(lo), gl) - xp.matmul(gu, mT(up))
-        left = _solve_right(xp.tril(inner, -1), mT(u1)) + gu[..., :, :k]
-        ga = _solve(mT(lo), xp.concatenate([left, gu[..., :, k:]], axis=-1))
+        left = _tri_solve_right(xp.tril(inner, -1), mT(u1), False) + gu[..., :, :k]
+        ga = _tri_solve(mT(lo), xp.concatenate([left, gu[..., :, k:]], axis=-1), True)
     else:
         # [L1^-T triu(gU U^T - L^T gL) + gL1 ; gL2] U^-T
         l1 = lo[..., :k, :]
         inner = xp.matmul(gu, mT(up)) - xp.matmul(mT(lo), gl)
-        top = _solve(mT(l1), xp.triu(inner)) + gl[..., :k, :]
-        ga = _solve_right(xp.concatenate([top, gl[..., k:, :]], axis=-2), mT(up))
+        top = _tri_solve(mT(l1), xp.triu(inner), True) + gl[..., :k, :]
+        ga = _tri_solve_right(xp.concatenate([top, gl[..., k:, :]], axis=-2), mT(up), False)
     return xp.matmul(perm_matrix, ga)
 
 
