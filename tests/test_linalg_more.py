@@ -130,6 +130,16 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], list[np.ndarray]]
         [np.outer(_general(4), _general(3))],
     ),
     "pinverse": (ag.pinverse, torch.pinverse, [_general(4, 2)]),
+    "pinv_rcond_positional": (
+        lambda a: ag.linalg.pinv(a @ a.mT, 0.5, True),
+        lambda a: torch.linalg.pinv(a @ a.mT, 0.5, True),
+        [_general(3, 3)],
+    ),
+    "matrix_rank_tol_positional": (
+        lambda a: ag.linalg.matrix_rank(a, 0.5),
+        lambda a: torch.linalg.matrix_rank(a, 0.5),
+        [_general(2, 4, 4)],
+    ),
     "matrix_power_3": (
         lambda a: ag.linalg.matrix_power(a, 3),
         lambda a: torch.linalg.matrix_power(a, 3),
@@ -389,6 +399,7 @@ NO_TORCH_GRAD = [
     "cond_nuc",
     "matrix_rank",
     "matrix_rank_hermitian_atol",
+    "matrix_rank_tol_positional",
 ]
 
 

@@ -431,3 +431,28 @@ def test_window_parameters_and_dtypes() -> None:
         ag.hann_window(4, dtype=ag.int64)
     with pytest.raises(RuntimeError, match="hann_window requires non-negative window_length"):
         ag.hann_window(-1)
+
+
+def test_inplace_through_a_view_and_without_grad() -> None:
+    base = RNG.standard_normal((3, 2, 4))
+    m1, m2 = RNG.standard_normal((2, 3)), RNG.standard_normal((3, 4))
+    xs = [ag.tensor(a, requires_grad=True) for a in (base, m1, m2)]
+    ts = [torch.tensor(a, requires_grad=True) for a in (base, m1, m2)]
+    y, ty = xs[0] * 1.0, ts[0] * 1.0
+    y[1].addmm_(xs[1], xs[2], beta=-1.0)
+    ty[1].addmm_(ts[1], ts[2], beta=-1.0)
+    np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-12)
+    w = RNG.standard_normal(base.shape)
+    gs = ag.grad_sync((y * ag.tensor(w)).sum(), xs)
+    rs = torch.autograd.grad((ty * torch.tensor(w)).sum(), ts)
+    for g, r in zip(gs, rs, strict=True):
+        assert g is not None
+        np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-10)
+    z = ag.tensor(base[0])
+    with ag.no_grad():
+        z.addr_(ag.tensor(base[0, :, 0]), ag.tensor(base[0, 0]), alpha=2)
+    np.testing.assert_allclose(
+        z.numpy(), base[0] + 2 * np.outer(base[0, :, 0], base[0, 0]), rtol=1e-12
+    )
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        xs[1].addmm_(xs[1].mT, xs[1].mT)

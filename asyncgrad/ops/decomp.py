@@ -429,11 +429,11 @@ def _all_zero(x: Any) -> bool:
 @silent_fp  # See NOTE [Silent floating point]
 def pinv(
     A: Tensor,
+    rcond: Any = None,
+    hermitian: bool = False,
     *,
     atol: Any = None,
     rtol: Any = None,
-    hermitian: bool = False,
-    rcond: Any = None,
 ) -> Tensor:
     """The Moore-Penrose pseudo-inverse of each matrix of ``A``: singular values below
     ``max(atol, rtol * s_max)`` count as zero (``rcond`` is rtol's old name)."""
@@ -461,7 +461,7 @@ def pinv(
 
 
 def matrix_rank(
-    A: Tensor, *, atol: Any = None, rtol: Any = None, hermitian: bool = False, tol: Any = None
+    A: Tensor, tol: Any = None, hermitian: bool = False, *, atol: Any = None, rtol: Any = None
 ) -> Tensor:
     """The number of singular values of each matrix of ``A`` above ``max(atol, rtol *
     s_max)`` (int64; ``tol`` is atol's old name)."""

@@ -226,12 +226,15 @@ def addr(input: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any
 
 
 def inplace_composite(self: Tensor, compute: Any) -> Tensor:
-    """The in-place form of a composite: ``compute`` reads self's old value, which the write
-    destroys, so it runs on a saved copy ("mul" is an op whose rules read its input, which
-    makes ``inplace`` copy it)."""
-    from .inplace import inplace
+    """The in-place form of a composite, as ``self.copy_(compute(self.clone()))``: the copy's
+    backward routes the gradient of the new value through the composite to self's old value
+    (also for a view, through CopySlices, whose op must read self first)."""
+    from ..graph.grad_mode import _grad_enabled
+    from .inplace import check_inplace, copy_
 
-    return inplace(self, "mul", compute)
+    if _grad_enabled.get():
+        check_inplace(self)  # a leaf that requires grad: refused before any work, as torch
+    return copy_(self, compute(self.clone()))
 
 
 # ----- inner, vdot, kron, tensordot, chain_matmul, cross -----
