@@ -5,6 +5,7 @@ differences, errors."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 import asyncgrad as ag
 from asyncgrad.autograd import gradcheck, gradgradcheck
+from asyncgrad.ops import matrix
 
 torch = pytest.importorskip("torch", reason="compares with torch")
 
@@ -51,6 +53,7 @@ def _compare(
 
 
 def _quiet(fn: Callable[..., Any], *args: Any) -> Any:
+    matrix.WARNED.clear()  # each deprecation warns once per process, as torch's
     with pytest.warns(UserWarning, match="is deprecated"):
         return fn(*args)
 
@@ -273,6 +276,7 @@ def test_integer_dtypes(fn: str, dtype: str) -> None:
 
 def test_cross_without_dim_warns_as_torch() -> None:
     a, b = _arrays((2, 3), (2, 3))
+    matrix.WARNED.clear()
     with pytest.warns(UserWarning, match="without specifying the dim arg is deprecated"):
         out = ag.cross(ag.tensor(a), ag.tensor(b))
     np.testing.assert_allclose(out.detach().numpy(), np.cross(a, b), rtol=1e-12)
@@ -456,3 +460,26 @@ def test_inplace_through_a_view_and_without_grad() -> None:
     )
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
         xs[1].addmm_(xs[1].mT, xs[1].mT)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("cholesky", lambda: ag.cholesky(ag.eye(2))),
+        ("qr", lambda: ag.qr(ag.eye(2))),
+        ("lu", lambda: ag.eye(2).lu()),
+        ("lu_solve", lambda: ag.lu_solve(ag.ones(2, 1), *ag.linalg.lu_factor(ag.eye(2)))),
+        ("triangular_solve", lambda: ag.triangular_solve(ag.ones(2, 1), ag.eye(2))),
+        ("chain_matmul", lambda: ag.chain_matmul(ag.eye(2), ag.eye(2))),
+        ("cross", lambda: ag.cross(ag.ones(3), ag.ones(3))),
+    ],
+)
+def test_deprecated_names_warn_once_as_torch(name: str, call: Callable[[], Any]) -> None:
+    matrix.WARNED.discard(name)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        call()
+        call()
+    assert [type(w.message) for w in record] == [UserWarning]
+    assert "deprecated" in str(record[0].message)
+    call()  # silent now (warnings are errors in this suite)

@@ -65,6 +65,49 @@ __all__ = [
 ]
 
 
+# torch's deprecation warnings for its older names, each given once per process as torch's
+# TORCH_WARN_ONCE does; tests clear ``WARNED`` to see one again
+_DEPRECATED: dict[str, str] = {
+    "cholesky": "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be "
+    "removed in a future PyTorch release.\nL = torch.cholesky(A)\nshould be replaced with\nL = "
+    "torch.linalg.cholesky(A)\nand\nU = torch.cholesky(A, upper=True)\nshould be replaced "
+    "with\nU = torch.linalg.cholesky(A).mH\nThis transform will produce equivalent results for "
+    "all valid (symmetric positive definite) inputs.",
+    "qr": "torch.qr is deprecated in favor of torch.linalg.qr and will be removed in a future "
+    "PyTorch release.\nThe boolean parameter 'some' has been replaced with a string parameter "
+    "'mode'.\nQ, R = torch.qr(A, some)\nshould be replaced with\nQ, R = torch.linalg.qr(A, "
+    "'reduced' if some else 'complete')",
+    "lu": "torch.lu is deprecated in favor of torch.linalg.lu_factor / torch.linalg.lu_factor_ex "
+    "and will be removed in a future PyTorch release.\nLU, pivots = torch.lu(A, "
+    "compute_pivots)\nshould be replaced with\nLU, pivots = torch.linalg.lu_factor(A, "
+    "compute_pivots)\nand\nLU, pivots, info = torch.lu(A, compute_pivots, "
+    "get_infos=True)\nshould be replaced with\nLU, pivots, info = "
+    "torch.linalg.lu_factor_ex(A, compute_pivots)",
+    "lu_solve": "torch.lu_solve is deprecated in favor of torch.linalg.lu_solveand will be "
+    "removed in a future PyTorch release.\nNote that torch.linalg.lu_solve has its arguments "
+    "reversed.\nX = torch.lu_solve(B, LU, pivots)\nshould be replaced with\nX = "
+    "torch.linalg.lu_solve(LU, pivots, B)",
+    "triangular_solve": "torch.triangular_solve is deprecated in favor of "
+    "torch.linalg.solve_triangularand will be removed in a future PyTorch "
+    "release.\ntorch.linalg.solve_triangular has its arguments reversed and does not return a "
+    "copy of one of the inputs.\nX = torch.triangular_solve(B, A).solution\nshould be replaced "
+    "with\nX = torch.linalg.solve_triangular(A, B).",
+    "chain_matmul": "torch.chain_matmul is deprecated and will be removed in a future PyTorch "
+    "release. Use torch.linalg.multi_dot instead, which accepts a list of two or more tensors "
+    "rather than multiple parameters.",
+    "cross": "Using torch.cross without specifying the dim arg is deprecated.\nPlease either "
+    "pass the dim explicitly or simply use torch.linalg.cross.\nThe default value of dim will "
+    "change to agree with that of linalg.cross in a future release.",
+}
+WARNED: set[str] = set()
+
+
+def _deprecated(name: str) -> None:
+    if name not in WARNED:
+        WARNED.add(name)
+        warnings.warn(_DEPRECATED[name], UserWarning, stacklevel=3)
+
+
 def _dims_str(t: Tensor) -> str:
     return "x".join(str(d) for d in t.shape)
 
@@ -389,13 +432,7 @@ def chain_matmul(*matrices: Tensor, out: Any = None) -> Tensor:
     """The product of two-dimensional ``matrices`` (``linalg.multi_dot`` of 2-D tensors)."""
     if out is not None:
         raise NotImplementedError("chain_matmul: out= is not supported")
-    warnings.warn(
-        "torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
-        "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather "
-        "than multiple parameters.",
-        UserWarning,
-        stacklevel=2,
-    )
+    _deprecated("chain_matmul")
     if len(matrices) == 1 and isinstance(matrices[0], (list, tuple)):
         matrices = tuple(matrices[0])
     if not matrices:
@@ -452,13 +489,7 @@ def cross(input: Tensor, other: Tensor, dim: int | None = None, *, out: Any = No
     if out is not None:
         raise NotImplementedError("cross: out= is not supported")
     if dim is None:
-        warnings.warn(
-            "Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass "
-            "the dim explicitly or simply use torch.linalg.cross.\nThe default value of dim "
-            "will change to agree with that of linalg.cross in a future release.",
-            UserWarning,
-            stacklevel=2,
-        )
+        _deprecated("cross")
         shape = backend.broadcast_shapes(tuple(input.shape), tuple(other.shape))
         found = [i for i, s in enumerate(shape) if s == 3]
         if not found:
@@ -506,6 +537,7 @@ def matrix_exp(input: Tensor) -> Tensor:
 
 def cholesky(input: Tensor, upper: bool = False) -> Tensor:
     """``linalg.cholesky`` (torch's older name; ``upper`` is positional here)."""
+    _deprecated("cholesky")
     return decomp.cholesky(input, upper=upper)
 
 
@@ -561,6 +593,7 @@ class QR(NamedTuple):
 
 def qr(input: Tensor, some: bool = True) -> QR:
     """``linalg.qr`` in mode "reduced" (``some``) or "complete"."""
+    _deprecated("qr")
     q, r = decomp.qr(input, "reduced" if some else "complete")
     return QR(q, r)
 
@@ -595,6 +628,7 @@ def triangular_solve(
 ) -> TriangularSolve:
     """``(X, A)`` with ``X`` solving ``A X = b`` (``A^T X = b`` with ``transpose``) for
     triangular ``A``; both broadcast to their common batch shape."""
+    _deprecated("triangular_solve")
     if b.ndim < 2 or A.ndim < 2:
         raise RuntimeError(
             "torch.triangular_solve: Expected b to have at least 2 dimensions, but it has "
@@ -624,6 +658,7 @@ class LUInfos(NamedTuple):
 
 def lu(A: Tensor, pivot: bool = True, get_infos: bool = False) -> Any:
     """``(A_LU, pivots)`` (and ``infos`` with ``get_infos``): ``linalg.lu_factor_ex``."""
+    _deprecated("lu")
     res = decomp.lu_factor_ex(A, pivot=pivot)
     if get_infos:
         return LUInfos(res.LU, res.pivots, res.info)
@@ -632,6 +667,7 @@ def lu(A: Tensor, pivot: bool = True, get_infos: bool = False) -> Any:
 
 def lu_solve(b: Tensor, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:
     """``linalg.lu_solve(LU_data, LU_pivots, b)``."""
+    _deprecated("lu_solve")
     return decomp.lu_solve(LU_data, LU_pivots, b)
 
 
