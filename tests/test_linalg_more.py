@@ -698,3 +698,28 @@ def test_ldl_batched_singular_and_errors() -> None:
         ag.linalg.ldl_factor(ag.zeros(2, 3))
     with pytest.raises(RuntimeError, match="Expected B to have at least 2 dimensions"):
         ag.linalg.ldl_solve(ld, piv, ag.zeros(3))
+
+
+F32 = ["det", "inverse", "pinv_tall", "matrix_power_neg", "matrix_exp", "cholesky_solve",
+       "solve_triangular_lower", "lu_factor_tall", "linalg_lu_wide", "lu_solve",
+       "householder_product", "ormqr_left", "lstsq_tall", "cond_2", "tensorsolve",
+       "linalg_vander"]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:.*is deprecated:UserWarning")
+@pytest.mark.parametrize("name", F32)
+def test_float32_stays_float32(name: str) -> None:
+    ag_fn, torch_fn, arrays = CASES[name]
+    xs = [ag.tensor(a, dtype=ag.float32, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a, dtype=torch.float32, requires_grad=True) for a in arrays]
+    outs = [o for o in _to_list(ag_fn(*xs)) if o.is_floating_point()]
+    refs = [r for r in _to_list(torch_fn(*ts)) if r.dtype.is_floating_point]
+    assert [o.dtype for o in outs] == [ag.float32] * len(refs)
+    for o, r in zip(outs, refs, strict=True):
+        np.testing.assert_allclose(o.detach().numpy(), r.detach().numpy(), rtol=1e-4, atol=1e-5)
+    gs = ag.grad_sync(sum(o.sum() for o in outs), xs)
+    rs = torch.autograd.grad(sum(r.sum() for r in refs), ts)
+    for g, r in zip(gs, rs, strict=True):
+        assert g is not None
+        assert g.dtype == ag.float32
+        np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-3, atol=1e-4)
