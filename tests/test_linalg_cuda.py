@@ -88,3 +88,25 @@ def test_windows_on_cuda() -> None:
     w = ag.kaiser_window(6, device="cuda", dtype=ag.float64)
     assert w.device.type == "cuda"
     assert_close(w.cpu().numpy(), ag.kaiser_window(6, dtype=ag.float64).numpy())
+
+
+def test_factorisations_without_gradients_on_cuda() -> None:
+    a = RNG.standard_normal((2, 4, 3))
+    s = RNG.standard_normal((3, 3))
+    s = s + s.T
+    for fn, x in (
+        (ag.geqrf, a),
+        (ag.linalg.ldl_factor_ex, s),
+        (ag.linalg.lu_factor_ex, a),
+        (ag.linalg.matrix_rank, a),
+    ):
+        out = fn(ag.tensor(x, device="cuda"))
+        ref = fn(ag.tensor(x))
+        for o, r in zip(_listed(out), _listed(ref), strict=True):
+            assert o.device.type == "cuda"
+            assert o.dtype == r.dtype
+            assert_close(o.cpu().numpy(), r.numpy())
+
+
+def _listed(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, tuple) else [x]

@@ -693,19 +693,21 @@ def geqrf(input: Tensor) -> Geqrf:
         raise RuntimeError(f"\"geqrf_cpu\" not implemented for '{scalar_name(a.dtype)}'")
     xp = backend.namespace(a)
     m, n = a.shape[-2], a.shape[-1]
-    flat = a.reshape(math.prod(a.shape[:-2]), m, n)
-    hs, taus = [], []
-    for i in range(flat.shape[0]):  # NumPy's raw QR takes one matrix at a time
-        h, tau = xp.linalg.qr(flat[i], mode="raw")
-        hs.append(h.T)
-        taus.append(tau)
     k = min(m, n)
-    if flat.shape[0]:
-        h_all = xp.stack(hs).reshape(a.shape).astype(a.dtype)
-        t_all = xp.stack(taus).reshape(*a.shape[:-2], k).astype(a.dtype)
-    else:
+    if a.size == 0:
         h_all = xp.zeros(a.shape, a.dtype)
         t_all = xp.zeros((*a.shape[:-2], k), a.dtype)
+    else:
+        flat = a.reshape(math.prod(a.shape[:-2]), m, n)
+        try:  # NumPy's raw QR (LAPACK's geqrf) takes a batch; Fortran order: h transposed
+            h, tau = xp.linalg.qr(flat, mode="raw")
+            hs = xp.swapaxes(h, -1, -2)
+        except (ValueError, TypeError, NotImplementedError):  # one matrix at a time
+            pairs = [xp.linalg.qr(flat[i], mode="raw") for i in range(flat.shape[0])]
+            hs = xp.stack([p[0].T for p in pairs])
+            tau = xp.stack([p[1] for p in pairs])
+        h_all = hs.reshape(a.shape).astype(a.dtype)
+        t_all = tau.reshape(*a.shape[:-2], k).astype(a.dtype)
     return Geqrf(Tensor._wrap(xp.ascontiguousarray(h_all)), Tensor._wrap(t_all))
 
 
