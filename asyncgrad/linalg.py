@@ -1,6 +1,8 @@
-"""``ag.linalg``: torch.linalg's norms, inverse, solve, determinants and decompositions, each
-batched over leading dimensions and differentiable with torch's gradients (See NOTE [linalg
-results] in asyncgrad/ops/decomp.py).
+"""``ag.linalg``: torch.linalg's functions on real tensors (norms, inverse, solves,
+determinants, the decompositions with LU, LDL^T and Householder, pinv, matrix_exp, lstsq, ...),
+each batched over leading dimensions and differentiable with torch's gradients where torch's
+are (See NOTE [linalg results] in asyncgrad/ops/decomp.py). ``eig`` and ``eigvals`` raise
+NotImplementedError: their results are complex.
 
 Example:
     >>> import asyncgrad as ag

@@ -1,5 +1,7 @@
-"""``ag.linalg``: norms, inverse, solve, determinants and the decompositions, with torch's
-gradients (the rules are in asyncgrad/rules/linalg.py) and argument checks.
+"""``ag.linalg``: norms, inverse, solve, determinants and the decompositions (QR, SVD, eigh,
+Cholesky, LU, LDL^T, Householder products), pinv, matrix_exp, lstsq and the ``*_ex`` forms, with
+torch's gradients (the rules are in asyncgrad/rules/linalg.py and rules/matrix.py; the rest are
+composites of differentiable ops) and argument checks.
 
 NOTE [linalg results]
 Batched as torch's: every function takes ``(*, m, n)`` inputs and maps over the leading axes.
@@ -8,7 +10,8 @@ signs of singular and eigen vectors, Q and R's signs) may differ from torch's LA
 those signs, as torch documents for different devices; gradients of losses that do not depend on
 them agree. NumPy's ``LinAlgError`` (a singular matrix, a matrix that is not positive-definite)
 is raised as ``ag.linalg.LinAlgError`` (a RuntimeError) naming the function, as torch does; CuPy
-does not check, and gives NaNs there.
+does not check, and gives NaNs there. The LU and LDL^T factorisations are written here in array
+code, as LAPACK's getf2 and sytf2 (the same pivots as torch's), since NumPy has neither.
 """
 
 from __future__ import annotations
