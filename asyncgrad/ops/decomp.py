@@ -1195,10 +1195,11 @@ def _ldl_matrix(ld: Any, piv: Any) -> Any:
         d = ld[k : k + size, k : k + size]
         x[k : k + size, k : k + size] = xp.tril(d) + xp.swapaxes(xp.tril(d, -1), 0, 1)
     for k, size, kp in reversed(blocks):
-        # L(k): the identity with the block's columns of L below the block
-        lk = xp.eye(n, dtype=ld.dtype)
-        lk[k + size :, k : k + size] = ld[k + size :, k : k + size]
-        x = xp.matmul(xp.matmul(lk, x), xp.swapaxes(lk, 0, 1))
+        # L(k) X L(k)^T, L(k) the identity plus C (the block's columns of L below the block):
+        # two rank-size updates
+        c = ld[k + size :, k : k + size]
+        x[k + size :, :] += xp.matmul(c, x[k : k + size, :])
+        x[:, k + size :] += xp.matmul(x[:, k : k + size], xp.swapaxes(c, 0, 1))
         kk = k + size - 1
         if kp != kk:
             idx = xp.arange(n)
