@@ -1114,6 +1114,125 @@ class Tensor:
     # ----- end of section H3 -----
 
     # ----- section H4 -----
+    # matrix products, ag.linalg's functions under torch's names (See asyncgrad/ops/matrix.py)
+    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def addmm_(self, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.matrix.addmm_(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def addbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.addbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def addbmm_(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.matrix.addbmm_(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def baddbmm_(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.matrix.baddbmm_(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def addmv(self, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.addmv(self, mat, vec, beta=beta, alpha=alpha)
+
+    def addmv_(self, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.addmv_(self, mat, vec, beta=beta, alpha=alpha)
+
+    def addr(self, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.addr(self, vec1, vec2, beta=beta, alpha=alpha)
+
+    def addr_(self, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return _ops.matrix.addr_(self, vec1, vec2, beta=beta, alpha=alpha)
+
+    def mv(self, vec: Tensor) -> Tensor:
+        return _ops.mv(self, vec)
+
+    def ger(self, vec2: Tensor) -> Tensor:
+        return _ops.ger(self, vec2)
+
+    def inner(self, other: Tensor) -> Tensor:
+        return _ops.inner(self, other)
+
+    def vdot(self, other: Tensor) -> Tensor:
+        return _ops.vdot(self, other)
+
+    def kron(self, other: Tensor) -> Tensor:
+        return _ops.kron(self, other)
+
+    def cross(self, other: Tensor, dim: _int | None = None) -> Tensor:
+        return _ops.cross(self, other, dim)
+
+    def det(self) -> Tensor:
+        return _ops.det(self)
+
+    def logdet(self) -> Tensor:
+        return _ops.logdet(self)
+
+    def slogdet(self) -> Any:
+        return _ops.slogdet(self)
+
+    def inverse(self) -> Tensor:
+        return _ops.inverse(self)
+
+    def pinverse(self, rcond: Any = 1e-15) -> Tensor:
+        return _ops.pinverse(self, rcond)
+
+    def matrix_power(self, n: _int) -> Tensor:
+        return _ops.matrix_power(self, n)
+
+    def matrix_exp(self) -> Tensor:
+        return _ops.matrix_exp(self)
+
+    def cholesky(self, upper: _bool = False) -> Tensor:
+        return _ops.cholesky(self, upper)
+
+    def cholesky_inverse(self, upper: _bool = False) -> Tensor:
+        return _ops.cholesky_inverse(self, upper)
+
+    def cholesky_solve(self, input2: Tensor, upper: _bool = False) -> Tensor:
+        return _ops.cholesky_solve(self, input2, upper)
+
+    def qr(self, some: _bool = True) -> Any:
+        return _ops.qr(self, some)
+
+    def svd(self, some: _bool = True, compute_uv: _bool = True) -> Any:
+        return _ops.svd(self, some, compute_uv)
+
+    def lu(self, pivot: _bool = True, get_infos: _bool = False) -> Any:
+        return _ops.lu(self, pivot, get_infos)
+
+    def lu_solve(self, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:
+        return _ops.lu_solve(self, LU_data, LU_pivots)
+
+    def triangular_solve(
+        self, A: Tensor, upper: _bool = True, transpose: _bool = False, unitriangular: _bool = False
+    ) -> Any:
+        return _ops.triangular_solve(self, A, upper, transpose, unitriangular)
+
+    def geqrf(self) -> Any:
+        return _ops.geqrf(self)
+
+    def orgqr(self, input2: Tensor) -> Tensor:
+        return _ops.orgqr(self, input2)
+
+    def ormqr(
+        self, input2: Tensor, input3: Tensor, left: _bool = True, transpose: _bool = False
+    ) -> Tensor:
+        return _ops.ormqr(self, input2, input3, left, transpose)
+
+    def lstsq(self, other: Tensor) -> Any:
+        raise _ops.matrix.removed("lstsq")
+
+    def eig(self, eigenvectors: _bool = False) -> Any:
+        raise _ops.matrix.removed("eig")
+
+    def symeig(self, eigenvectors: _bool = False) -> Any:
+        raise _ops.matrix.removed("symeig")
+
+    def solve(self, other: Tensor) -> Any:
+        raise _ops.matrix.removed("solve")
+
     # ----- end of section H4 -----
 
     # ----- section H5 -----
