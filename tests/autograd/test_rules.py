@@ -1186,6 +1186,28 @@ case(
     lambda a: (lambda lam, v: (lam, v * v))(*ag.linalg.eigh(a + a.mT)),
     lambda r: (randn(r, 2, 3, 3),),
 )
+case("linalg_matrix_exp", "batched", ag.linalg.matrix_exp, lambda r: (randn(r, 2, 3, 3),))
+case("linalg_matrix_exp", "squarings", ag.linalg.matrix_exp, lambda r: (square(r),))
+case("linalg_pinv", "tall", ag.linalg.pinv, lambda r: (randn(r, 2, 4, 3),))
+case("linalg_pinv", "wide", ag.linalg.pinv, lambda r: (randn(r, 3, 5),))
+case(
+    "linalg_lu_factor_ex",
+    "square",
+    lambda a: ag.linalg.lu_factor(a)[0],
+    lambda r: (randn(r, 2, 3, 3),),
+)
+case(
+    "linalg_lu_factor_ex",
+    "wide",
+    lambda a: ag.linalg.lu_factor(a)[0],
+    lambda r: (randn(r, 3, 5),),
+)
+case(
+    "linalg_lu_factor_ex",
+    "tall",
+    lambda a: ag.linalg.lu_factor(a)[0],
+    lambda r: (randn(r, 5, 3),),
+)
 
 
 # =====================================================================================

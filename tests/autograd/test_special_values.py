@@ -452,6 +452,9 @@ case("linalg_cholesky_ex", "spd", lambda m, a: m.linalg.cholesky(a), _LA_SPD)
 case("linalg_qr", "zeros", lambda m, a: m.linalg.qr(a)[1].abs(), _LA)
 case("linalg_svd", "zeros", lambda m, a: m.linalg.svd(a)[1], _LA)
 case("linalg_eigh", "spd", lambda m, a: m.linalg.eigh(a)[0], _LA_SPD)
+case("linalg_matrix_exp", "zeros", lambda m, a: m.linalg.matrix_exp(a), _LA)
+case("linalg_pinv", "zeros", lambda m, a: m.linalg.pinv(a), _LA)
+case("linalg_lu_factor_ex", "zeros", lambda m, a: m.linalg.lu_factor(a)[0], _LA)
 
 
 # =====================================================================================
