@@ -74,6 +74,8 @@ def _amax_amin(name: str, input: Tensor, dim: Any, keepdim: bool, evenly: bool) 
     # (torch's evenly_distribute_backward); amax and amin make it NaN.
     xa = input._array
     axis = None if dim == () or dim is None else dims(dim, xa.ndim)
+    if xa.ndim == 0:  # dim 0 or -1 of a 0-d tensor, as torch: the element itself
+        axis = None
     out = (
         xa.max(axis=axis, keepdims=keepdim)
         if name == "amax"
@@ -140,6 +142,8 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     xa = input._array
     xp = namespace(xa)
     axis = dims(dim, xa.ndim)
+    if xa.ndim == 0:  # dim 0 or -1 of a 0-d tensor, as torch
+        axis = None
     m = xa.max(axis=axis, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     out = xp.log(xp.exp(xa - m).sum(axis=axis, keepdims=True)) + m
@@ -301,7 +305,9 @@ def norm(
     if isinstance(p, str):
         nd = 1 if isinstance(dim, (int, backend.integer)) or dim is None else len(dim)
         if p == "nuc":
-            raise RuntimeError("norm(): p='nuc' (the nuclear norm) is not supported")
+            from .decomp import matrix_norm
+
+            return matrix_norm(input, "nuc", (0, 1) if dim is None else dim, keepdim)
         if p != "fro":
             raise RuntimeError(f"linalg.matrix_norm: Order {p} not supported.")
         if nd > 2:

@@ -2,4 +2,86 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from .. import backend
+from .._tensor import Tensor
+from ..backend import xp
+from .formulas import extreme_grad, getitem_grad, index_grad, reverse_cumsum
+from .registry import defvjp
+
 __all__: list[str] = []
+
+
+def _flip(a: Any, dim: int) -> Any:
+    if isinstance(a, Tensor):
+        return a.flip(dim)
+    return a[(slice(None),) * dim + (slice(None, None, -1),)]
+
+
+def _cumprod(a: Any, dim: int) -> Any:
+    return a.cumprod(dim) if isinstance(a, Tensor) else xp.cumprod(a, axis=dim)
+
+
+def _logcumsumexp(a: Any, dim: int) -> Any:
+    if isinstance(a, Tensor):
+        return a.logcumsumexp(dim)
+    return backend.namespace(a).logaddexp.accumulate(a, axis=dim)
+
+
+def _array(a: Any) -> Any:
+    return a._array if isinstance(a, Tensor) else a
+
+
+def cumprod_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
+    # d out_j / d x_i = prod_{k <= j, k != i} x_k for j >= i. Before a slice's first zero that
+    # is out_j / x_i; at the first zero it is the product with that zero left out (the cumprod
+    # of x with it set to 1); past it, 0. Exact at zeros, as torch's cumprod_backward.
+    if dim is None:
+        return g
+    xa = _array(x)
+    m = backend.namespace(xa)
+    zero = xa == 0
+    seen = m.cumsum(zero, axis=dim)
+    before = seen == 0
+    g_before = reverse_cumsum(g * ans, dim) / xp.where(before, x, 1)
+    if bool(before.all()):
+        return g_before
+    first = zero & (seen == 1)
+    g_first = reverse_cumsum(g * _cumprod(xp.where(first, 1, x), dim), dim)
+    return xp.where(before, g_before, xp.where(first, g_first, 0))
+
+
+def logcumsumexp_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
+    # torch's logcumsumexp_backward: sum_{j >= i} g_j exp(x_i - out_j), split by the sign of g
+    # so that each part is a (reversed) logcumsumexp of log|g| - out.
+    if dim is None:
+        return g
+    lowest = float(backend.namespace(_array(x)).finfo(_array(x).dtype).min)
+    log_abs = xp.log(xp.abs(g))
+    pos = xp.where(g > 0, log_abs, lowest)
+    neg = xp.where(g < 0, log_abs, lowest)
+    out_pos = xp.exp(_flip(_logcumsumexp(_flip(pos - ans, dim), dim), dim) + x)
+    out_neg = xp.exp(_flip(_logcumsumexp(_flip(neg - ans, dim), dim), dim) + x)
+    return out_pos - out_neg
+
+
+# ----- order statistics: the gradient goes to the element picked -----
+defvjp(  # median() and nanmedian() of all elements: shared among the elements equal to it
+    "median",
+    lambda g, ans, x, *, in_shape: extreme_grad(g, ans, x, None, False, True),
+    save="ans x",
+)
+for _name in ("median_dim", "kthvalue", "mode"):
+    defvjp(
+        _name,
+        lambda g, ans, x, *, dim, keepdim, indices, in_shape: index_grad(
+            g, indices, in_shape, dim, keepdim
+        ),
+    )
+
+# ----- scans -----
+defvjp("cumprod", lambda g, ans, x, *, dim: cumprod_grad(g, ans, x, dim), save="ans x")
+defvjp("cummax", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+defvjp("cummin", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
+defvjp("logcumsumexp", lambda g, ans, x, *, dim: logcumsumexp_grad(g, ans, x, dim), save="ans x")
