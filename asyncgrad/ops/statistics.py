@@ -458,11 +458,18 @@ def logcumsumexp(input: Tensor, dim: int) -> Tensor:
 
 
 # ----- nansum, nanmean, count_nonzero -----
+@silent_fp  # See NOTE [Silent floating point]
 def nansum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    """``sum`` treating NaNs as zero (their gradient is 0)."""
+    """``sum`` treating NaNs as zero (the gradient there is ``g * 0``, as torch's)."""
     xa = input._array
-    x = where(namespace(xa).isnan(xa), 0, input) if _is_float(xa) else input
-    return _sum(x, dim, keepdim, dtype=dtype)
+    if not _is_float(xa):
+        return _sum(input, dim, keepdim, dtype=dtype)
+    xp = namespace(xa)
+    axis = None if xa.ndim == 0 else dims(dim, xa.ndim)
+    dt = None if dtype is None else dtypes.to_dtype(dtype)
+    out = xp.where(xp.isnan(xa), 0, xa).sum(axis=axis, keepdims=keepdim, dtype=dt)
+    params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
+    return make(OPS["nansum"], out, (input,), params, (xa,))
 
 
 def nanmean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
@@ -1054,6 +1061,12 @@ def gradient(
         raise RuntimeError("torch.gradient only supports edge_order=1 and edge_order=2.")
     if isinstance(spacing, (list, tuple)):
         sp = list(spacing)
+        if len(sp) != len(dd) and dim is None:
+            raise RuntimeError(
+                "torch.gradient expected spacing to be unspecified, a scalar, or a list of "
+                f"length equal to 'self.dim() = {nd}', since dim argument was not given, but "
+                f"got a list of length {len(sp)}"
+            )
         if len(sp) != len(dd):
             raise RuntimeError(
                 "torch.gradient expected spacing to be unspecified, a scalar or it's spacing and "

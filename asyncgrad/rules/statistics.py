@@ -7,8 +7,9 @@ from typing import Any
 from .. import backend
 from .._tensor import Tensor
 from ..backend import xp
-from .formulas import extreme_grad, getitem_grad, index_grad, reverse_cumsum
-from .registry import defvjp
+from .formulas import expand, extreme_grad, getitem_grad, index_grad, reverse_cumsum, var_grad
+from . import table  # noqa: F401  (the std rule below replaces the table's)
+from .registry import OPS, defvjp
 
 __all__: list[str] = []
 
@@ -85,3 +86,23 @@ defvjp("cumprod", lambda g, ans, x, *, dim: cumprod_grad(g, ans, x, dim), save="
 defvjp("cummax", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
 defvjp("cummin", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
 defvjp("logcumsumexp", lambda g, ans, x, *, dim: logcumsumexp_grad(g, ans, x, dim), save="ans x")
+
+# ----- nan-reductions -----
+defvjp(  # torch's: g * ~isnan(x), a product (an infinite g gives NaN at the NaNs)
+    "nansum",
+    lambda g, ans, x, *, dim, keepdim, in_shape: (
+        expand(g, in_shape, dim, keepdim) * xp.logical_not(xp.isnan(x))
+    ),
+    save="x",
+)
+
+
+# ----- std's gradient where the std is 0 -----
+def _std_rule(g: Any, ans: Any, x: Any, *, dim: Any, keepdim: bool, n: int, correction: float) -> Any:
+    # torch's std_backward: g / (2 std) masked to 0 where the std is 0 (a constant slice), where
+    # dividing would give 0 * inf = NaN. The table's std op keeps its node class and costs; only
+    # its rule is replaced.
+    return var_grad(xp.where(ans == 0, 0.0, g / (2.0 * ans)), x, dim, keepdim, n, correction)
+
+
+OPS["std"].vjps = (_std_rule,)
