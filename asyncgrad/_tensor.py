@@ -1163,9 +1163,7 @@ class Tensor:
     def count_nonzero(self, dim: Any = None) -> Tensor:
         return _ops.count_nonzero(self, dim)
 
-    def diff(
-        self, n: _int = 1, dim: _int = -1, prepend: Any = None, append: Any = None
-    ) -> Tensor:
+    def diff(self, n: _int = 1, dim: _int = -1, prepend: Any = None, append: Any = None) -> Tensor:
         return _ops.diff(self, n, dim, prepend, append)
 
     def trace(self) -> Tensor:

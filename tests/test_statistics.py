@@ -170,14 +170,22 @@ VALUE_CASES: list[Case] = [
     ("renorm_p1_dim1", lambda m, x: x.renorm(1, 1, 0.5), [RNG.standard_normal((3, 4))]),
     ("renorm_3d", lambda m, x: m.renorm(x, 3, -1, 2.0), [RNG.standard_normal((2, 3, 2))]),
     ("frobenius_norm", lambda m, x: m.frobenius_norm(x, (0, 1)), [RNG.standard_normal((3, 4))]),
-    ("frobenius_norm_dim", lambda m, x: m.frobenius_norm(x, [1], True), [RNG.standard_normal((3, 4))]),
+    (
+        "frobenius_norm_dim",
+        lambda m, x: m.frobenius_norm(x, [1], True),
+        [RNG.standard_normal((3, 4))],
+    ),
     ("nuclear_norm", lambda m, x: m.nuclear_norm(x), [RNG.standard_normal((3, 4))]),
     ("nuclear_norm_keepdim", lambda m, x: m.nuclear_norm(x, True), [RNG.standard_normal((3, 4))]),
     ("nuclear_norm_dim", lambda m, x: m.nuclear_norm(x, (0, 2)), [RNG.standard_normal((3, 2, 4))]),
     ("norm_nuc", lambda m, x: m.norm(x, p="nuc"), [RNG.standard_normal((3, 4))]),
     ("norm_nuc_dim", lambda m, x: x.norm(p="nuc", dim=(1, 2)), [RNG.standard_normal((2, 3, 4))]),
     ("norm_fro_dim", lambda m, x: m.norm(x, p="fro", dim=1), [RNG.standard_normal((2, 3))]),
-    ("norm_fro_dims", lambda m, x: m.norm(x, "fro", (0, 2), True), [RNG.standard_normal((2, 3, 2))]),
+    (
+        "norm_fro_dims",
+        lambda m, x: m.norm(x, "fro", (0, 2), True),
+        [RNG.standard_normal((2, 3, 2))],
+    ),
     ("norm_p3_dims", lambda m, x: m.norm(x, 3, (0, 1)), [RNG.standard_normal((2, 3))]),
     ("norm_p_half", lambda m, x: m.norm(x, 0.5), [RNG.standard_normal((2, 3))]),
     ("norm_p_neg1", lambda m, x: m.norm(x, -1, 1), [RNG.standard_normal((2, 3))]),
@@ -196,7 +204,11 @@ VALUE_CASES: list[Case] = [
     ("amax_0d_tuple", lambda m, x: x.amax((0,)), [np.array(2.0)]),
     ("gradient", lambda m, x: m.gradient(x), [RNG.standard_normal((4, 5))]),
     ("gradient_edge2", lambda m, x: m.gradient(x, edge_order=2), [RNG.standard_normal(6)]),
-    ("gradient_spacing", lambda m, x: m.gradient(x, spacing=2.0, dim=1), [RNG.standard_normal((3, 4))]),
+    (
+        "gradient_spacing",
+        lambda m, x: m.gradient(x, spacing=2.0, dim=1),
+        [RNG.standard_normal((3, 4))],
+    ),
     (
         "gradient_spacings",
         lambda m, x: m.gradient(x, spacing=[0.5, 2.0], dim=[1, 0], edge_order=2),
@@ -238,12 +250,16 @@ GRAD_CASES = [
     for c in VALUE_CASES
     if all(x.dtype.kind == "f" for x in c[2])
     and not any(x.size == 0 for x in c[2])
-    and c[0] not in ("norm_p0",)
+    # nanmean over a column of NaNs: torch's gradient there is 0 * (g / 0) = NaN, asyncgrad's
+    # 0 (a NaN gets no gradient: see test_nan_reductions_give_zero_gradient_at_nans)
+    and c[0] not in ("norm_p0", "nanmean")
 ]
 
 
 @pytest.mark.parametrize(("case_id", "f", "arrays"), GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
-def test_gradients_match_torch(case_id: str, f: Callable[..., Any], arrays: list[np.ndarray]) -> None:
+def test_gradients_match_torch(
+    case_id: str, f: Callable[..., Any], arrays: list[np.ndarray]
+) -> None:
     a, t = _inputs(arrays, True)
     outs_a, outs_t = _grad_outputs(f(ag, *a)), _grad_outputs(f(torch, *t))
     if not any(o.requires_grad for o in outs_t):  # count_nonzero, ...: no gradient
@@ -267,8 +283,16 @@ FD_CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
     ("median_all", lambda x: ag.median(x), [_distinct(3, 3)]),
     ("nanmedian", lambda x: ag.nanmedian(x, 0).values, [_distinct(5, 2)]),
     ("kthvalue", lambda x: ag.kthvalue(x, 2, 0).values, [_distinct(3, 4)]),
-    ("quantile_linear", lambda x: ag.quantile(x, ag.tensor([0.2, 0.9], dtype=ag.float64), 1), [_distinct(3, 5)]),
-    ("quantile_midpoint", lambda x: ag.quantile(x, 0.5, 0, interpolation="midpoint"), [_distinct(4, 2)]),
+    (
+        "quantile_linear",
+        lambda x: ag.quantile(x, ag.tensor([0.2, 0.9], dtype=ag.float64), 1),
+        [_distinct(3, 5)],
+    ),
+    (
+        "quantile_midpoint",
+        lambda x: ag.quantile(x, 0.5, 0, interpolation="midpoint"),
+        [_distinct(4, 2)],
+    ),
     ("quantile_nearest", lambda x: x.quantile(0.4, interpolation="nearest"), [_distinct(6)]),
     ("nanquantile", lambda x: ag.nanquantile(x, 0.3, 1), [_distinct(2, 5)]),
     ("cumprod", lambda x: ag.cumprod(x, 1), [RNG.standard_normal((2, 4))]),
@@ -287,8 +311,16 @@ FD_CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         [RNG.standard_normal((2, 4)), RNG.uniform(0.5, 2.0, 4)],
     ),
     ("corrcoef", lambda x: ag.corrcoef(x), [RNG.standard_normal((2, 5))]),
-    ("trapezoid_x", lambda y, x: ag.trapezoid(y, x), [RNG.standard_normal((2, 4)), np.arange(4.0) ** 2]),
-    ("cumulative_trapezoid", lambda y: ag.cumulative_trapezoid(y, dx=0.3), [RNG.standard_normal(5)]),
+    (
+        "trapezoid_x",
+        lambda y, x: ag.trapezoid(y, x),
+        [RNG.standard_normal((2, 4)), np.arange(4.0) ** 2],
+    ),
+    (
+        "cumulative_trapezoid",
+        lambda y: ag.cumulative_trapezoid(y, dx=0.3),
+        [RNG.standard_normal(5)],
+    ),
     ("renorm", lambda x: ag.renorm(x, 2, 0, 1.0), [RNG.standard_normal((3, 4)) * 2]),
     ("nuclear_norm", lambda x: ag.nuclear_norm(x), [RNG.standard_normal((3, 2))]),
     ("gradient", lambda x: ag.gradient(x, edge_order=2)[0], [RNG.standard_normal(5)]),
@@ -306,10 +338,25 @@ def test_gradcheck(case_id: str, f: Callable[..., Any], arrays: list[np.ndarray]
     assert gradcheck(f, inputs)
 
 
-GG_CASES = [c for c in FD_CASES if c[0] in {
-    "median_dim", "quantile_linear", "cumprod", "cummax", "logcumsumexp", "nanmean", "cov",
-    "renorm", "gradient", "kthvalue", "trapezoid_x", "dist",
-}]
+GG_CASES = [
+    c
+    for c in FD_CASES
+    if c[0]
+    in {
+        "median_dim",
+        "quantile_linear",
+        "cumprod",
+        "cummax",
+        "logcumsumexp",
+        "nanmean",
+        "cov",
+        "renorm",
+        "gradient",
+        "kthvalue",
+        "trapezoid_x",
+        "dist",
+    }
+]
 
 
 @pytest.mark.parametrize(("case_id", "f", "arrays"), GG_CASES, ids=[c[0] for c in GG_CASES])
@@ -352,7 +399,9 @@ def test_quantile_gradient_goes_through_the_interpolation() -> None:
     xt = torch.tensor(x, requires_grad=True)
     q = [0.0, 0.33, 0.5, 1.0]
     (ga,) = ag.grad_sync(ag.quantile(xa, ag.tensor(q, dtype=ag.float64), 1).sum(), [xa])
-    (gt,) = torch.autograd.grad(torch.quantile(xt, torch.tensor(q, dtype=torch.float64), 1).sum(), [xt])
+    (gt,) = torch.autograd.grad(
+        torch.quantile(xt, torch.tensor(q, dtype=torch.float64), 1).sum(), [xt]
+    )
     _assert_same(ga, gt)
 
 
@@ -367,7 +416,10 @@ def test_cumprod_gradient_at_zeros_matches_torch() -> None:
         (ga,) = ag.grad_sync((ag.cumprod(xa, 1) * ag.tensor(w)).sum(), [xa])
         (gt,) = torch.autograd.grad((torch.cumprod(xt, 1) * torch.tensor(w)).sum(), [xt])
         _assert_same(ga, gt)
-    assert gradcheck(lambda t: ag.cumprod(t, 0), [ag.tensor([2.0, 0.0, 3.0], requires_grad=True, dtype=ag.float64)])
+    assert gradcheck(
+        lambda t: ag.cumprod(t, 0),
+        [ag.tensor([2.0, 0.0, 3.0], requires_grad=True, dtype=ag.float64)],
+    )
 
 
 def test_nan_reductions_give_zero_gradient_at_nans() -> None:
@@ -414,26 +466,98 @@ def test_inplace_scans_and_renorm() -> None:
     ("call", "exc", "match"),
     [
         (lambda m: m.median(m.tensor([]), 0), IndexError, "median\\(\\): Expected reduction dim 0"),
-        (lambda m: m.kthvalue(m.tensor([1.0, 2.0]), 3), RuntimeError, "kthvalue\\(\\): selected number k out of range"),
-        (lambda m: m.quantile(m.tensor([1.0]), 1.5), RuntimeError, "q must be in the range \\[0, 1\\]"),
-        (lambda m: m.quantile(m.tensor([1, 2]), 0.5), RuntimeError, "input tensor must be either float or double"),
+        (
+            lambda m: m.kthvalue(m.tensor([1.0, 2.0]), 3),
+            RuntimeError,
+            "kthvalue\\(\\): selected number k out of range",
+        ),
+        (
+            lambda m: m.quantile(m.tensor([1.0]), 1.5),
+            RuntimeError,
+            "q must be in the range \\[0, 1\\]",
+        ),
+        (
+            lambda m: m.quantile(m.tensor([1, 2]), 0.5),
+            RuntimeError,
+            "input tensor must be either float or double",
+        ),
         (lambda m: m.quantile(m.tensor([]), 0.5), RuntimeError, "input tensor must be non-empty"),
-        (lambda m: m.quantile(m.tensor([1.0]), m.tensor([0.5], dtype=m.float64)), RuntimeError, "q tensor must be same dtype"),
-        (lambda m: m.quantile(m.tensor([1.0]), 0.5, interpolation="bad"), RuntimeError, "interpolation must be one of"),
-        (lambda m: m.nanquantile(m.tensor([1.0]), m.tensor([[0.5]])), RuntimeError, "q must be a scalar or 1D tensor"),
-        (lambda m: m.diff(m.tensor(1.0)), RuntimeError, "diff expects input to be at least one-dimensional"),
-        (lambda m: m.diff(m.tensor([1.0, 2.0]), -1), RuntimeError, "order must be non-negative but got -1"),
-        (lambda m: m.trace(m.tensor([1.0])), RuntimeError, "trace: expected a matrix, but got tensor with dim 1"),
-        (lambda m: m.nanmean(m.tensor([1, 2])), RuntimeError, "nanmean\\(\\): expected input to have floating point"),
+        (
+            lambda m: m.quantile(m.tensor([1.0]), m.tensor([0.5], dtype=m.float64)),
+            RuntimeError,
+            "q tensor must be same dtype",
+        ),
+        (
+            lambda m: m.quantile(m.tensor([1.0]), 0.5, interpolation="bad"),
+            RuntimeError,
+            "interpolation must be one of",
+        ),
+        (
+            lambda m: m.nanquantile(m.tensor([1.0]), m.tensor([[0.5]])),
+            RuntimeError,
+            "q must be a scalar or 1D tensor",
+        ),
+        (
+            lambda m: m.diff(m.tensor(1.0)),
+            RuntimeError,
+            "diff expects input to be at least one-dimensional",
+        ),
+        (
+            lambda m: m.diff(m.tensor([1.0, 2.0]), -1),
+            RuntimeError,
+            "order must be non-negative but got -1",
+        ),
+        (
+            lambda m: m.trace(m.tensor([1.0])),
+            RuntimeError,
+            "trace: expected a matrix, but got tensor with dim 1",
+        ),
+        (
+            lambda m: m.nanmean(m.tensor([1, 2])),
+            RuntimeError,
+            "nanmean\\(\\): expected input to have floating point",
+        ),
         (lambda m: m.cumprod(m.tensor([1.0]), 1), IndexError, "Dimension out of range"),
-        (lambda m: m.renorm(m.ones(2, 2), 0, 0, 1.0), RuntimeError, "renorm: non-positive-norm not supported"),
-        (lambda m: m.renorm(m.ones(2, 2), 2, 0, -1.0), RuntimeError, "renorm: expected maxnorm to be >= 0"),
-        (lambda m: m.cov(m.ones(2, 3), fweights=m.tensor([1.0, 1.0, 1.0])), RuntimeError, "fweights to have integral dtype"),
-        (lambda m: m.cov(m.ones(2, 3), aweights=m.tensor([1.0, -1.0, 1.0])), RuntimeError, "aweights cannot be negative"),
-        (lambda m: m.cov(m.ones(2, 3), fweights=m.tensor([1, 1])), RuntimeError, "fweights to have the same numel"),
-        (lambda m: m.gradient(m.ones(3), edge_order=3), RuntimeError, "only supports edge_order=1 and edge_order=2"),
-        (lambda m: m.gradient(m.ones(2), edge_order=2), RuntimeError, "each dimension size to be at least edge_order\\+1"),
-        (lambda m: m.gradient(m.ones(3, 3), spacing=[1.0, 2.0, 3.0]), RuntimeError, "but got a list of length 3"),
+        (
+            lambda m: m.renorm(m.ones(2, 2), 0, 0, 1.0),
+            RuntimeError,
+            "renorm: non-positive-norm not supported",
+        ),
+        (
+            lambda m: m.renorm(m.ones(2, 2), 2, 0, -1.0),
+            RuntimeError,
+            "renorm: expected maxnorm to be >= 0",
+        ),
+        (
+            lambda m: m.cov(m.ones(2, 3), fweights=m.tensor([1.0, 1.0, 1.0])),
+            RuntimeError,
+            "fweights to have integral dtype",
+        ),
+        (
+            lambda m: m.cov(m.ones(2, 3), aweights=m.tensor([1.0, -1.0, 1.0])),
+            RuntimeError,
+            "aweights cannot be negative",
+        ),
+        (
+            lambda m: m.cov(m.ones(2, 3), fweights=m.tensor([1, 1])),
+            RuntimeError,
+            "fweights to have the same numel",
+        ),
+        (
+            lambda m: m.gradient(m.ones(3), edge_order=3),
+            RuntimeError,
+            "only supports edge_order=1 and edge_order=2",
+        ),
+        (
+            lambda m: m.gradient(m.ones(2), edge_order=2),
+            RuntimeError,
+            "each dimension size to be at least edge_order\\+1",
+        ),
+        (
+            lambda m: m.gradient(m.ones(3, 3), spacing=[1.0, 2.0, 3.0]),
+            RuntimeError,
+            "but got a list of length 3",
+        ),
         (lambda m: m.logsumexp(m.tensor(2.0), 1), IndexError, "Dimension out of range"),
         (lambda m: m.mode(m.tensor([]), 0), IndexError, "mode\\(\\): Expected reduction dim 0"),
     ],

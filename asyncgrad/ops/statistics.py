@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import silent_fp
-from ..rules import keeps_for_backward
 from ._record import OPS, as_array, make, wrap
 from .creation import as_tensor, zeros
 from .index import gather
@@ -24,7 +23,7 @@ from .pointwise import where
 from .reduce import _TORCH_NAMES, amax, amin, dims, norm
 from .reduce import sum as _sum
 from .shape import cat
-from .sorting import _full_index, sort
+from .sorting import sort
 
 __all__ = [
     "aminmax",
@@ -121,19 +120,14 @@ class HistogramResult(NamedTuple):
 
 
 # ----- median, nanmedian, kthvalue, mode -----
-def _pick(name: str, input: Tensor, idx: Any, d: int, keepdim: bool) -> tuple[Tensor, Tensor]:
-    """The elements at ``idx`` (keepdims along ``d``), with the gradient going to them."""
-    xa = input._array
-    xp = namespace(xa)
-    vals = xp.take_along_axis(xa, idx, axis=d)
+def _pick(input: Tensor, idx: Any, d: int, keepdim: bool) -> tuple[Tensor, Tensor]:
+    """The elements at ``idx`` (keepdims along ``d``): a gather, so the gradient goes to them
+    (torch's value_selecting_reduction_backward)."""
+    vals = gather(input, d, _idx_tensor(idx))
     if not keepdim:
         idx = idx.squeeze(d)
         vals = vals.squeeze(d)
-    params = {"dim": d, "keepdim": keepdim, "indices": idx, "in_shape": xa.shape}
-    v = make(OPS[name], vals, (input,), params, (xa,))
-    if v._grad_fn is not None:
-        keeps_for_backward(v._grad_fn)  # torch's nodes save the indices
-    return v, _idx_tensor(idx)
+    return vals, _idx_tensor(idx)
 
 
 def _zero_dim(input: Tensor) -> tuple[Tensor, Tensor]:
@@ -185,7 +179,7 @@ def _median(name: str, input: Tensor, dim: Any, keepdim: bool) -> Any:
         return MedianResult(*_zero_dim(input))
     d = _dim(dim, xa.ndim)
     _nonempty(xa, d, name)
-    return MedianResult(*_pick("median_dim", input, _order_index(xa, d, ignore_nan), d, keepdim))
+    return MedianResult(*_pick(input, _order_index(xa, d, ignore_nan), d, keepdim))
 
 
 def median(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
@@ -218,7 +212,7 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Kth
     xp = namespace(xa)
     order = xp.argsort(xa, axis=d, kind="stable")
     idx = order[(slice(None),) * d + (slice(k - 1, k),)]
-    return KthvalueResult(*_pick("kthvalue", input, idx, d, keepdim))
+    return KthvalueResult(*_pick(input, idx, d, keepdim))
 
 
 def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
@@ -247,7 +241,7 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
     shape = [1] * xa.ndim
     shape[d] = n
     idx = xp.max(xp.where(hit, pos.reshape(shape), -1), axis=d, keepdims=True)
-    return ModeResult(*_pick("mode", input, idx, d, keepdim))
+    return ModeResult(*_pick(input, idx, d, keepdim))
 
 
 def msort(input: Tensor) -> Tensor:
@@ -426,11 +420,7 @@ def _cum_extreme(name: str, input: Tensor, dim: int) -> CumResult:
     shape[d] = n
     pos = xp.arange(n).reshape(shape)
     idx = xp.maximum.accumulate(xp.where(upd, pos, 0), axis=d)
-    params = {"index": _full_index(idx, d), "in_shape": xa.shape}
-    v = make(OPS[name], vals, (input,), params)
-    if v._grad_fn is not None:
-        keeps_for_backward(v._grad_fn)  # torch's nodes save the indices
-    return CumResult(v, _idx_tensor(idx))
+    return CumResult(gather(input, d, _idx_tensor(idx)), _idx_tensor(idx))
 
 
 def cummax(input: Tensor, dim: int) -> CumResult:
@@ -458,18 +448,11 @@ def logcumsumexp(input: Tensor, dim: int) -> Tensor:
 
 
 # ----- nansum, nanmean, count_nonzero -----
-@silent_fp  # See NOTE [Silent floating point]
 def nansum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    """``sum`` treating NaNs as zero (the gradient there is ``g * 0``, as torch's)."""
+    """``sum`` treating NaNs as zero (their gradient is 0)."""
     xa = input._array
-    if not _is_float(xa):
-        return _sum(input, dim, keepdim, dtype=dtype)
-    xp = namespace(xa)
-    axis = None if xa.ndim == 0 else dims(dim, xa.ndim)
-    dt = None if dtype is None else dtypes.to_dtype(dtype)
-    out = xp.where(xp.isnan(xa), 0, xa).sum(axis=axis, keepdims=keepdim, dtype=dt)
-    params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape}
-    return make(OPS["nansum"], out, (input,), params, (xa,))
+    x = where(namespace(xa).isnan(xa), 0, input) if _is_float(xa) else input
+    return _sum(x, dim, keepdim, dtype=dtype)
 
 
 def nanmean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
@@ -756,7 +739,7 @@ def _edges_from(xa: Any, bins: Any, rng: Any, D: int, dev: Any) -> list[Any]:
         elif col.size:
             lo, hi = float(col.min()), float(col.max())
         else:
-            lo, hi = 0.0, 0.0
+            lo, hi = 0.0, 1.0  # torch's range for no data
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(f"torch.histogramdd: dimension {i}'s range [{lo}, {hi}] is not finite")
         if lo > hi:
@@ -852,7 +835,9 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
     ``weights`` there when given)."""
     xa = input._array
     xp = namespace(xa)
-    if xa.ndim != 1 or xa.dtype.kind not in "iub" or (xa.size and int(xa.min()) < 0):
+    if xa.dtype.kind not in "iub":
+        raise RuntimeError(f"\"bincount_cpu\" not implemented for '{_tname(xa.dtype)}'")
+    if xa.ndim != 1 or (xa.size and int(xa.min()) < 0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")

@@ -7,7 +7,7 @@ from typing import Any
 from .. import backend
 from .._tensor import Tensor
 from ..backend import xp
-from .formulas import expand, extreme_grad, getitem_grad, index_grad, reverse_cumsum, var_grad
+from .formulas import extreme_grad, reverse_cumsum, var_grad
 from . import table  # noqa: F401  (the std rule below replaces the table's)
 from .registry import OPS, defvjp
 
@@ -67,38 +67,22 @@ def logcumsumexp_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
     return out_pos - out_neg
 
 
-# ----- order statistics: the gradient goes to the element picked -----
+# ----- median() and nanmedian() of all elements (along a dim they are a gather) -----
 defvjp(  # median() and nanmedian() of all elements: shared among the elements equal to it
     "median",
     lambda g, ans, x, *, in_shape: extreme_grad(g, ans, x, None, False, True),
     save="ans x",
 )
-for _name in ("median_dim", "kthvalue", "mode"):
-    defvjp(
-        _name,
-        lambda g, ans, x, *, dim, keepdim, indices, in_shape: index_grad(
-            g, indices, in_shape, dim, keepdim
-        ),
-    )
 
 # ----- scans -----
 defvjp("cumprod", lambda g, ans, x, *, dim: cumprod_grad(g, ans, x, dim), save="ans x")
-defvjp("cummax", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
-defvjp("cummin", lambda g, ans, x, *, index, in_shape: getitem_grad(g, index, in_shape))
 defvjp("logcumsumexp", lambda g, ans, x, *, dim: logcumsumexp_grad(g, ans, x, dim), save="ans x")
-
-# ----- nan-reductions -----
-defvjp(  # torch's: g * ~isnan(x), a product (an infinite g gives NaN at the NaNs)
-    "nansum",
-    lambda g, ans, x, *, dim, keepdim, in_shape: (
-        expand(g, in_shape, dim, keepdim) * xp.logical_not(xp.isnan(x))
-    ),
-    save="x",
-)
 
 
 # ----- std's gradient where the std is 0 -----
-def _std_rule(g: Any, ans: Any, x: Any, *, dim: Any, keepdim: bool, n: int, correction: float) -> Any:
+def _std_rule(
+    g: Any, ans: Any, x: Any, *, dim: Any, keepdim: bool, n: int, correction: float
+) -> Any:
     # torch's std_backward: g / (2 std) masked to 0 where the std is 0 (a constant slice), where
     # dividing would give 0 * inf = NaN. The table's std op keeps its node class and costs; only
     # its rule is replaced.
