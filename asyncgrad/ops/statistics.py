@@ -149,14 +149,14 @@ def _order_index(xa: Any, d: int, ignore_nan: bool) -> Any:
     order = xp.argsort(xa, axis=d, kind="stable")  # NaNs last
     n = xa.shape[d]
     if not _is_float(xa):
-        k = xp.full(order.shape[:d] + (1,) + order.shape[d + 1 :], (n - 1) // 2)
+        k = xp.full((*order.shape[:d], 1, *order.shape[d + 1 :]), (n - 1) // 2)
         return xp.take_along_axis(order, k, axis=d)
     nan = xp.isnan(xa)
     if ignore_nan:
         cnt = n - nan.sum(axis=d, keepdims=True)
         k = xp.maximum((cnt - 1) // 2, 0)
         return xp.take_along_axis(order, k, axis=d)
-    k = xp.full(nan.shape[:d] + (1,) + nan.shape[d + 1 :], (n - 1) // 2)
+    k = xp.full((*nan.shape[:d], 1, *nan.shape[d + 1 :]), (n - 1) // 2)
     idx = xp.take_along_axis(order, k, axis=d)
     has_nan = nan.any(axis=d, keepdims=True)
     return xp.where(has_nan, xp.argmax(nan, axis=d, keepdims=True), idx)
@@ -316,7 +316,7 @@ def _quantile(
         last = (n - nan.sum(axis=-1, keepdims=True) - 1).astype(xa.dtype)
         ranks = xp.maximum(qv * last, 0)  # a row of NaNs: rank 0, a NaN
     else:
-        ranks = qv * xa.dtype.type(n - 1) + xp.zeros(sa.shape[:-1] + (1,), dtype=xa.dtype)
+        ranks = qv * xa.dtype.type(n - 1) + xp.zeros((*sa.shape[:-1], 1), dtype=xa.dtype)
         ranks = xp.where(nan.any(axis=-1, keepdims=True), xa.dtype.type(n - 1), ranks)
     if interpolation == "lower":
         ranks = xp.floor(ranks)
@@ -470,7 +470,8 @@ def nanmean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any
     if keepdim and axis is None and xa.ndim:
         cnt = backend.ensure_array(cnt).reshape((1,) * xa.ndim)
     total = nansum(input, dim, keepdim, dtype=dtype)
-    return total / backend.ensure_array(cnt).astype(total.dtype)
+    out: Tensor = total / backend.ensure_array(cnt).astype(total.dtype)
+    return out
 
 
 def count_nonzero(input: Tensor, dim: Any = None) -> Tensor:
@@ -568,7 +569,8 @@ def trapezoid(y: Tensor, x: Any = None, *, dx: Any = None, dim: int = -1) -> Ten
         return zeros(*shape, dtype=dt, device=y.device)
     if isinstance(w, Tensor):
         return (w * s).sum(d) / 2.0
-    return s.sum(d) * (w / 2.0)
+    out: Tensor = s.sum(d) * (w / 2.0)
+    return out
 
 
 def trapz(y: Tensor, x: Any = None, *, dx: Any = None, dim: int = -1) -> Tensor:
@@ -583,10 +585,33 @@ def cumulative_trapezoid(y: Tensor, x: Any = None, *, dx: Any = None, dim: int =
         return y.clone()
     if isinstance(w, Tensor):
         return (w * s / 2.0).cumsum(d)
-    return (s * (w / 2.0)).cumsum(d)
+    out: Tensor = s * (w / 2.0)
+    return out.cumsum(d)
 
 
 # ----- cov, corrcoef -----
+def _check_weights(w: Tensor, name: str, num_obs: int) -> None:
+    a = w._array
+    if w.ndim > 1:
+        raise RuntimeError(
+            f"cov(): expected {name} to have one or fewer dimensions but got {name} with "
+            f"{w.ndim} dimensions"
+        )
+    want = "integral" if name == "fweights" else "floating point"
+    if (a.dtype.kind not in "iu") if name == "fweights" else (a.dtype.kind != "f"):
+        raise RuntimeError(
+            f"cov(): expected {name} to have {want} dtype but got {name} with "
+            f"{_tname(a.dtype)} dtype"
+        )
+    if a.size != num_obs:
+        raise RuntimeError(
+            f"cov(): expected {name} to have the same numel as there are observations in the "
+            f"input but got {a.size} != {num_obs}"
+        )
+    if a.size and float(a.min()) < 0:
+        raise RuntimeError(f"cov(): {name} cannot be negative")
+
+
 @silent_fp  # See NOTE [Silent floating point]
 def cov(
     input: Tensor, *, correction: int = 1, fweights: Tensor | None = None, aweights: Any = None
@@ -595,7 +620,8 @@ def cov(
     columns), with frequency and observation weights, as ``torch.cov``."""
     if input.ndim > 2:
         raise RuntimeError(
-            f"cov(): expected input to have two or fewer dimensions but got an input with {input.ndim} dimensions"
+            "cov(): expected input to have two or fewer dimensions but got an input with "
+            f"{input.ndim} dimensions"
         )
     x = input if input.ndim == 2 else input.reshape(1, -1)
     if not _is_float(x._array):
@@ -603,38 +629,10 @@ def cov(
     num_obs = x.shape[1]
     w: Tensor | None = None
     if fweights is not None:
-        fa = fweights._array
-        if fweights.ndim > 1:
-            raise RuntimeError(
-                f"cov(): expected fweights to have one or fewer dimensions but got fweights with {fweights.ndim} dimensions"
-            )
-        if fa.dtype.kind not in "iu":
-            raise RuntimeError(
-                f"cov(): expected fweights to have integral dtype but got fweights with {_tname(fa.dtype)} dtype"
-            )
-        if fa.size != num_obs:
-            raise RuntimeError(
-                f"cov(): expected fweights to have the same numel as there are observations in the input but got {fa.size} != {num_obs}"
-            )
-        if fa.size and int(fa.min()) < 0:
-            raise RuntimeError("cov(): fweights cannot be negative")
+        _check_weights(fweights, "fweights", num_obs)
         w = fweights
     if aweights is not None:
-        aa = aweights._array
-        if aweights.ndim > 1:
-            raise RuntimeError(
-                f"cov(): expected aweights to have one or fewer dimensions but got aweights with {aweights.ndim} dimensions"
-            )
-        if aa.dtype.kind != "f":
-            raise RuntimeError(
-                f"cov(): expected aweights to have floating point dtype but got aweights with {_tname(aa.dtype)} dtype"
-            )
-        if aa.size != num_obs:
-            raise RuntimeError(
-                f"cov(): expected aweights to have the same numel as there are observations in the input but got {aa.size} != {num_obs}"
-            )
-        if aa.size and float(aa.min()) < 0:
-            raise RuntimeError("cov(): aweights cannot be negative")
+        _check_weights(aweights, "aweights", num_obs)
         w = aweights if w is None else w * aweights
     if w is None:
         avg = x.mean(1)
@@ -653,7 +651,8 @@ def cov(
         norm_factor = 0.0
     xc = x - avg.unsqueeze(1)
     c = xc.mm((xc if w is None else xc * w).t())
-    return (c / norm_factor).squeeze()
+    out: Tensor = c / norm_factor
+    return out.squeeze()
 
 
 @silent_fp  # See NOTE [Silent floating point]

@@ -7,8 +7,8 @@ from typing import Any
 from .. import backend
 from .._tensor import Tensor
 from ..backend import xp
-from .formulas import extreme_grad, reverse_cumsum, var_grad
 from . import table  # noqa: F401  (the std rule below replaces the table's)
+from .formulas import extreme_grad, reverse_cumsum, var_grad
 from .registry import OPS, defvjp
 
 __all__: list[str] = []
