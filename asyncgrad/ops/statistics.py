@@ -270,6 +270,7 @@ def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False) -> 
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def _quantile(
     name: str, input: Tensor, q: Any, dim: Any, keepdim: bool, interpolation: str
 ) -> Tensor:
@@ -333,8 +334,15 @@ def _quantile(
             if interpolation == "linear"
             else xp.full_like(ranks, 0.5)
         )
-        # torch's lerp: from the nearer end
-        out = where(w < 0.5, below + (above - below) * w, above - (above - below) * (1 - w))
+        # torch's lerp. Its gradients, g * (1 - w) and g * w, come from the weighted sum (an
+        # infinite g stays infinite, where differentiating below + (above - below) * w gives
+        # inf - inf); its value, from the nearer end, is added as a constant correction
+        # (exact - lin is exact for such close numbers, so lin + it is exactly torch's value).
+        ba, aa = below._array, above._array
+        exact = xp.where(w < 0.5, ba + (aa - ba) * w, aa - (aa - ba) * (1 - w))
+        lin = below * (1 - w) + above * w
+        fix = exact - lin._array
+        out = lin + xp.where(xp.isfinite(fix), fix, xp.where(xp.isnan(exact), xp.nan, 0))
     else:
         out = below
     if scalar_q:
@@ -568,8 +576,9 @@ def trapezoid(y: Tensor, x: Any = None, *, dx: Any = None, dim: int = -1) -> Ten
         dt = y.dtype if _is_float(y._array) else dtypes.float32
         return zeros(*shape, dtype=dt, device=y.device)
     if isinstance(w, Tensor):
-        return (w * s).sum(d) / 2.0
-    out: Tensor = s.sum(d) * (w / 2.0)
+        return ((s * w).sum(d)) / 2.0
+    # torch's form for a uniform spacing: the sum less half the two ends
+    out: Tensor = (y.sum(d) - (y.select(d, 0) + y.select(d, -1)) * 0.5) * w
     return out
 
 
@@ -584,8 +593,8 @@ def cumulative_trapezoid(y: Tensor, x: Any = None, *, dx: Any = None, dim: int =
     if w is None:
         return y.clone()
     if isinstance(w, Tensor):
-        return (w * s / 2.0).cumsum(d)
-    out: Tensor = s * (w / 2.0)
+        return (s * w).cumsum(d) / 2.0
+    out: Tensor = (w / 2.0) * s
     return out.cumsum(d)
 
 

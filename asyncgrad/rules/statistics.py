@@ -45,11 +45,14 @@ def cumprod_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
     zero = xa == 0
     seen = m.cumsum(zero, axis=dim)
     before = seen == 0
-    g_before = reverse_cumsum(g * ans, dim) / xp.where(before, x, 1)
     if bool(before.all()):
-        return g_before
+        return reverse_cumsum(g * ans, dim) / x
+    # Sums over the terms that are not 0 by a zero factor only, as torch's: an infinite g there
+    # would add inf * 0 = NaN.
+    g_before = reverse_cumsum(xp.where(before, g * ans, 0), dim) / xp.where(before, x, 1)
     first = zero & (seen == 1)
-    g_first = reverse_cumsum(g * _cumprod(xp.where(first, 1, x), dim), dim)
+    cp = _cumprod(xp.where(first, 1, x), dim)
+    g_first = reverse_cumsum(xp.where(seen <= 1, g * cp, 0), dim)
     return xp.where(before, g_before, xp.where(first, g_first, 0))
 
 
