@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import silent_fp
+from ..rules.statistics import scan
 from ._record import OPS, as_array, make, wrap
 from .creation import as_tensor, zeros
 from .index import gather
@@ -231,8 +232,8 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
     new[..., 1:] = s[..., 1:] != s[..., :-1]
     end = xp.ones(s.shape, dtype=bool)
     end[..., :-1] = new[..., 1:]
-    start = xp.maximum.accumulate(xp.where(new, pos, 0), axis=-1)
-    stop = xp.flip(xp.minimum.accumulate(xp.flip(xp.where(end, pos, n), -1), axis=-1), -1)
+    start = scan("maximum", xp.where(new, pos, 0), s.ndim - 1)
+    stop = xp.flip(scan("minimum", xp.flip(xp.where(end, pos, n), -1), s.ndim - 1), -1)
     best = xp.argmax(stop - start, axis=-1)[..., None]  # the first (smallest) of the longest runs
     value = xp.moveaxis(xp.take_along_axis(s, best, axis=-1), -1, d)
     hit = xa == value
@@ -415,8 +416,7 @@ def _cum_extreme(name: str, input: Tensor, dim: int) -> CumResult:
     n = xa.shape[d]
     if n == 0:
         return CumResult(input.clone(), wrap(xp.zeros(xa.shape, dtype=dtypes.int64)))
-    ufunc = xp.maximum if name == "cummax" else xp.minimum
-    vals = ufunc.accumulate(xa, axis=d)
+    vals = scan("maximum" if name == "cummax" else "minimum", xa, d)
     lead = (slice(None),) * d
     prev = xp.concatenate([xa[(*lead, slice(0, 1))], vals[(*lead, slice(0, n - 1))]], axis=d)
     # torch's cummax_helper: a new index where x >= the running max (x <= for cummin), or x is
@@ -427,7 +427,7 @@ def _cum_extreme(name: str, input: Tensor, dim: int) -> CumResult:
     shape = [1] * xa.ndim
     shape[d] = n
     pos = xp.arange(n).reshape(shape)
-    idx = xp.maximum.accumulate(xp.where(upd, pos, 0), axis=d)
+    idx = scan("maximum", xp.where(upd, pos, 0), d)
     return CumResult(gather(input, d, _idx_tensor(idx)), _idx_tensor(idx))
 
 
@@ -451,7 +451,7 @@ def logcumsumexp(input: Tensor, dim: int) -> Tensor:
     if xa.ndim == 0 or xa.shape[d] == 0:
         out = xa.copy()
     else:
-        out = namespace(xa).logaddexp.accumulate(xa, axis=d)
+        out = scan("logaddexp", xa, d)
     return make(OPS["logcumsumexp"], out, (input,), {"dim": d if xa.ndim else None}, (xa,))
 
 
@@ -942,7 +942,16 @@ def isin(
     ea = elements._array if isinstance(elements, Tensor) else as_array(elements)
     ta = test_elements._array if isinstance(test_elements, Tensor) else as_array(test_elements)
     xp = namespace(ea if isinstance(elements, Tensor) else ta)
-    out = xp.isin(ea, ta, invert=invert)
+    if hasattr(xp, "isin"):
+        out = xp.isin(ea, ta, invert=invert)
+    else:  # CuPy: each element's place in the sorted test elements
+        t = xp.sort(ta.reshape(-1))
+        e = ea.reshape(-1)
+        if t.size == 0:
+            out = xp.zeros(e.shape, dtype=bool)
+        else:
+            out = t[xp.clip(xp.searchsorted(t, e), 0, t.size - 1)] == e
+        out = ~out if invert else out
     return wrap(backend.ensure_array(out).reshape(ea.shape))
 
 

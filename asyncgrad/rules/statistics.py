@@ -11,7 +11,7 @@ from . import table  # noqa: F401  (the std rule below replaces the table's)
 from .formulas import extreme_grad, reverse_cumsum, var_grad
 from .registry import OPS, defvjp
 
-__all__: list[str] = []
+__all__ = ["scan"]
 
 
 def _flip(a: Any, dim: int) -> Any:
@@ -24,10 +24,34 @@ def _cumprod(a: Any, dim: int) -> Any:
     return a.cumprod(dim) if isinstance(a, Tensor) else xp.cumprod(a, axis=dim)
 
 
+def scan(ufunc_name: str, a: Any, dim: int) -> Any:
+    """``ufunc.accumulate`` along ``dim`` of an array (``maximum``, ``minimum``, ``logaddexp``):
+    NumPy's, or where the array module has none (CuPy), a scan by doubling: log2(n) steps of
+    one elementwise op each (Hillis and Steele)."""
+    m = backend.namespace(a)
+    f = getattr(m, ufunc_name)
+    if type(a) is backend.ndarray:
+        return f.accumulate(a, axis=dim)
+    n = a.shape[dim]
+    lead = (slice(None),) * dim
+    out = a
+    k = 1
+    while k < n:
+        out = m.concatenate(
+            [
+                out[(*lead, slice(0, k))],
+                f(out[(*lead, slice(k, n))], out[(*lead, slice(0, n - k))]),
+            ],
+            axis=dim,
+        )
+        k *= 2
+    return out.copy() if out is a else out
+
+
 def _logcumsumexp(a: Any, dim: int) -> Any:
     if isinstance(a, Tensor):
         return a.logcumsumexp(dim)
-    return backend.namespace(a).logaddexp.accumulate(a, axis=dim)
+    return scan("logaddexp", a, dim)
 
 
 def _array(a: Any) -> Any:
