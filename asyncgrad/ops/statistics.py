@@ -343,7 +343,8 @@ def _quantile(
         exact = xp.where(w < 0.5, ba + (aa - ba) * w, aa - (aa - ba) * (1 - w))
         lin = below * (1 - w) + above * w
         fix = exact - lin._array
-        out = lin + xp.where(xp.isfinite(fix), fix, xp.where(xp.isnan(exact), xp.nan, 0))
+        nan_or_0 = xp.where(xp.isnan(exact), xp.nan, 0).astype(xa.dtype)
+        out = lin + xp.where(xp.isfinite(fix), fix, nan_or_0)
     else:
         out = below
     if scalar_q:
@@ -1008,7 +1009,7 @@ def renorm_(self: Tensor, p: Any, dim: int, maxnorm: Any) -> Tensor:
     return inplace(self, "clone", lambda s: renorm(s.clone(), p, dim, maxnorm))
 
 
-def frobenius_norm(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+def frobenius_norm(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     """The square root of the sum of squares over ``dim`` (at most two dims)."""
     dd = (dim,) if isinstance(dim, (int, backend.integer)) else tuple(dim)
     if len(dd) > 2:
@@ -1017,18 +1018,14 @@ def frobenius_norm(input: Tensor, dim: Any = (), keepdim: bool = False) -> Tenso
 
 
 def nuclear_norm(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """The sum of the singular values of a matrix (of the matrices over the two dims ``dim``)."""
+    """The sum of the singular values of the matrices in the last two dims (in the two dims
+    ``dim``)."""
     from .decomp import matrix_norm
 
     if isinstance(dim, bool):  # nuclear_norm(input, keepdim)
         dim, keepdim = None, dim
     if dim is None:
-        if input.ndim != 2:
-            raise RuntimeError(
-                f"Expected a tensor with 2 dimensions, but got a tensor with {input.ndim} "
-                f"dimension{'' if input.ndim == 1 else 's'} instead."
-            )
-        dim = (0, 1)
+        dim = (-2, -1)  # the last two dims, batched over the others
     return matrix_norm(input, "nuc", tuple(dim), keepdim)
 
 
