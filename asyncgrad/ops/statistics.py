@@ -344,7 +344,7 @@ def _quantile(
         lin = below * (1 - w) + above * w
         fix = exact - lin._array
         nan_or_0 = xp.where(xp.isnan(exact), xp.nan, 0).astype(xa.dtype)
-        out = lin + xp.where(xp.isfinite(fix), fix, nan_or_0)
+        out: Tensor = lin + xp.where(xp.isfinite(fix), fix, nan_or_0)
     else:
         out = below
     if scalar_q:
