@@ -174,7 +174,11 @@ def _median(name: str, input: Tensor, dim: Any, keepdim: bool) -> Any:
         else:
             i = _order_index(flat, 0, ignore_nan)
             out = flat[i].reshape(())
-        return make(OPS["median"], out, (input,), {"in_shape": xa.shape}, (xa,))
+        # The gradient is shared among the elements equal to the median (among the NaNs where it
+        # is NaN): torch's evenly_distribute_backward, the rule of max() without a dim, whose
+        # node this records (AmaxBackward0 where torch names MedianBackward0).
+        params = {"dim": None, "keepdim": False, "in_shape": xa.shape, "evenly": True}
+        return make(OPS["amax"], out, (input,), params, (xa,))
     if xa.ndim == 0:
         _dim(dim, 0)
         return MedianResult(*_zero_dim(input))

@@ -8,7 +8,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..backend import xp
 from . import table  # noqa: F401  (the std rule below replaces the table's)
-from .formulas import extreme_grad, reverse_cumsum, var_grad
+from .formulas import reverse_cumsum, var_grad
 from .registry import OPS, defvjp
 
 __all__ = ["scan"]
@@ -93,13 +93,6 @@ def logcumsumexp_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
     out_neg = xp.exp(_flip(_logcumsumexp(_flip(neg - ans, dim), dim), dim) + x)
     return out_pos - out_neg
 
-
-# ----- median() and nanmedian() of all elements (along a dim they are a gather) -----
-defvjp(  # median() and nanmedian() of all elements: shared among the elements equal to it
-    "median",
-    lambda g, ans, x, *, in_shape: extreme_grad(g, ans, x, None, False, True),
-    save="ans x",
-)
 
 # ----- scans -----
 defvjp("cumprod", lambda g, ans, x, *, dim: cumprod_grad(g, ans, x, dim), save="ans x")
