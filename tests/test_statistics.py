@@ -314,6 +314,16 @@ FD_CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
     ("quantile_nearest", lambda x: x.quantile(0.4, interpolation="nearest"), [_distinct(6)]),
     ("nanquantile", lambda x: ag.nanquantile(x, 0.3, 1), [_distinct(2, 5)]),
     ("cumprod", lambda x: ag.cumprod(x, 1), [RNG.standard_normal((2, 4))]),
+    (
+        "cumprod_zeros",  # rows with one zero, two zeros, none
+        lambda x: ag.cumprod(x, 1),
+        [np.array([[0.0, 0.7, -1.3, 1.1], [0.0, 0.0, 0.9, 1.2], [0.8, -0.6, 1.4, 0.5]])],
+    ),
+    (
+        "cumprod_zeros_dim0",
+        lambda x: x.cumprod(0),
+        [np.array([[1.2, 0.0], [0.0, 0.5], [0.9, -1.1]])],
+    ),
     ("cummax", lambda x: ag.cummax(x, 1).values, [_distinct(2, 5)]),
     ("cummin", lambda x: ag.cummin(x, 0).values, [_distinct(5, 2)]),
     ("logcumsumexp", lambda x: ag.logcumsumexp(x, 1), [RNG.standard_normal((2, 4))]),
@@ -364,6 +374,8 @@ GG_CASES = [
         "median_dim",
         "quantile_linear",
         "cumprod",
+        "cumprod_zeros",
+        "cumprod_zeros_dim0",
         "cummax",
         "logcumsumexp",
         "nanmean",
@@ -373,6 +385,10 @@ GG_CASES = [
         "kthvalue",
         "trapezoid_x",
         "dist",
+        "median_all",
+        "nanquantile",
+        "corrcoef",
+        "nuclear_norm",
     }
 ]
 

@@ -71,6 +71,8 @@ def cumprod_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
     before = seen == 0
     if bool(before.all()):
         return reverse_cumsum(g * ans, dim) / x
+    if isinstance(x, Tensor) and bool(m.isfinite(xa).all() & m.isfinite(_array(g)).all()):
+        return _cumprod_grad_differentiable(g, x, dim)
     # Sums over the terms that are not 0 by a zero factor only, as torch's: an infinite g there
     # would add inf * 0 = NaN.
     g_before = reverse_cumsum(xp.where(before, g * ans, 0), dim) / xp.where(before, x, 1)
@@ -78,6 +80,23 @@ def cumprod_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
     cp = _cumprod(xp.where(first, 1, x), dim)
     g_first = reverse_cumsum(xp.where(seen <= 1, g * cp, 0), dim)
     return xp.where(before, g_before, xp.where(first, g_first, 0))
+
+
+def _cumprod_grad_differentiable(g: Any, x: Tensor, dim: int) -> Any:
+    # Under create_graph with zeros in x: the O(n) formula's masks would cut the dependence of
+    # the gradient on the zeros themselves (d grad_i / d x_z is not 0), so as torch's double
+    # backward, every product with one factor left out, here all at once: P[..., i, j] =
+    # prod_{k <= j, k != i} x_k, and grad_i = sum_{j >= i} g_j P[..., i, j]. (Only for finite
+    # x and g: with an inf or NaN the O(n) formula gives torch's values.)
+    last = x.ndim - 1
+    xl, gl = (x, g) if dim == last else (x.transpose(dim, last), g.transpose(dim, last))
+    n = xl.shape[-1]
+    m = backend.namespace(x._array)
+    eye = m.eye(n, dtype=bool)
+    later = m.arange(n)[None, :] >= m.arange(n)[:, None]  # j >= i
+    prods = xp.where(eye, 1.0, xl.unsqueeze(-2)).cumprod(-1)
+    out = xp.sum(xp.where(later, gl.unsqueeze(-2) * prods, 0.0), axis=-1)
+    return out if dim == last else out.transpose(dim, last)
 
 
 def logcumsumexp_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
