@@ -702,3 +702,20 @@ def test_nansum_gradient_at_nans_is_zero_even_for_infinite_gradients() -> None:
     xa = ag.tensor([NAN, 1.0], requires_grad=True)
     (ga,) = ag.grad_sync(ag.nansum(xa), [xa], ag.tensor(math.inf, dtype=ag.float64))
     assert ga.tolist() == [0.0, math.inf]
+
+
+@pytest.mark.parametrize("name", ["quantile", "nanquantile"])
+def test_quantile_gradient_reaches_q_as_torch(name: str) -> None:
+    x = np.array([[1.0, 4.0, 9.0, 16.0, NAN], [2.0, 3.0, 5.0, 7.0, 11.0]])
+    w = RNG.standard_normal((3, 2))
+    qa = ag.tensor([0.3, 0.5, 1.0], dtype=ag.float64, requires_grad=True)
+    qt = torch.tensor([0.3, 0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    xa, xt = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ya, yt = getattr(ag, name)(xa, qa, 1), getattr(torch, name)(xt, qt, 1)
+    ga = ag.grad_sync((ya * ag.tensor(w)).sum(), [xa, qa])
+    gt = torch.autograd.grad((yt * torch.tensor(w)).sum(), [xt, qt])
+    _assert_same(list(ga), list(gt))
+    assert gradcheck(
+        lambda q: getattr(ag, name)(ag.tensor(x[1:]), q, 1),
+        [ag.tensor([0.1, 0.45, 0.8], dtype=ag.float64, requires_grad=True)],
+    )

@@ -339,13 +339,21 @@ def _quantile(
             if interpolation == "linear"
             else xp.full_like(ranks, 0.5)
         )
+        wt: Any = w
+        if interpolation == "linear" and isinstance(q, Tensor) and q.requires_grad:
+            # torch's ranks are q * (count - 1), so the weight's gradient reaches q: the same
+            # ranks as a tensor of q (0 where a NaN row or an empty one fixed the rank)
+            fixed = ranks != qv * last if name == "nanquantile" else nan.any(-1, keepdims=True)
+            qt = q.reshape(-1).to(xa.dtype)
+            wt = where(fixed, ranks, qt * (last if name == "nanquantile" else float(n - 1)))
+            wt = wt - below_i.astype(xa.dtype)
         # torch's lerp. Its gradients, g * (1 - w) and g * w, come from the weighted sum (an
         # infinite g stays infinite, where differentiating below + (above - below) * w gives
         # inf - inf); its value, from the nearer end, is added as a constant correction
         # (exact - lin is exact for such close numbers, so lin + it is exactly torch's value).
         ba, aa = below._array, above._array
         exact = xp.where(w < 0.5, ba + (aa - ba) * w, aa - (aa - ba) * (1 - w))
-        lin = below * (1 - w) + above * w
+        lin = below * (1 - wt) + above * wt
         fix = exact - lin._array
         nan_or_0 = xp.where(xp.isnan(exact), xp.nan, 0).astype(xa.dtype)
         out: Tensor = lin + xp.where(xp.isfinite(fix), fix, nan_or_0)
