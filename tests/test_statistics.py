@@ -538,6 +538,11 @@ def test_inplace_scans_and_renorm() -> None:
             "diff expects input to be at least one-dimensional",
         ),
         (
+            lambda m: m.diff(m.ones(2, 2), prepend=m.tensor(1.0)),
+            RuntimeError,
+            "diff expects prepend or append to be the same dimension as input",
+        ),
+        (
             lambda m: m.diff(m.tensor([1.0, 2.0]), -1),
             RuntimeError,
             "order must be non-negative but got -1",

@@ -522,14 +522,7 @@ def diff(
             continue
         t = extra if isinstance(extra, Tensor) else as_tensor(extra, device=input.device)
         if t.ndim != input.ndim:
-            if t.ndim == 0:
-                shape = list(input.shape)
-                shape[d] = 1
-                t = t.expand(*shape)
-            else:
-                raise RuntimeError(
-                    "diff expects prepend or append to be the same dimension as input"
-                )
+            raise RuntimeError("diff expects prepend or append to be the same dimension as input")
         parts.append(t)
     x = cat(parts, d) if len(parts) > 1 else input
     for _ in range(n):
