@@ -1,9 +1,12 @@
 """Order statistics, nan-reductions, scans and histograms: median, quantile, mode, cumprod,
 cummax, nansum, histc, bincount, ...
 
-Order statistics (median, kthvalue, mode) pick one element as torch does and send the gradient
-to the index they return; quantile, nansum, diff, cov, trapezoid, renorm and gradient are
-composites of differentiable ops, so their gradients (and double backward) come from those ops.
+Order statistics along a dim (median, kthvalue, mode) and cummax/cummin pick elements with a
+gather, so the gradient goes to the indices they return (torch's value-selecting backward);
+median() of all elements shares it among the elements equal to the median, as max(). quantile,
+nansum, diff, cov, trapezoid, renorm and gradient are composites of differentiable ops, so their
+gradients (and double backward) come from those ops. cumprod and logcumsumexp have rules of
+their own (asyncgrad/rules/statistics.py); histograms, counts and searches have no gradient.
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ def _order_index(xa: Any, d: int, ignore_nan: bool) -> Any:
     return xp.where(has_nan, xp.argmax(nan, axis=d, keepdims=True), idx)
 
 
+@silent_fp  # See NOTE [Silent floating point] (an empty int tensor's median: NaN cast, as torch)
 def _median(name: str, input: Tensor, dim: Any, keepdim: bool) -> Any:
     xa = input._array
     ignore_nan = name == "nanmedian"
@@ -714,7 +718,7 @@ def histc(input: Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Tensor:
     return wrap(xp.bincount(pos, minlength=bins).astype(xa.dtype))
 
 
-def _edges_from(xa: Any, bins: Any, rng: Any, D: int, dev: Any) -> list[Any]:
+def _edges_from(xa: Any, bins: Any, rng: Any, D: int) -> list[Any]:
     xp = namespace(xa)
     if isinstance(bins, Tensor):
         bins = [bins]
@@ -775,7 +779,7 @@ def _histogramdd(
     _check_hist_dtype(xa, "histogramdd")
     xp = namespace(xa)
     pts = xa.reshape(-1, D)
-    edges = _edges_from(pts, bins, rng, D, input.device)
+    edges = _edges_from(pts, bins, rng, D)
     nb = [e.shape[0] - 1 for e in edges]
     keep = xp.ones(pts.shape[0], dtype=bool)
     flat = xp.zeros(pts.shape[0], dtype=dtypes.int64)
