@@ -24,7 +24,7 @@ from .creation import as_tensor, zeros
 from .index import gather
 from .inplace import inplace
 from .pointwise import where
-from .reduce import _TORCH_NAMES, amax, amin, dims, norm
+from .reduce import _TORCH_NAMES, amax, amin, cumsum, dims, norm
 from .reduce import sum as _sum
 from .shape import cat
 from .sorting import sort
@@ -419,8 +419,6 @@ def cumprod_(self: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
 
 
 def cumsum_(self: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
-    from .reduce import cumsum
-
     return inplace(self, "cumsum", lambda s: cumsum(s, dim, dtype=dtype))
 
 
