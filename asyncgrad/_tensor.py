@@ -1108,6 +1108,98 @@ class Tensor:
     # ----- end of section H1 -----
 
     # ----- section H2 -----
+    def median(self, dim: Any = None, keepdim: _bool = False) -> Any:
+        return _ops.median(self, dim, keepdim)
+
+    def nanmedian(self, dim: Any = None, keepdim: _bool = False) -> Any:
+        return _ops.nanmedian(self, dim, keepdim)
+
+    def mode(self, dim: _int = -1, keepdim: _bool = False) -> Any:
+        return _ops.mode(self, dim, keepdim)
+
+    def kthvalue(self, k: _int, dim: _int = -1, keepdim: _bool = False) -> Any:
+        return _ops.kthvalue(self, k, dim, keepdim)
+
+    def quantile(
+        self, q: Any, dim: Any = None, keepdim: _bool = False, *, interpolation: str = "linear"
+    ) -> Tensor:
+        return _ops.quantile(self, q, dim, keepdim, interpolation=interpolation)
+
+    def nanquantile(
+        self, q: Any, dim: Any = None, keepdim: _bool = False, *, interpolation: str = "linear"
+    ) -> Tensor:
+        return _ops.nanquantile(self, q, dim, keepdim, interpolation=interpolation)
+
+    def msort(self) -> Tensor:
+        return _ops.msort(self)
+
+    def aminmax(self, *, dim: Any = None, keepdim: _bool = False) -> Any:
+        return _ops.aminmax(self, dim=dim, keepdim=keepdim)
+
+    def cumprod(self, dim: _int, *, dtype: Any = None) -> Tensor:
+        return _ops.cumprod(self, dim, dtype=dtype)
+
+    def cumprod_(self, dim: _int, *, dtype: Any = None) -> Tensor:
+        return _ops.cumprod_(self, dim, dtype=dtype)
+
+    def cumsum_(self, dim: _int, *, dtype: Any = None) -> Tensor:
+        return _ops.cumsum_(self, dim, dtype=dtype)
+
+    def cummax(self, dim: _int) -> Any:
+        return _ops.cummax(self, dim)
+
+    def cummin(self, dim: _int) -> Any:
+        return _ops.cummin(self, dim)
+
+    def logcumsumexp(self, dim: _int) -> Tensor:
+        return _ops.logcumsumexp(self, dim)
+
+    def nansum(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor:
+        return _ops.nansum(self, dim, keepdim, dtype=dtype)
+
+    def nanmean(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor:
+        return _ops.nanmean(self, dim, keepdim, dtype=dtype)
+
+    def count_nonzero(self, dim: Any = None) -> Tensor:
+        return _ops.count_nonzero(self, dim)
+
+    def diff(self, n: _int = 1, dim: _int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+        return _ops.diff(self, n, dim, prepend, append)
+
+    def trace(self) -> Tensor:
+        return _ops.trace(self)
+
+    def dist(self, other: Tensor, p: Any = 2) -> Tensor:
+        return _ops.dist(self, other, p)
+
+    def cov(self, *, correction: _int = 1, fweights: Any = None, aweights: Any = None) -> Tensor:
+        return _ops.cov(self, correction=correction, fweights=fweights, aweights=aweights)
+
+    def corrcoef(self) -> Tensor:
+        return _ops.corrcoef(self)
+
+    def histc(self, bins: _int = 100, min: Any = 0, max: Any = 0) -> Tensor:
+        return _ops.histc(self, bins, min, max)
+
+    def histogram(
+        self, bins: Any = 100, *, range: Any = None, weight: Any = None, density: _bool = False
+    ) -> Any:
+        return _ops.histogram(self, bins, range=range, weight=weight, density=density)
+
+    def bincount(self, weights: Any = None, minlength: _int = 0) -> Tensor:
+        return _ops.bincount(self, weights, minlength)
+
+    def unique_consecutive(
+        self, return_inverse: _bool = False, return_counts: _bool = False, dim: Any = None
+    ) -> Any:
+        return _ops.unique_consecutive(self, return_inverse, return_counts, dim)
+
+    def renorm(self, p: Any, dim: _int, maxnorm: Any) -> Tensor:
+        return _ops.renorm(self, p, dim, maxnorm)
+
+    def renorm_(self, p: Any, dim: _int, maxnorm: Any) -> Tensor:
+        return _ops.renorm_(self, p, dim, maxnorm)
+
     # ----- end of section H2 -----
 
     # ----- section H3 -----

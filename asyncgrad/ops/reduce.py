@@ -74,6 +74,8 @@ def _amax_amin(name: str, input: Tensor, dim: Any, keepdim: bool, evenly: bool) 
     # (torch's evenly_distribute_backward); amax and amin make it NaN.
     xa = input._array
     axis = None if dim == () or dim is None else dims(dim, xa.ndim)
+    if xa.ndim == 0:  # dim 0 or -1 of a 0-d tensor, as torch: the element itself
+        axis = None
     out = (
         xa.max(axis=axis, keepdims=keepdim)
         if name == "amax"
@@ -140,6 +142,8 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     xa = input._array
     xp = namespace(xa)
     axis = dims(dim, xa.ndim)
+    if xa.ndim == 0:  # dim 0 or -1 of a 0-d tensor, as torch
+        axis = None
     m = xa.max(axis=axis, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     out = xp.log(xp.exp(xa - m).sum(axis=axis, keepdims=True)) + m
@@ -280,6 +284,11 @@ _TORCH_NAMES: dict[str, str] = {
 }
 
 
+def _listed(dim: Any) -> str:
+    """``dim`` as torch's messages write it: ``0 1 2``."""
+    return str(dim) if isinstance(dim, (int, backend.integer)) else " ".join(map(str, dim))
+
+
 @silent_fp  # See NOTE [Silent floating point]
 def norm(
     input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
@@ -301,11 +310,17 @@ def norm(
     if isinstance(p, str):
         nd = 1 if isinstance(dim, (int, backend.integer)) or dim is None else len(dim)
         if p == "nuc":
-            raise RuntimeError("norm(): p='nuc' (the nuclear norm) is not supported")
+            # torch.norm's nuclear norm: over all dims when None, which must be two
+            from .decomp import matrix_norm
+
+            d = tuple(range(xa.ndim)) if dim is None else dim
+            if xa.ndim >= 2 and (isinstance(d, (int, backend.integer)) or len(d) != 2):
+                raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {_listed(d)}")
+            return matrix_norm(input, "nuc", d, keepdim)
         if p != "fro":
             raise RuntimeError(f"linalg.matrix_norm: Order {p} not supported.")
         if nd > 2:
-            raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {dim}")
+            raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {_listed(dim)}")
         p = 2.0
     p = float(p)
     axis = None if dim is None or xa.ndim == 0 else dims(dim, xa.ndim)
