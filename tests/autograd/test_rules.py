@@ -958,6 +958,16 @@ case("cumsum", "dim0", lambda x: ag.cumsum(x, 0), lambda r: (randn(r, 3, 2),))
 case("cumsum", "neg_dim", lambda x: x.cumsum(-1), lambda r: (randn(r, 2, 4),))
 case("cumsum", "0d", lambda x: x.cumsum(0), lambda r: (randn(r),))
 case("cumsum", "squared", lambda x: x.cumsum(1) ** 2, lambda r: (randn(r, 2, 3),))
+case("cumprod", "dim1", lambda x: ag.cumprod(x, 1), lambda r: (randn(r, 2, 4),))
+case("cumprod", "0d", lambda x: x.cumprod(0), lambda r: (randn(r),))
+case(
+    "cumprod",
+    "zeros_dim1",
+    lambda x: x.cumprod(1),
+    lambda r: (ag.tensor(_ZEROS, dtype=ag.float64, requires_grad=True),),
+)
+case("logcumsumexp", "dim1", lambda x: ag.logcumsumexp(x, 1), lambda r: (randn(r, 2, 4),))
+case("logcumsumexp", "neg_dim", lambda x: x.logcumsumexp(-2), lambda r: (randn(r, 3, 2),))
 case("dot", "dot", ag.dot, lambda r: (randn(r, 4), randn(r, 4)))
 case("dot", "method_const", lambda x, c: x.dot(c), lambda r: (randn(r, 3), const(r, 3)))
 case("outer", "outer", ag.outer, lambda r: (randn(r, 3), randn(r, 2)))
