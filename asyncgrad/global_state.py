@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from . import _tensor, cpu, cuda, dtypes, ops
 from ._tensor import Tensor
+from .backend import Device
 from .graph.anomaly_mode import (
     is_anomaly_check_nan_enabled,
     is_anomaly_enabled,
@@ -28,9 +29,12 @@ from .graph.anomaly_mode import (
 
 __all__ = [
     "AcceleratorError",
+    "Event",
     "FatalError",
     "OutOfMemoryError",
+    "Stream",
     "are_deterministic_algorithms_enabled",
+    "default_generator",
     "get_deterministic_debug_mode",
     "get_device_module",
     "get_float32_matmul_precision",
@@ -267,3 +271,104 @@ def get_device_module(device: Any = None) -> Any:
     raise RuntimeError(
         f"Device '{device}' does not have a corresponding module registered as 'torch.{name}'."
     )
+
+
+# ----- device-generic streams and events -----
+# NOTE [Generic streams]
+# ``torch.Stream`` and ``torch.Event`` take a device (the current accelerator's by default, else
+# the CPU). A CUDA device gives ``ag.cuda.Stream`` / ``ag.cuda.Event`` objects; the CPU gives
+# torch's CPU stream: its work is done when each call returns, so ``query()`` is True and
+# ``synchronize()`` returns at once, and, as in torch, a CPU stream records no events.
+_NO_CPU_EVENTS: Final = "cpu backend doesn't support events."
+
+default_generator: Final = ops.default_generator
+
+
+def _stream_device(device: Any) -> Device:
+    if device is None:
+        return Device("cuda") if cuda.is_available() else Device("cpu")
+    return Device(device)
+
+
+class Stream:
+    """A stream of work on ``device`` (See NOTE [Generic streams])."""
+
+    device: Device
+    priority: builtins.int
+
+    def __new__(cls, device: Any = None, priority: builtins.int = 0) -> Any:
+        dev = _stream_device(device)
+        if dev.type == "cuda":
+            return cuda.Stream(dev, priority)
+        self = super().__new__(cls)
+        self.device = dev
+        self.priority = priority
+        return self
+
+    stream_id: Final = 0
+    device_index: Final = -1
+    device_type: Final = "cpu"
+
+    def query(self) -> builtins.bool:
+        return True
+
+    def synchronize(self) -> None:
+        """Returns at once: CPU work is done when its call returns."""
+
+    def wait_event(self, event: Any) -> None:
+        """Nothing to wait for on the CPU."""
+
+    def wait_stream(self, stream: Any) -> None:
+        raise RuntimeError(_NO_CPU_EVENTS)
+
+    def record_event(self, event: Any = None) -> Any:
+        raise RuntimeError(_NO_CPU_EVENTS)
+
+    def __eq__(self, other: object) -> builtins.bool:
+        return type(other) is Stream
+
+    def __hash__(self) -> builtins.int:
+        return hash(Stream)
+
+    def __repr__(self) -> str:
+        return "torch.Stream device_type=cpu, device_index=-1, stream_id=0"
+
+
+class Event:
+    """A point in a stream's work (See NOTE [Generic streams]): a CUDA event on a CUDA device;
+    on the CPU, where nothing is queued, it has always been reached."""
+
+    device: Device
+
+    def __new__(
+        cls,
+        device: Any = None,
+        *,
+        enable_timing: builtins.bool = False,
+        blocking: builtins.bool = False,
+        interprocess: builtins.bool = False,
+    ) -> Any:
+        dev = _stream_device(device)
+        if dev.type == "cuda":
+            return cuda.Event(enable_timing, blocking, interprocess)
+        self = super().__new__(cls)
+        self.device = dev
+        return self
+
+    def record(self, stream: Any = None) -> None:
+        raise RuntimeError(_NO_CPU_EVENTS)
+
+    def query(self) -> builtins.bool:
+        return True
+
+    def synchronize(self) -> None:
+        """Returns at once."""
+
+    def wait(self, stream: Any = None) -> None:
+        """Returns at once."""
+
+    def elapsed_time(self, end_event: Any) -> builtins.float:
+        raise RuntimeError(_NO_CPU_EVENTS)
+
+    def __repr__(self) -> str:
+        return "torch.Event device_type=cpu, device_index=-1, event_flag=0, event_id=0"

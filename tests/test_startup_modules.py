@@ -629,3 +629,48 @@ def test_grad_scaler_matches_torchs_on_cpu() -> None:
     s.unscale_(opt)
     with pytest.raises(RuntimeError, match=r"unscale_\(\) has already been called"):
         s.unscale_(opt)
+
+
+# ----- generic streams and events, the default generator -----
+def test_cpu_streams_and_events_as_torchs() -> None:
+    s, ts = ag.Stream("cpu"), torch.Stream(device="cpu")
+    assert repr(s) == repr(ts)
+    assert s.query() is ts.query() is True
+    s.synchronize()
+    e, te = ag.Event("cpu"), torch.Event(device="cpu")
+    assert repr(e) == repr(te)
+    assert e.query() is te.query() is True
+    e.synchronize()
+    e.wait()
+    s.wait_event(e)
+    for ours, theirs in (
+        (lambda: s.record_event(), lambda: ts.record_event()),
+        (lambda: e.record(), lambda: te.record()),
+        (lambda: s.wait_stream(ag.Stream("cpu")), lambda: ts.wait_stream(torch.Stream("cpu"))),
+    ):
+        with pytest.raises(RuntimeError, match="cpu backend doesn't support events"):
+            theirs()
+        with pytest.raises(RuntimeError, match="cpu backend doesn't support events"):
+            ours()
+    assert s == ag.Stream("cpu")
+    assert s.device == ag.device("cpu")
+
+
+def test_streams_on_a_cuda_device_are_cuda_streams() -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("needs a (simulated) CUDA device")
+    s = ag.Stream()
+    assert isinstance(s, ag.cuda.Stream)
+    assert s.device == ag.device("cuda:0")
+    e = ag.Event("cuda")
+    e.record(s)
+    e.synchronize()
+    assert e.query()
+    assert isinstance(ag.Stream("cuda:1"), ag.cuda.Stream)
+
+
+def test_default_generator_is_the_one_manual_seed_seeds() -> None:
+    ag.manual_seed(5)
+    a = ag.rand(3, generator=ag.default_generator)
+    ag.default_generator.manual_seed(5)
+    assert ag.equal(ag.rand(3), a)
