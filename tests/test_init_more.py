@@ -168,3 +168,32 @@ def test_new_names_are_torchs() -> None:
     public = {n for n in dir(torch.nn.init) if not n.startswith("_") and n[0].islower()}
     public -= {"math", "torch", "warnings"}
     assert public <= set(init.__all__)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "args"),
+    [
+        ("trunc_normal_", (40, 50), ()),
+        ("eye_", (3, 4), ()),
+        ("dirac_", (4, 2, 3, 3), ()),
+        ("orthogonal_", (4, 6), ()),
+        ("sparse_", (10, 4), (0.5,)),
+    ],
+)
+def test_fills_on_a_cuda_device(name: str, shape: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("needs a (simulated) CUDA device")
+    w = ag.empty(*shape, device="cuda", dtype=ag.float64)
+    assert getattr(init, name)(w, *args) is w
+    assert w.device == ag.device("cuda:0")
+    v = w.cpu().numpy()
+    if name == "trunc_normal_":
+        assert v.min() >= -2.0
+        assert v.max() <= 2.0
+    elif name == "orthogonal_":
+        np.testing.assert_allclose(v @ v.T, np.eye(4), atol=1e-10)
+    elif name == "sparse_":
+        assert ((v == 0).sum(0) == 5).all()
+    else:
+        want = getattr(torch.nn.init, name)(torch.empty(*shape, dtype=torch.float64)).numpy()
+        np.testing.assert_array_equal(v, want)

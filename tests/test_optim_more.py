@@ -359,3 +359,67 @@ def test_names_are_torch_optims() -> None:
         assert hasattr(torch.optim, name)
     with contextlib.suppress(ImportError):
         from asyncgrad.optim import Adamax  # noqa: F401
+
+
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "ASGD", "Rprop", "Adafactor", "Muon"])
+def test_a_cuda_parameter_steps_as_on_the_cpu(name: str) -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("needs a (simulated) CUDA device")
+    got = []
+    for dev in ("cpu", "cuda"):
+        w = ag.tensor(W0, device=dev, requires_grad=True)
+        opt = getattr(ag.optim, name)([w], lr=0.05)
+        for _ in range(3):
+            opt.zero_grad()
+            (ag.sin(w) ** 2).sum().backward()
+            opt.step()
+        assert w.device.type == dev
+        got.append(w.detach().cpu().numpy())
+    np.testing.assert_allclose(got[1], got[0], rtol=1e-12)
+
+
+def test_lbfgs_on_a_cuda_parameter() -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("needs a (simulated) CUDA device")
+    got = []
+    for dev in ("cpu", "cuda"):
+        p = ag.tensor([-1.2, 1.0, 0.3, -0.4], device=dev, requires_grad=True)
+        opt = ag.optim.LBFGS([p], line_search_fn="strong_wolfe")
+
+        def closure(p: ag.Tensor = p, opt: Any = opt) -> Any:
+            opt.zero_grad()
+            loss = _rosenbrock(ag, p)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        got.append(p.detach().cpu().numpy())
+    np.testing.assert_allclose(got[1], got[0], rtol=1e-12)
+
+
+def test_lbfgs_state_dict_round_trips() -> None:
+    p = ag.tensor([-1.2, 1.0, 0.3, -0.4], requires_grad=True)
+    tp = torch.tensor([-1.2, 1.0, 0.3, -0.4], requires_grad=True)
+    opt, topt = ag.optim.LBFGS([p], max_iter=3), torch.optim.LBFGS([tp], max_iter=3)
+
+    def closure_for(lib: Any, param: Any, o: Any) -> Any:
+        def closure() -> Any:
+            o.zero_grad()
+            loss = _rosenbrock(lib, param)
+            loss.backward()
+            return loss
+
+        return closure
+
+    opt.step(closure_for(ag, p, opt))
+    topt.step(closure_for(torch, tp, topt))
+    sd = opt.state_dict()
+    assert set(sd["state"][0]) == set(topt.state_dict()["state"][0])
+    q = ag.tensor(p.detach().numpy(), requires_grad=True)
+    opt2 = ag.optim.LBFGS([q], max_iter=3)
+    opt2.load_state_dict(sd)
+    opt.step(closure_for(ag, p, opt))
+    opt2.step(closure_for(ag, q, opt2))
+    topt.step(closure_for(torch, tp, topt))
+    np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(q.detach().numpy(), tp.detach().numpy(), rtol=1e-6)

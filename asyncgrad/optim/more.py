@@ -33,6 +33,11 @@ def _check_betas(betas: tuple[float, float]) -> None:
             raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
 
 
+def _norm(a: Any) -> float:
+    """The 2-norm of all of ``a``'s elements."""
+    return float(backend.namespace(a).sqrt((a * a).sum()))
+
+
 def _lerp(a: Any, b: Any, w: float) -> None:
     """``a.lerp_(b, w)`` in place: ``a += w * (b - a)``."""
     a += w * (b - a)
@@ -409,7 +414,7 @@ class Adafactor(Optimizer):
         t = float(state["step"])
         one_minus_beta2 = t ** group["beta2_decay"]
         rho = min(lr, 1 / t**0.5)
-        alpha = max(eps2, float(xp.linalg.norm(old.reshape(-1))) / old.size**0.5) * rho
+        alpha = max(eps2, _norm(old) / old.size**0.5) * rho
         if wd:
             xp.multiply(old, 1 - lr * wd, out=out)
             old = out
@@ -423,9 +428,7 @@ class Adafactor(Optimizer):
             _lerp(state["variance"], g * g, one_minus_beta2)
             var = state["variance"].copy()
         update = g / xp.sqrt(xp.maximum(var, eps1 * eps1))
-        denom = max(
-            1.0, float(xp.linalg.norm(update.reshape(-1))) / (update.size**0.5 * group["d"])
-        )
+        denom = max(1.0, _norm(update) / (update.size**0.5 * group["d"]))
         _subtract(old, (alpha / denom) * update, out)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -463,9 +466,8 @@ def _newton_schulz(g: Any, coefficients: tuple[float, float, float], steps: int,
     if len(coefficients) != 3:
         raise ValueError("Coefficients must be a tuple of exactly 3 values")
     a, b, c = coefficients
-    xp = backend.namespace(g)
     x = g.T if g.shape[0] > g.shape[1] else g
-    x = x / max(float(xp.linalg.norm(x)), eps)
+    x = x / max(_norm(x), eps)
     for _ in range(steps):
         gram = x @ x.T
         x = a * x + (b * gram + c * (gram @ gram)) @ x
@@ -688,6 +690,41 @@ class LBFGS(Optimizer):
         if len(self.param_groups) != 1:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
         self._params: list[Tensor] = self.param_groups[0]["params"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's layout: the one state (of the first parameter), its arrays as Tensor copies,
+        lists of arrays as lists of Tensors."""
+        sd = super().state_dict()
+        for s in sd["state"].values():
+            for k, v in s.items():
+                if isinstance(v, list):
+                    s[k] = [Tensor(a.copy()) if hasattr(a, "shape") else a for a in v]
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self._params):
+            raise ValueError(
+                "loaded state dict contains a parameter group that doesn't match the size of "
+                "optimizer's group"
+            )
+        xp = backend.namespace(self._params[0]._array)
+
+        def array(v: Any) -> Any:
+            if isinstance(v, Tensor) or backend.is_array(v):
+                a = v._array if isinstance(v, Tensor) else v
+                return xp.asarray(backend.to_device(a, self._params[0].device)).copy()
+            return v
+
+        saved = state_dict["state"]
+        first = saved.get(groups[0]["params"][0], saved.get(str(groups[0]["params"][0])))
+        self.state = {}
+        if first is not None:
+            self.state[self._params[0]] = {
+                k: [array(a) for a in v] if isinstance(v, list) else array(v)
+                for k, v in first.items()
+            }
+        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
 
     def _gather_flat_grad(self) -> Any:
         xp = backend.namespace(self._params[0]._array)
