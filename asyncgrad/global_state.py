@@ -14,8 +14,6 @@ their getters answer as torch's, and change no result; ``set_flush_denormal`` re
 from __future__ import annotations
 
 import builtins
-import json
-import secrets
 from typing import Any, Final
 
 from . import _tensor, cpu, cuda, dtypes, ops
@@ -84,6 +82,8 @@ has_openmp: Final = False
 def get_rng_state() -> Tensor:
     """The default generator's CPU state, as a uint8 tensor for ``set_rng_state`` (its bytes
     are asyncgrad's, not torch's)."""
+    import json  # imported on use (See NOTE [Lazy extras] in asyncgrad/__init__.py)
+
     state = ops.default_generator.state(None).get_state()
     raw = json.dumps(state, sort_keys=True).encode("ascii")
     return ops.tensor(list(raw), dtype=dtypes.uint8)
@@ -96,6 +96,8 @@ def set_rng_state(new_state: Tensor) -> None:
             "expected a torch.ByteTensor, but got "
             f"{new_state.type() if isinstance(new_state, Tensor) else type(new_state).__name__}"
         )
+    import json
+
     try:
         state = json.loads(bytes(new_state.tolist()).decode("ascii"))
         ops.default_generator.state(None).set_state(state)
@@ -105,6 +107,8 @@ def set_rng_state(new_state: Tensor) -> None:
 
 def seed() -> builtins.int:
     """Seed the default generator with a random number, and return it."""
+    import secrets
+
     s = secrets.randbits(63)
     ops.manual_seed(s)
     return s
