@@ -674,3 +674,18 @@ def test_default_generator_is_the_one_manual_seed_seeds() -> None:
     a = ag.rand(3, generator=ag.default_generator)
     ag.default_generator.manual_seed(5)
     assert ag.equal(ag.rand(3), a)
+
+
+def test_default_convert_and_unbatched_loading_as_torchs() -> None:
+    samples = [(np.zeros(2), 1), {"a": np.int64(3)}, "s", np.array(["a"]), [np.ones(1)]]
+    for s in samples:
+        ours, theirs = ag.utils.data.default_convert(s), torch.utils.data.default_convert(s)
+        assert type(ours).__name__ == type(theirs).__name__
+        if isinstance(theirs, list):
+            assert [type(x).__name__ for x in ours] == [type(x).__name__ for x in theirs]
+    ds = ag.utils.data.TensorDataset(ag.arange(3))
+    tds = torch.utils.data.TensorDataset(torch.arange(3))
+    ours = next(iter(ag.utils.data.DataLoader(ds, batch_size=None)))
+    theirs = next(iter(torch.utils.data.DataLoader(tds, batch_size=None)))
+    assert type(ours) is type(theirs) is list
+    assert ours[0].item() == theirs[0].item() == 0

@@ -4,7 +4,7 @@ names and modules (``dataset``, ``sampler``, ``dataloader``, ``distributed``).""
 from __future__ import annotations
 
 from . import dataloader, dataset, distributed, sampler
-from .dataloader import DataLoader, default_collate, get_worker_info
+from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from .dataset import (
     ChainDataset,
     ConcatDataset,
@@ -42,6 +42,7 @@ __all__ = [
     "dataloader",
     "dataset",
     "default_collate",
+    "default_convert",
     "distributed",
     "get_worker_info",
     "random_split",

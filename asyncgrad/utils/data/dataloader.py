@@ -14,7 +14,7 @@ from ...ops import Generator
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "get_worker_info"]
+__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -63,14 +63,35 @@ def default_collate(batch: Sequence[Any]) -> Any:
     raise TypeError(_COLLATE_ERROR.format(type(elem)))
 
 
+def default_convert(data: Any) -> Any:
+    """torch's ``default_convert``, the loader's collate function without batching: NumPy
+    arrays and scalars become tensors (string arrays stay), containers are converted element by
+    element (tuples come back as lists, as in torch), anything else is left as it is."""
+    if isinstance(data, Tensor):
+        return data
+    if type(data).__module__ == "numpy" and type(data).__name__ not in ("str_", "bytes_"):
+        if getattr(data, "dtype", None) is not None and data.dtype.kind in "USO":
+            return data
+        return ops.as_tensor(backend.asarray(data))
+    if isinstance(data, Mapping):
+        return {key: default_convert(data[key]) for key in data}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        return [default_convert(d) for d in data]
+    return data
+
+
 class DataLoader(Generic[T_co]):
     """Batches of a dataset, in one process.
 
     ``shuffle=True`` draws a new order each epoch (each ``iter()``) from ``generator`` (an
     ``ag.Generator``) or the default generator, so ``ag.manual_seed`` makes it repeatable;
     ``sampler`` gives the order of the indices, ``batch_sampler`` the batches themselves.
-    ``batch_size=None`` yields the samples one by one, uncollated. An ``IterableDataset`` is
-    read in its own order, batched as it comes."""
+    ``batch_size=None`` yields the samples one by one, through ``default_convert``. An
+    ``IterableDataset`` is read in its own order, batched as it comes."""
 
     def __init__(
         self,
@@ -144,7 +165,7 @@ class DataLoader(Generic[T_co]):
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
         auto = batch_size is not None or batch_sampler is not None
-        self.collate_fn = collate_fn or (default_collate if auto else None)
+        self.collate_fn = collate_fn or (default_collate if auto else default_convert)
 
     @property
     def shuffle(self) -> bool:
@@ -166,7 +187,8 @@ class DataLoader(Generic[T_co]):
     def _iter_iterable(self) -> Iterator[Any]:
         it = iter(self.dataset)
         if self.batch_size is None:
-            yield from it
+            for s in it:
+                yield s if self.collate_fn is None else self.collate_fn(s)
             return
         batch: list[Any] = []
         for s in it:
