@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from . import dtypes, ops
 from ._tensor import Size, Tensor
+from .backend import Device
 
 __all__ = [
     "BoolTensor",
@@ -53,6 +54,11 @@ class _TensorType(type):
 
     def __call__(cls, *args: Any, device: Any = None) -> Tensor:
         dt = cls.dtype
+        if device is not None and Device(device).type != "cpu":
+            raise RuntimeError(
+                "legacy constructor expects device type: cpu but device type: "
+                f"{Device(device).type} was passed"
+            )
         if not args:
             return ops.empty(0, dtype=dt, device=device)
         if builtins.all(

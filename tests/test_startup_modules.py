@@ -338,9 +338,16 @@ def test_typename_as_torchs() -> None:
         assert ag.typename(ag.zeros(1, dtype=d)) == torch.typename(torch.zeros(1, dtype=_td(d)))
     for obj in (3, "s", 2.5, None, int, len, [1]):
         assert ag.typename(obj) == torch.typename(obj)
-    assert ag.typename(ag.nn.Linear) == "asyncgrad.nn.layers.Linear" or ag.typename(
-        ag.nn.Linear
-    ).startswith("asyncgrad.nn.")
+    assert ag.typename(ag.nn.Linear) == f"{ag.nn.Linear.__module__}.Linear"
+    assert torch.typename(torch.nn.Linear) == "torch.nn.modules.linear.Linear"
+
+
+def test_legacy_constructors_are_cpu_only_as_torchs() -> None:
+    assert ag.FloatTensor(2, device="cpu").device == ag.device("cpu")
+    with pytest.raises(RuntimeError, match="legacy constructor expects device type: cpu"):
+        torch.FloatTensor(2, device="meta")
+    with pytest.raises(RuntimeError, match="legacy constructor expects device type: cpu"):
+        ag.FloatTensor(2, device="cuda")
 
 
 def test_set_default_tensor_type_warns_and_sets_the_dtype(restore_default_dtype: None) -> None:
