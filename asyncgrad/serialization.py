@@ -1200,6 +1200,21 @@ def _torch_layouts(
     return layouts, storages, enc.keep
 
 
+_STORAGE_ALIGNMENT: Final = 64  # torch's: each storage's bytes start at a multiple of it
+
+
+def _aligned(zf: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:
+    """A member whose data will start at a multiple of 64 bytes, padded as torch's writer does
+    with an extra field in its local header (so ``torch.load(..., mmap=True)`` maps it)."""
+    import struct
+
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    header_end = zf.start_dir + 30 + len(name.encode("utf-8")) + 4
+    pad = -header_end % _STORAGE_ALIGNMENT
+    info.extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+    return info
+
+
 def _encode_torch(obj: Any, out: IO[bytes]) -> None:
     import sys
 
@@ -1214,5 +1229,5 @@ def _encode_torch(obj: Any, out: IO[bytes]) -> None:
         zf.writestr("archive/.storage_alignment", "64")
         zf.writestr("archive/byteorder", sys.byteorder)
         for key, a in storages.items():
-            zf.writestr(f"archive/data/{key}", a.tobytes())
+            zf.writestr(_aligned(zf, f"archive/data/{key}"), a.tobytes())
         zf.writestr("archive/version", "3\n")

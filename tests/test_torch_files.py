@@ -262,3 +262,16 @@ def test_cuda_tensors_keep_their_device(tmp_path: Path) -> None:
     back = ag.load(tmp_path / "c.pt")
     assert back["t"].device == ag.device("cuda:1")
     np.testing.assert_array_equal(back["v"].cpu().numpy(), [1.0, 2.0, 3.0])
+
+
+def test_storages_are_aligned_as_torchs_so_mmap_loads(tmp_path: Path) -> None:
+    obj = {"a": ag.arange(5.0), "b": ag.ones(3, dtype=ag.float64), "c": ag.zeros(7, dtype=ag.int8)}
+    ag.save(obj, tmp_path / "m.pt")
+    with zipfile.ZipFile(tmp_path / "m.pt") as zf:
+        for info in zf.infolist():
+            if "/data/" in info.filename:
+                start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+                assert start % 64 == 0, info.filename
+    got = torch.load(tmp_path / "m.pt", mmap=True, weights_only=True)
+    for k, v in obj.items():
+        np.testing.assert_array_equal(got[k].numpy(), v.numpy())
