@@ -1,4 +1,6 @@
-"""``ag.save`` and ``ag.load``: tensors and nested containers of them, with no pickle anywhere.
+"""``ag.save`` and ``ag.load``: tensors and nested containers of them. Nothing is pickled or
+unpickled by Python's pickler: torch's ``.pt`` files are written opcode by opcode (See NOTE
+[Writing PyTorch files]) and read by an unpickler that knows only tensors and containers.
 
 NOTE [Saved file format]
 ``ag.save(obj, path)`` writes a ``.npz`` archive (NumPy's zip of ``.npy`` files): one entry per
