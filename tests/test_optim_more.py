@@ -423,3 +423,17 @@ def test_lbfgs_state_dict_round_trips() -> None:
     topt.step(closure_for(torch, tp, topt))
     np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(q.detach().numpy(), tp.detach().numpy(), rtol=1e-6)
+
+
+def _signature(f: Any) -> list[tuple[Any, ...]]:
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+
+@pytest.mark.parametrize(
+    "name", ["Adamax", "NAdam", "RAdam", "ASGD", "Rprop", "LBFGS", "Adafactor", "Muon"]
+)
+def test_signatures_are_torchs(name: str) -> None:
+    ours, theirs = getattr(ag.optim, name).__init__, getattr(torch.optim, name).__init__
+    assert _signature(ours) == _signature(theirs)

@@ -696,3 +696,39 @@ def test_default_convert_and_unbatched_loading_as_torchs() -> None:
     theirs = next(iter(torch.utils.data.DataLoader(tds, batch_size=None)))
     assert type(ours) is type(theirs) is list
     assert ours[0].item() == theirs[0].item() == 0
+
+
+def _signature(f: Any) -> list[tuple[Any, ...]]:
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        ("utils.data.DataLoader.__init__", "utils.data.DataLoader.__init__"),
+        ("utils.data.RandomSampler.__init__", "utils.data.RandomSampler.__init__"),
+        ("utils.data.WeightedRandomSampler.__init__", "utils.data.WeightedRandomSampler.__init__"),
+        ("utils.data.BatchSampler.__init__", "utils.data.BatchSampler.__init__"),
+        ("utils.data.DistributedSampler.__init__", "utils.data.DistributedSampler.__init__"),
+        ("utils.data.SubsetRandomSampler.__init__", "utils.data.SubsetRandomSampler.__init__"),
+        ("autocast.__init__", "autocast.__init__"),
+        ("GradScaler.__init__", "amp.GradScaler.__init__"),
+        ("nn.DataParallel.__init__", "nn.DataParallel.__init__"),
+        ("nn.init.trunc_normal_", "nn.init.trunc_normal_"),
+        ("nn.init.dirac_", "nn.init.dirac_"),
+        ("nn.init.orthogonal_", "nn.init.orthogonal_"),
+        ("nn.init.sparse_", "nn.init.sparse_"),
+        ("set_printoptions", "set_printoptions"),
+        ("use_deterministic_algorithms", "use_deterministic_algorithms"),
+        ("accelerator.current_accelerator", "accelerator.current_accelerator"),
+    ],
+)
+def test_signatures_are_torchs(ours: str, theirs: str) -> None:
+    import functools
+
+    def resolve(root: Any, path: str) -> Any:
+        return functools.reduce(getattr, path.split("."), root)
+
+    assert _signature(resolve(ag, ours)) == _signature(resolve(torch, theirs))
