@@ -503,6 +503,25 @@ __all__ += ["fft", "special"]
 # ----- end of section H7 -----
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
+from . import amp  # noqa: E402
+from .amp import *  # noqa: E402, F403
+from .amp import __all__ as _amp_all  # noqa: E402
+from .dtypes import can_cast, finfo, iinfo, promote_types, result_type  # noqa: E402
+from .global_state import *  # noqa: E402, F403
+from .global_state import __all__ as _global_state_all  # noqa: E402
+from .legacy_types import *  # noqa: E402, F403
+from .legacy_types import __all__ as _legacy_types_all  # noqa: E402
+
+__all__ += [n for n in _amp_all if n not in ("custom_bwd", "custom_fwd", "is_autocast_available")]
+__all__ += ["amp", "can_cast", "finfo", "iinfo", "promote_types", "result_type"]
+__all__ += _global_state_all + _legacy_types_all
+__all__ += ["accelerator", "backends", "cpu", "onnx"]
+
+# The start-up modules load on first use, through the __getattr__ of NOTE [Lazy extras].
+_LAZY_MODULES = _LAZY_MODULES | {"accelerator", "backends", "cpu", "onnx"}
+
+if TYPE_CHECKING:
+    from . import accelerator, backends, cpu, onnx
 # ----- end of section H8 -----
 
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.

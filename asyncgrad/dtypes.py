@@ -8,17 +8,22 @@ import numpy as np
 
 __all__ = [
     "bool_",
+    "can_cast",
     "dtype",
+    "finfo",
     "float16",
     "float32",
     "float64",
     "get_default_dtype",
+    "iinfo",
     "int8",
     "int16",
     "int32",
     "int64",
     "is_floating",
     "promote_binary",
+    "promote_types",
+    "result_type",
     "set_default_dtype",
     "to_dtype",
     "uint8",
@@ -150,3 +155,153 @@ def set_default_dtype(d: Any) -> None:
     if dt not in _DEFAULT_FLOATS:
         raise TypeError(f"only floating-point types are supported as the default type, got {dt}")
     _default_float[0] = next(f for f in _DEFAULT_FLOATS if f == dt)
+
+
+# ----- torch's dtype facts: finfo, iinfo, promote_types, can_cast, result_type -----
+class finfo:
+    """The limits of a floating dtype (float32, or the default dtype with no argument), with
+    torch's attributes: ``bits``, ``eps``, ``max``, ``min``, ``tiny``, ``smallest_normal``,
+    ``resolution`` and ``dtype`` (its name, as torch's). A complex dtype gives its parts'."""
+
+    def __init__(self, type: Any = None) -> None:
+        dt = _default_float[0] if type is None else to_dtype(type)
+        if dt.kind not in FLOAT_KINDS:
+            raise TypeError(
+                "torch.finfo() requires a floating point input type. Use torch.iinfo to handle "
+                "'torch.finfo'"
+            )
+        info = np.finfo(dt)
+        self.bits: int = int(info.bits)
+        self.eps = float(info.eps)
+        self.max = float(info.max)
+        self.min = float(info.min)
+        self.tiny = float(info.smallest_normal)
+        self.smallest_normal = self.tiny
+        self.resolution = 10.0 ** -int(info.precision)
+        self.dtype: str = str(info.dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
+            f"eps={self.eps:g}, smallest_normal={self.smallest_normal:g}, tiny={self.tiny:g}, "
+            f"dtype={self.dtype})"
+        )
+
+
+class iinfo:
+    """The limits of an integer dtype, with torch's attributes ``bits``, ``max``, ``min`` and
+    ``dtype`` (its name)."""
+
+    def __init__(self, type: Any) -> None:
+        dt = to_dtype(type)
+        if dt.kind == "b":
+            raise TypeError("torch.bool is not supported by torch.iinfo")
+        if dt.kind not in "iu":
+            raise TypeError(
+                "torch.iinfo() requires an integer input type. Use torch.finfo to handle "
+                "'torch.iinfo'"
+            )
+        info = np.iinfo(dt)
+        self.bits: int = int(info.bits)
+        self.max: int = int(info.max)
+        self.min: int = int(info.min)
+        self.dtype: str = str(dt)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={float(self.min):g}, max={float(self.max):g}, dtype={self.dtype})"
+
+
+_WIDE_UNSIGNED: Final = frozenset({"uint16", "uint32", "uint64"})
+_C10_NAMES: Final = {
+    "bool": "Bool",
+    "uint8": "Byte",
+    "int8": "Char",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "uint16": "UInt16",
+    "uint32": "UInt32",
+    "uint64": "UInt64",
+}
+
+
+def _category(d: np.dtype[Any]) -> int:
+    return _CATEGORY.get(d.kind, 3)
+
+
+def promote_types(type1: Any, type2: Any) -> np.dtype[Any]:
+    """torch's promotion of two dtypes: within a category (bool < integer < floating <
+    complex) the wider type, across categories the higher one's type (float16 with int64 is
+    float16), float with complex the complex type that holds both. Like torch, the unsigned
+    types wider than uint8 promote with no other integer or bool type (a RuntimeError)."""
+    a, b = to_dtype(type1), to_dtype(type2)
+    if a == b:
+        return a
+    ca, cb = _category(a), _category(b)
+    if ca <= 1 and cb <= 1 and (a.name in _WIDE_UNSIGNED or b.name in _WIDE_UNSIGNED):
+        raise RuntimeError(
+            "Promotion for uint16, uint32, uint64 types is not supported, attempted to promote "
+            f"{_C10_NAMES[a.name]} and {_C10_NAMES[b.name]}"
+        )
+    if ca == cb or {ca, cb} == {2, 3}:
+        out: np.dtype[Any] = np.promote_types(a, b)
+        return out
+    return a if ca > cb else b
+
+
+def can_cast(from_: Any, to: Any) -> bool:
+    """Whether torch's casting rules allow ``from_`` to ``to`` in a type-checked op: no cast
+    down a category (complex to real, floating to integer, anything but bool to bool)."""
+    f, t = to_dtype(from_), to_dtype(to)
+    cf, ct = _category(f), _category(t)
+    return not (cf == 3 and ct != 3) and not (cf == 2 and ct < 2) and not (cf > 0 and ct == 0)
+
+
+def _wrapped_dtype(x: Any) -> np.dtype[Any]:
+    """The dtype a Python number takes in torch's promotion (floats the default dtype)."""
+    if isinstance(x, bool):
+        return bool_
+    if isinstance(x, int):
+        return int64
+    if isinstance(x, float):
+        return _default_float[0]
+    if isinstance(x, complex):
+        return np.dtype("complex128") if _default_float[0] == float64 else np.dtype("complex64")
+    raise TypeError(f"result_type(): expected a Tensor or a Number, got {type(x).__name__}")
+
+
+def _combine(higher: np.dtype[Any] | None, lower: np.dtype[Any] | None) -> np.dtype[Any] | None:
+    """torch's ``combine_categories``: ``higher`` (from the higher-priority operands) decides,
+    unless ``lower`` is of a higher category."""
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher.kind == "c":
+        return higher
+    if lower.kind == "c":
+        if higher.kind == "f":
+            return np.dtype("complex128") if higher == float64 else np.dtype("complex64")
+        return lower
+    if higher.kind == "f":
+        return higher
+    if higher.kind == "b" or lower.kind == "f":
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type(tensor: Any, other: Any) -> np.dtype[Any]:
+    """The dtype torch's arithmetic gives ``tensor`` and ``other`` (tensors or Python numbers):
+    tensors with dimensions decide first, then 0-d tensors, then Python numbers, each of the
+    later ones only where it is of a higher category (See ``promote_types``)."""
+    ranks: list[np.dtype[Any] | None] = [None, None, None]  # dimensioned, 0-d, wrapped numbers
+    for x in (tensor, other):
+        if hasattr(x, "dtype") and hasattr(x, "ndim"):
+            slot, d = (0 if x.ndim else 1), to_dtype(x.dtype)
+        else:
+            slot, d = 2, _wrapped_dtype(x)
+        prev = ranks[slot]
+        ranks[slot] = d if prev is None else promote_types(prev, d)
+    out = _combine(ranks[0], _combine(ranks[1], ranks[2]))
+    assert out is not None
+    return out

@@ -1,4 +1,6 @@
-"""``ag.save`` and ``ag.load``: tensors and nested containers of them, with no pickle anywhere.
+"""``ag.save`` and ``ag.load``: tensors and nested containers of them. Nothing is pickled or
+unpickled by Python's pickler: torch's ``.pt`` files are written opcode by opcode (See NOTE
+[Writing PyTorch files]) and read by an unpickler that knows only tensors and containers.
 
 NOTE [Saved file format]
 ``ag.save(obj, path)`` writes a ``.npz`` archive (NumPy's zip of ``.npy`` files): one entry per
@@ -82,8 +84,10 @@ def save(obj: Any, f: FileLike) -> None:
         obj: a Tensor, or nested dicts/lists/tuples of Tensors, ``None``, bools, ints, floats,
             strings, dtypes and devices (a state dict, an optimizer's state dict).
         f: a path, or a binary file object. A path ending in ``.safetensors`` writes a
-            safetensors file (``obj`` must then be a flat ``{str: Tensor}`` dict); anything
-            else an ``.npz`` archive (See NOTE [Saved file format]). A path is replaced whole,
+            safetensors file (``obj`` must then be a flat ``{str: Tensor}`` dict); one ending
+            in ``.pt`` or ``.pth`` torch's zip format, which ``torch.load(f,
+            weights_only=True)`` reads (See NOTE [Writing PyTorch files]); anything else an
+            ``.npz`` archive (See NOTE [Saved file format]). A path is replaced whole,
             never left half-written.
 
     Raises:
@@ -96,6 +100,9 @@ def save(obj: Any, f: FileLike) -> None:
         >>> ag.load(io.BytesIO(buf.getvalue()))
         {'w': tensor([1., 1.]), 'step': 3}
     """
+    if _is_torch_path(f):  # See NOTE [Writing PyTorch files]
+        _write_path(f, lambda out: _encode_torch(obj, out))  # type: ignore[arg-type]
+        return
     if _is_path(f) and os.fspath(f).endswith(".safetensors"):  # type: ignore[arg-type]
         data = _encode_safetensors(obj)
         _write_path(f, lambda out: out.write(data))  # type: ignore[arg-type]
@@ -697,6 +704,45 @@ _TORCH_STORAGES: Final = {
 }
 
 
+_TORCH_DTYPES: Final = frozenset(
+    {
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "bool",
+        "complex64",
+        "complex128",
+    }
+)
+
+
+def _torch_device(*args: Any) -> Device:
+    """``torch.device(type[, index])`` in a file: the device, from plain arguments only."""
+    if (
+        not 1 <= len(args) <= 2
+        or type(args[0]) is not str
+        or any(type(a) is not int for a in args[1:])
+    ):
+        raise _CorruptError(f"a device's arguments {args!r:.80} are malformed")
+    return Device(args[0] if len(args) == 1 else f"{args[0]}:{args[1]}")
+
+
+def _torch_size(dims: Any) -> Any:
+    if type(dims) is not tuple or any(type(d) is not int or d < 0 for d in dims):
+        raise _CorruptError(f"a Size's arguments {dims!r:.80} are malformed")
+    from ._tensor import Size
+
+    return Size(dims)
+
+
 class _StorageType(NamedTuple):
     """What a file's ``torch.<Type>Storage`` resolves to: the dtype of its bytes. A tuple,
     so that a pickle's BUILD cannot change it."""
@@ -751,6 +797,18 @@ def _decode_torch(
                 return rebuild_tensor
             if (module, attr) == ("torch._utils", "_rebuild_parameter"):
                 return rebuild_parameter
+            # What torch writes for uint16/32/64 tensors, and plain values of a state dict
+            # (See NOTE [Writing PyTorch files]).
+            if (module, attr) == ("torch.storage", "UntypedStorage"):
+                return _StorageType(attr, "uint8")
+            if (module, attr) == ("torch._utils", "_rebuild_tensor_v3"):
+                return rebuild_tensor_v3
+            if module == "torch" and attr in _TORCH_DTYPES:
+                return dtypes.to_dtype(attr)
+            if (module, attr) == ("torch", "device"):
+                return _torch_device
+            if (module, attr) == ("torch", "Size"):
+                return _torch_size
             raise _CorruptError(
                 f"it names {module}.{attr}, which a file of tensors and containers does not "
                 "hold; it was not loaded, and nothing from the file ran"
@@ -812,6 +870,34 @@ def _decode_torch(
             array = with_bits[where]
         meta = {"requires_grad": requires_grad, "device": location}
         return built(placed.tensor(where, array, offset, size, stride, meta))
+
+    typed: dict[tuple[str, str], tuple[str, Any, str]] = {}  # (key, dtype) -> typed entry
+
+    def rebuild_tensor_v3(
+        storage: Any,
+        offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any,
+        backward_hooks: Any,
+        dtype: Any,
+        metadata: Any = None,
+    ) -> Tensor:
+        ours = type(storage) is tuple and len(storage) == 3 and type(storage[0]) is str
+        entry = storages.get(storage[0]) if ours else None
+        if entry is None or entry is not storage or not isinstance(dtype, dtypes.dtype):
+            raise _CorruptError("a tensor's arguments are malformed")
+        key = (entry[0], str(dtype))
+        if key not in typed:  # the untyped storage's bytes read as dtype, once per dtype
+            try:
+                array = torch_storage(entry[1], str(dtype), byteorder)
+            except ArrayFileError as e:
+                raise _CorruptError(f"its storage {entry[0]!r}: {e}") from None
+            typed[key] = (f"{entry[0]}:{dtype}", array, entry[2])
+            storages[typed[key][0]] = typed[key]
+        return rebuild_tensor(
+            typed[key], offset, size, stride, requires_grad, backward_hooks, metadata
+        )
 
     def rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any) -> Tensor:
         if (
@@ -910,3 +996,240 @@ def _parse_json(raw: bytes) -> Any:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise _CorruptError(f"its structure is not valid JSON ({e})") from None
+
+
+# ----------------------------------------------------------------------------- writing them
+# NOTE [Writing PyTorch files]
+# ``ag.save(obj, "x.pt")`` (or ``.pth``) writes the zip ``torch.save`` writes, which
+# ``torch.load(path, weights_only=True)`` reads: ``archive/data.pkl``, a protocol-2 pickle of
+# the object, and one member ``archive/data/<key>`` per storage, with ``byteorder``, ``version``
+# and torch's format records. The pickle is written opcode by opcode (no pickler, so nothing of
+# asyncgrad's is ever named in it): dicts, OrderedDicts, lists, tuples, None, bools, ints,
+# floats and strings as themselves; dtypes as ``torch.<name>``; devices as ``torch.device``;
+# ``ag.Size`` as ``torch.Size``; a tensor as torch's ``_rebuild_tensor_v2(storage, offset,
+# size, stride, requires_grad, OrderedDict())`` over a ``torch.<Type>Storage`` (uint16, uint32
+# and uint64, which have no typed storage, as ``_rebuild_tensor_v3`` over an
+# ``UntypedStorage`` with the dtype, as torch writes them); a Parameter as
+# ``_rebuild_parameter``. Tensors sharing memory are views of one storage, as in the npz format
+# (See NOTE [Views in saved files]); a tensor that appears twice is pickled once and memoised,
+# so it loads as one tensor. A view with a negative stride, which torch cannot hold, is stored
+# as a copy. Tensors keep their devices ("cuda:0"): load a CUDA tensor's file with
+# ``map_location`` where torch has no CUDA.
+TORCH_SUFFIXES: Final = (".pt", ".pth")
+_TORCH_STORAGE_OF: Final = {v: k for k, v in _TORCH_STORAGES.items()}
+
+
+def _is_torch_path(f: Any) -> bool:
+    return _is_path(f) and os.fspath(f).lower().endswith(TORCH_SUFFIXES)
+
+
+class _TorchPickle:
+    """A protocol-2 pickle of an object for torch's loader (See NOTE [Writing PyTorch
+    files])."""
+
+    def __init__(self, layouts: dict[int, tuple[str, int, list[int], list[int], Any]]) -> None:
+        self.layouts = layouts  # id(tensor) -> (storage key, offset, size, stride, storage)
+        self.out = bytearray(b"\x80\x02")
+        self.memo: dict[int, int] = {}
+        self.active: set[int] = set()
+
+    def finish(self) -> bytes:
+        self.out += b"."
+        return bytes(self.out)
+
+    def global_(self, module: str, name: str) -> None:
+        self.out += f"c{module}\n{name}\n".encode("ascii")
+
+    def value(self, v: Any, where: str) -> None:
+        import struct
+
+        out = self.out
+        if v is None:
+            out += b"N"
+        elif v is True or v is False:
+            out += b"\x88" if v else b"\x89"
+        elif isinstance(v, Tensor):
+            self.tensor(v)
+        elif isinstance(v, backend.generic):
+            self.value(v.item(), where)
+        elif isinstance(v, int):
+            v = v.__index__()
+            if -(2**31) <= v < 2**31:
+                out += b"J" + struct.pack("<i", v)
+            else:
+                raw = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
+                out += b"\x8a" + bytes([len(raw)]) + raw
+        elif isinstance(v, float):
+            out += b"G" + struct.pack(">d", v)
+        elif isinstance(v, str):
+            raw = str(v).encode("utf-8", "surrogatepass")
+            out += b"X" + struct.pack("<I", len(raw)) + raw
+        elif isinstance(v, dtypes.dtype):
+            self.global_("torch", "bool" if v == dtypes.bool_ else str(v))
+        elif isinstance(v, Device):
+            self.global_("torch", "device")
+            self.value((str(v),), where)
+            out += b"R"
+        elif isinstance(v, dict | list | tuple):
+            if id(v) in self.active:
+                raise ValueError(f"ag.save: {where} contains itself")
+            self.active.add(id(v))
+            try:
+                self.container(v, where)
+            finally:
+                self.active.discard(id(v))
+        else:
+            raise TypeError(
+                f"ag.save: cannot save {where} of type "
+                f"{type(v).__module__}.{type(v).__qualname__}: only Tensors, dicts, lists, "
+                "tuples, None, bools, ints, floats, strings, dtypes and devices are saved"
+            )
+
+    def container(self, v: Any, where: str) -> None:
+        from ._tensor import Size
+
+        out = self.out
+        if isinstance(v, Size):
+            self.global_("torch", "Size")
+            self.value(tuple(int(d) for d in v), where)
+            out += b"\x85R"  # TUPLE1, REDUCE
+        elif isinstance(v, tuple):
+            out += b"("
+            for i, x in enumerate(v):
+                self.value(x, f"{where}[{i}]")
+            out += b"t"
+        elif isinstance(v, list):
+            out += b"]("
+            for i, x in enumerate(v):
+                self.value(x, f"{where}[{i}]")
+            out += b"e"
+        else:
+            if isinstance(v, OrderedDict):
+                self.global_("collections", "OrderedDict")
+                out += b")R"
+            else:
+                out += b"}"
+            out += b"("
+            for k, x in v.items():
+                if isinstance(k, Tensor | dict | list):
+                    raise TypeError(
+                        f"ag.save: cannot save a dict key of type {type(k).__name__} in {where}"
+                    )
+                self.value(k, f"a key of {where}")
+                self.value(x, f"{where}[{k!r}]")
+            out += b"u"
+
+    def tensor(self, t: Tensor) -> None:
+        import struct
+
+        out = self.out
+        seen = self.memo.get(id(t))
+        if seen is not None:
+            out += b"j" + struct.pack("<I", seen)  # LONG_BINGET
+            return
+        if isinstance(t, Parameter):
+            self.global_("torch._utils", "_rebuild_parameter")
+            out += b"("
+            self.rebuild(t, requires_grad=False)
+            self.value(t.requires_grad, "")
+            self.global_("collections", "OrderedDict")
+            out += b")RtR"
+        else:
+            self.rebuild(t, requires_grad=t.requires_grad)
+        self.memo[id(t)] = len(self.memo)
+        out += b"r" + struct.pack("<I", self.memo[id(t)])  # LONG_BINPUT
+
+    def rebuild(self, t: Tensor, requires_grad: bool) -> None:
+        key, offset, size, stride, storage = self.layouts[id(t)]
+        dt = storage.dtype
+        typed = _TORCH_STORAGE_OF.get(str(dt))
+        out = self.out
+        self.global_("torch._utils", "_rebuild_tensor_v2" if typed else "_rebuild_tensor_v3")
+        out += b"(("
+        self.value("storage", "")
+        if typed:
+            self.global_("torch", typed)
+        else:
+            self.global_("torch.storage", "UntypedStorage")
+        self.value(key, "")
+        self.value(str(t.device), "")
+        self.value(int(storage.size if typed else storage.size * dt.itemsize), "")
+        out += b"tQ"  # TUPLE, BINPERSID
+        self.value(offset, "")
+        self.value(tuple(size), "")
+        self.value(tuple(stride), "")
+        self.value(requires_grad, "")
+        self.global_("collections", "OrderedDict")
+        out += b")R"
+        if not typed:
+            self.value(dt, "")
+        out += b"tR"
+
+
+def _torch_layouts(
+    obj: Any,
+) -> tuple[dict[int, tuple[str, int, list[int], list[int], Any]], dict[str, Any], list[Any]]:
+    """Each tensor's storage and layout in it, and the storages' host arrays by key."""
+    enc = _Encoder()
+    enc.encode(obj, "obj")  # collects the tensors (and refuses what cannot be saved)
+    arrays, views = enc.finish()
+    keys: dict[str, str] = {}
+    storages: dict[str, Any] = {}
+
+    def key_of(entry: str) -> str:
+        if entry not in keys:
+            keys[entry] = str(len(keys))
+        return keys[entry]
+
+    layouts: dict[int, tuple[str, int, list[int], list[int], Any]] = {}
+    for t in enc.keep:
+        name = enc.names[id(t)]
+        view = views.get(name)
+        if view is not None and all(s >= 0 for s in view["stride"]):
+            key = key_of(view["storage"])
+            storages[key] = arrays[view["storage"]]
+            layouts[id(t)] = (key, view["offset"], view["size"], view["stride"], storages[key])
+            continue
+        a = _host(t._array) if view is None else _host(t._array).copy()
+        flat = a.reshape(-1) if a.flags.c_contiguous else a.copy().reshape(-1)
+        key = key_of(name)
+        storages[key] = flat
+        contiguous, step = [], 1
+        for n in reversed(a.shape):
+            contiguous.append(step)
+            step *= max(n, 1)
+        layouts[id(t)] = (key, 0, list(a.shape), contiguous[::-1], flat)
+    return layouts, storages, enc.keep
+
+
+_STORAGE_ALIGNMENT: Final = 64  # torch's: each storage's bytes start at a multiple of it
+
+
+def _aligned(zf: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:
+    """A member whose data will start at a multiple of 64 bytes, padded as torch's writer does
+    with an extra field in its local header (so ``torch.load(..., mmap=True)`` maps it)."""
+    import struct
+
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    header_end = zf.start_dir + 30 + len(name.encode("utf-8")) + 4
+    pad = -header_end % _STORAGE_ALIGNMENT
+    info.extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+    return info
+
+
+def _encode_torch(obj: Any, out: IO[bytes]) -> None:
+    import sys
+
+    layouts, storages, keep = _torch_layouts(obj)
+    p = _TorchPickle(layouts)
+    p.value(obj, "obj")
+    pickled = p.finish()
+    del keep
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("archive/data.pkl", pickled)
+        zf.writestr("archive/.format_version", "1")
+        zf.writestr("archive/.storage_alignment", "64")
+        zf.writestr("archive/byteorder", sys.byteorder)
+        for key, a in storages.items():
+            zf.writestr(_aligned(zf, f"archive/data/{key}"), a.tobytes())
+        zf.writestr("archive/version", "3\n")

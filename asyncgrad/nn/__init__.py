@@ -112,6 +112,10 @@ __all__ += _layers_all
 # ----- end of section H7 -----
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
+from . import parallel  # noqa: E402
+from .parallel import DataParallel, DistributedDataParallel  # noqa: E402
+
+__all__ += ["DataParallel", "DistributedDataParallel", "parallel"]
 # ----- end of section H8 -----
 
 

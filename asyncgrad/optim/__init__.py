@@ -20,6 +20,10 @@ __all__ = [
 ]
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
+from .more import *  # noqa: F403
+from .more import __all__ as _more_all
+
+__all__ += _more_all
 # ----- end of section H8 -----
 
 
