@@ -216,7 +216,7 @@ def test_views_saved_with_their_base_share_its_memory_after_loading(tmp_path: Pa
         "detached": w.detach(),
         "alone": ag.ones(3),
     }
-    path = tmp_path / "views.pt"
+    path = tmp_path / "views.npz"
     ag.save(saved, path)
     # One storage of w's 12 elements holds w and its views; the unrelated tensor is its own.
     assert sorted(_entries(path).values()) == [(3,), (12,)]
@@ -237,7 +237,7 @@ def test_views_saved_with_their_base_share_its_memory_after_loading(tmp_path: Pa
         got["expanded"].add_(1.0)  # an expanded view stays one you cannot write, as in torch
     assert got["w"][0].tolist() == [-0.0, -1.0, -2.0, -3.0]
 
-    again = tmp_path / "again.pt"  # loaded views saved again still share
+    again = tmp_path / "again.npz"  # loaded views saved again still share
     ag.save(got, again)
     assert sorted(_entries(again).values()) == [(3,), (12,)]
     back = ag.load(again)
@@ -250,7 +250,7 @@ def test_overlapping_views_without_their_base_share_only_what_they_cover(
     tmp_path: Path,
 ) -> None:
     w = ag.arange(20.0).reshape(5, 4)
-    path = tmp_path / "part.pt"
+    path = tmp_path / "part.npz"
     ag.save({"a": w[0:2], "b": w[1:3], "c": w[4]}, path)
     # a and b overlap on row 1: one storage of rows 0-2; c shares no element with them.
     assert sorted(_entries(path).values()) == [(4,), (12,)]
@@ -264,7 +264,7 @@ def test_overlapping_views_without_their_base_share_only_what_they_cover(
 
 def test_arrays_with_negative_strides_share_memory_after_loading(tmp_path: Path) -> None:
     host = np.arange(10.0)
-    path = tmp_path / "reversed.pt"
+    path = tmp_path / "reversed.npz"
     ag.save({"rev": ag.from_numpy(host[::-1]), "mid": ag.from_numpy(host[2:5])}, path)
     assert sorted(_entries(path).values()) == [(10,)]
     got = ag.load(path)
@@ -274,7 +274,7 @@ def test_arrays_with_negative_strides_share_memory_after_loading(tmp_path: Path)
 
 
 def test_a_file_without_views_keeps_the_first_format_version(tmp_path: Path) -> None:
-    path = tmp_path / "plain.pt"
+    path = tmp_path / "plain.npz"
     w = ag.ones(2, 2)
     ag.save({"w": w, "same": w, "b": ag.zeros(3), "empty": w[:0]}, path)
     assert _version(path) == 1  # readable by every asyncgrad that reads files
@@ -301,7 +301,7 @@ def test_parameters_and_views_of_them_round_trip(tmp_path: Path) -> None:
 def test_views_share_memory_after_loading_on_a_cuda_device(tmp_path: Path) -> None:
     _needs_cuda()
     w = ag.arange(12.0, device="cuda").reshape(3, 4)
-    path = tmp_path / "gpu_views.pt"
+    path = tmp_path / "gpu_views.npz"
     ag.save({"w": w, "row": w[2], "t": w.t()}, path)
     assert sorted(_entries(path).values()) == [(12,)]
     for where in (None, "cpu"):
@@ -311,7 +311,7 @@ def test_views_share_memory_after_loading_on_a_cuda_device(tmp_path: Path) -> No
             got["w"].add_(1.0)
         assert got["row"].tolist() == [9.0, 10.0, 11.0, 12.0]
         assert got["t"][0].tolist() == [1.0, 5.0, 9.0]
-    cpu = tmp_path / "cpu_views.pt"
+    cpu = tmp_path / "cpu_views.npz"
     host = w.cpu()
     ag.save({"w": host, "col": host[:, 1]}, cpu)
     got = ag.load(cpu, map_location="cuda")
@@ -704,7 +704,7 @@ def test_views_in_a_torch_file_share_memory_on_a_cuda_device(tmp_path: Path) -> 
     torch = pytest.importorskip("torch", reason=TORCH_REASON)
     _needs_cuda()
     base = torch.arange(6.0)
-    path = tmp_path / "views.pt"
+    path = tmp_path / "views.npz"
     torch.save({"base": base, "pair": base[1:5].view(2, 2), "rows": base.expand(2, 6)}, path)
     got = ag.load(path, map_location="cuda")
     assert got["pair"].device == ag.device("cuda:0")
