@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib
 import pathlib
+import pkgutil
 import textwrap
+import types
 
 # asyncgrad's namespace -> torch's.
 NAMESPACES = {
@@ -26,12 +28,21 @@ NAMESPACES = {
 
 
 def names(torch_name: str) -> list[str]:
+    """The public names of ``torch_name``: its attributes other than modules, and its submodules
+    as its package lists them (``dir`` of a package shows only the submodules imported so far)."""
     mod, _, attr = torch_name.partition(".Tensor")
     obj = importlib.import_module(mod)
     if torch_name.endswith(".Tensor"):
         obj = obj.Tensor
     del attr
-    return sorted(n for n in dir(obj) if not n.startswith("_"))
+    out = {
+        n
+        for n in dir(obj)
+        if not n.startswith("_") and not isinstance(getattr(obj, n, None), types.ModuleType)
+    }
+    if hasattr(obj, "__path__"):
+        out.update(m.name for m in pkgutil.iter_modules(obj.__path__) if not m.name.startswith("_"))
+    return sorted(out)
 
 
 def render() -> str:
