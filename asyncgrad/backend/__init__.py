@@ -751,3 +751,27 @@ def data_ptr(a: Any) -> int:
     if type(a) is np.ndarray:
         return int(a.__array_interface__["data"][0])
     return int(a.data.ptr)
+
+
+# ----- special functions (pointwise_math) -----
+def special(name: str, *args: Any) -> Any:
+    """``scipy.special.<name>(*args)`` for NumPy arrays (``cupyx.scipy.special``'s on CuPy
+    arrays), imported on first use. The simulated device's arrays go through the host."""
+    arrays = [a for a in args if hasattr(a, "shape")]
+    xp = namespace(arrays[0]) if arrays else np
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        if xp is np:
+            import scipy.special
+
+            return np.asarray(getattr(scipy.special, name)(*args))
+        if xp.__name__ == "cupy":
+            import cupyx.scipy.special
+
+            return getattr(cupyx.scipy.special, name)(*args)
+        import scipy.special
+
+        host = [xp.asnumpy(a) if hasattr(a, "shape") else a for a in args]
+        return xp.asarray(getattr(scipy.special, name)(*host))
+    finally:
+        restore_fp(token)
