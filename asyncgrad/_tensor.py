@@ -1334,7 +1334,7 @@ class Tensor:
         return _ops.abs_(self)
 
     def absolute_(self) -> Tensor:
-        return _ops.absolute_(self)
+        return _ops.pointwise_math.absolute_(self)
 
     def acos_(self) -> Tensor:
         return _ops.acos_(self)

@@ -203,7 +203,7 @@ def _keeps_int(op_fn: UnaryOp, name: str) -> UnaryOp:
         x = _t(input)
         if not _is_float(x._array):
             if x.dtype == dtypes.bool_:
-                raise RuntimeError(f'"{name}" is not implemented for \'Bool\'')
+                raise NotImplementedError(f"\"{name}_vml_cpu\" not implemented for 'Bool'")
             return wrap(x._array.copy())
         return op_fn(x)
 
@@ -230,7 +230,7 @@ def round(input: Tensor, *, decimals: int = 0) -> Tensor:
 def frac(input: Tensor) -> Tensor:
     x = _t(input)
     if not _is_float(x._array):
-        raise RuntimeError(f"\"frac_cpu\" not implemented for '{_torch_name(x.dtype)}'")
+        raise NotImplementedError(f"\"frac_cpu\" not implemented for '{_torch_name(x.dtype)}'")
     return _unary(OPS["frac"], lambda xp, a: a - xp.trunc(a), x)
 
 
@@ -460,9 +460,7 @@ def isclose(
 ) -> Tensor:
     a, b = arr(_t(input)), arr(other)
     if hasattr(b, "dtype") and a.dtype != b.dtype:
-        raise RuntimeError(
-            f"{_torch_name(a.dtype)} did not match {_torch_name(b.dtype)}"
-        )
+        raise RuntimeError(f"{_torch_name(a.dtype)} did not match {_torch_name(b.dtype)}")
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         return wrap(namespace(a).isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
@@ -493,7 +491,7 @@ def _integer_binary(name: str, fname: str, input: Any, other: Any) -> Tensor:
         a = arr(v)
         if isinstance(a, builtins.float) or (hasattr(a, "dtype") and a.dtype.kind in "fc"):
             dt = a.dtype if hasattr(a, "dtype") else dtypes.float32
-            raise RuntimeError(f'"{name}_cpu" not implemented for \'{_torch_name(dt)}\'')
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{_torch_name(dt)}'")
     return _no_grad_binary(fname, input, other)
 
 
@@ -528,7 +526,9 @@ def lcm(input: Any, other: Any) -> Tensor:
 def bitwise_not(input: Tensor) -> Tensor:
     a = arr(_t(input))
     if _is_float(a):
-        raise RuntimeError(f"\"bitwise_not_cpu\" not implemented for '{_torch_name(a.dtype)}'")
+        raise NotImplementedError(
+            f"\"bitwise_not_cpu\" not implemented for '{_torch_name(a.dtype)}'"
+        )
     return wrap(namespace(a).invert(a))
 
 
@@ -545,7 +545,14 @@ asin_: Final = inplace_variant("asin", asin)
 asinh_: Final = inplace_variant("asinh", asinh)
 atan_: Final = inplace_variant("atan", atan)
 atanh_: Final = inplace_variant("atanh", atanh)
-arccos_, arccosh_, arcsin_, arcsinh_, arctan_, arctanh_ = acos_, acosh_, asin_, asinh_, atan_, atanh_
+arccos_, arccosh_, arcsin_, arcsinh_, arctan_, arctanh_ = (
+    acos_,
+    acosh_,
+    asin_,
+    asinh_,
+    atan_,
+    atanh_,
+)
 ceil_: Final = inplace_variant("ceil", ceil)
 clamp_max_: Final = inplace_variant("clamp", clamp_max)
 clamp_min_: Final = inplace_variant("clamp", clamp_min)
@@ -603,12 +610,30 @@ copysign_: Final = inplace_variant("copysign", copysign)
 digamma_: Final = inplace_variant("digamma", digamma)
 divide_: Final = inplace_variant("div", div)
 true_divide_: Final = inplace_variant("div", true_divide)
-eq_: Final = inplace_variant("eq", eq)
-ne_: Final = inplace_variant("ne", ne)
-lt_: Final = inplace_variant("lt", lt)
-le_: Final = inplace_variant("le", le)
-gt_: Final = inplace_variant("gt", gt)
-ge_: Final = inplace_variant("ge", ge)
+
+
+def _compare_into(name: str, fn: Callable[[Any, Any], Tensor]) -> Callable[[Tensor, Any], Tensor]:
+    """``t.eq_(other)`` and friends: the comparison written into ``t`` in its dtype; recorded,
+    as torch's EqBackward1, with a zero gradient."""
+    op = OPS[name]
+
+    def method(self: Tensor, other: Any) -> Tensor:
+        def compute(s: Tensor) -> Tensor:
+            r = fn(s, other)._array
+            return make(op, r.astype(s.dtype), (s,), NO_PARAMS, (s._array,))
+
+        return inplace(self, name, compute)
+
+    method.__name__ = method.__qualname__ = name + "_"
+    return method
+
+
+eq_: Final = _compare_into("eq", eq)
+ne_: Final = _compare_into("ne", ne)
+lt_: Final = _compare_into("lt", lt)
+le_: Final = _compare_into("le", le)
+gt_: Final = _compare_into("gt", gt)
+ge_: Final = _compare_into("ge", ge)
 greater_, greater_equal_, less_, less_equal_, not_equal_ = gt_, ge_, lt_, le_, ne_
 erfinv_: Final = inplace_variant("erfinv", erfinv)
 float_power_: Final = inplace_variant("float_power", float_power)
@@ -636,6 +661,7 @@ sign_: Final = inplace_variant("sign", sign)
 def polygamma_(self: Tensor, n: int) -> Tensor:
     return inplace(self, "polygamma", lambda s: polygamma(n, s))
 
+
 # The ops the rules call on Tensors under create_graph (See NOTE [Special functions in rules]).
 OPS_FNS.update(
     {
@@ -651,7 +677,7 @@ OPS_FNS.update(
 )
 
 __all__: list[str] = [
-    "absolute", "abs_", "absolute_", "acos", "acos_", "acosh", "acosh_", "addcdiv", "addcmul",
+    "absolute", "abs_", "acos", "acos_", "acosh", "acosh_", "addcdiv", "addcmul",
     "angle", "arccos", "arccos_", "arccosh", "arccosh_", "arcsin", "arcsin_", "arcsinh",
     "arcsinh_", "arctan", "arctan2", "arctan_", "arctanh", "arctanh_", "asin", "asin_", "asinh",
     "asinh_", "atan", "atan2", "atan_", "atanh", "atanh_", "bitwise_and", "bitwise_left_shift",

@@ -39,6 +39,11 @@ def _spherical_j0(a: Any) -> Any:
     return x.where(a == 0, 1.0, x.sin(a) / x.where(a == 0, 1.0, a))
 
 
+def _lgamma(a: Any) -> Any:
+    # log|Gamma(x)|: +inf at -inf, as torch's (SciPy's gammaln gives -inf)
+    return _ns(a).where(a == -math.inf, math.inf, backend.special("gammaln", a))
+
+
 def _sinc(a: Any) -> Any:
     x = _ns(a)
     return x.sinc(a)
@@ -59,7 +64,7 @@ ARRAY: Final[dict[str, Callable[..., Any]]] = {
     "erfc": lambda a: backend.special("erfc", a),
     "erfinv": lambda a: backend.special("erfinv", a),
     "erfcx": lambda a: backend.special("erfcx", a),
-    "lgamma": lambda a: backend.special("gammaln", a),
+    "lgamma": _lgamma,
     "digamma": lambda a: backend.special("psi", a),
     "polygamma": lambda n, a: backend.special("polygamma", n, a),
     "i0": lambda a: backend.special("i0", a),
@@ -227,9 +232,9 @@ defvjp(
 )
 defvjp(
     "i1e",  # i0e(x) - i1e(x) (sgn(x) + 1/x), 1/2 at 0
-    lambda g, ans, x: g
-    * xp.where(
-        x == 0, 0.5, fn("i0e", x) - ans * (xp.sign(x) + 1.0 / xp.where(x == 0, 1.0, x))
+    lambda g, ans, x: (
+        g
+        * xp.where(x == 0, 0.5, fn("i0e", x) - ans * (xp.sign(x) + 1.0 / xp.where(x == 0, 1.0, x)))
     ),
     save="ans x",
 )
@@ -284,5 +289,12 @@ defvjp(
     "heaviside",
     _not_implemented("derivative for aten::heaviside is not implemented", RuntimeError),
     _not_implemented("derivative for aten::heaviside is not implemented", RuntimeError),
+)
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):  # t.eq_(other): EqBackward1, zero
+    defvjp(_name, _zeros)
+defvjp(
+    "floor_divide",
+    _not_implemented("derivative for aten::floor_divide is not implemented", RuntimeError),
+    _not_implemented("derivative for aten::floor_divide is not implemented", RuntimeError),
 )
 defvjp("nan_to_num", lambda g, ans, x: masked(g, xp.isfinite(x)), save="x")
