@@ -151,8 +151,11 @@ def _polynomial(x: Any, n: Any, kind: str, shift: bool = False) -> Tensor:
     xa, na = arr(x), arr(n)
     host = xa if hasattr(xa, "shape") else na
     xp = backend.namespace(host)
-    xa = xp.asarray(xa)
-    na = xp.asarray(na)
+    if not hasattr(na, "dtype"):  # a Python number: x's dtype decides, as torch's
+        na = xp.asarray(na)
+    if not hasattr(xa, "dtype"):
+        weak = na.dtype if na.dtype.kind == "f" else dtypes.get_default_dtype()
+        xa = xp.asarray(xa, dtype=weak if isinstance(xa, float) else None)
     out_dtype = dtypes.promote_binary(xp.result_type(xa, na), xa, na)
     if out_dtype.kind not in "fc":
         out_dtype = dtypes.float32

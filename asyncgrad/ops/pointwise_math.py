@@ -100,7 +100,11 @@ def _no_grad_unary(name: str) -> UnaryOp:
 
     def unary(input: Any) -> Tensor:
         a = _floats(arr(_t(input)))
-        return wrap(_same(impl(a), a))
+        token = quiet_fp()  # See NOTE [Silent floating point]
+        try:
+            return wrap(_same(impl(a), a))
+        finally:
+            restore_fp(token)
 
     unary.__name__ = unary.__qualname__ = name
     return unary

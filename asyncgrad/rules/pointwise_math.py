@@ -34,9 +34,10 @@ def _ns(a: Any) -> Any:
 
 
 def _spherical_j0(a: Any) -> Any:
-    # sin(x) / x, 1 at 0
+    # sin(x) / x: 1 at 0, 0 at +-inf
     x = _ns(a)
-    return x.where(a == 0, 1.0, x.sin(a) / x.where(a == 0, 1.0, a))
+    out = x.where(a == 0, 1.0, x.sin(a) / x.where(a == 0, 1.0, a))
+    return x.where(x.isinf(a), 0.0, out)
 
 
 def _lgamma(a: Any) -> Any:
