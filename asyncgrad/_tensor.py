@@ -1609,42 +1609,42 @@ class Tensor:
     def float_power_(self, exponent: Any) -> Tensor:
         return _ops.pointwise_math.float_power_(self, exponent)
 
-    def round(self, decimals: int = 0) -> Tensor:
+    def round(self, decimals: _int = 0) -> Tensor:
         return _ops.round(self, decimals=decimals)
 
-    def round_(self, decimals: int = 0) -> Tensor:
+    def round_(self, decimals: _int = 0) -> Tensor:
         return _ops.round_(self, decimals=decimals)
 
-    def logit(self, eps: float | None = None) -> Tensor:
+    def logit(self, eps: _float | None = None) -> Tensor:
         return _ops.logit(self, eps)
 
-    def logit_(self, eps: float | None = None) -> Tensor:
+    def logit_(self, eps: _float | None = None) -> Tensor:
         return _ops.logit_(self, eps)
 
-    def polygamma(self, n: int) -> Tensor:
+    def polygamma(self, n: _int) -> Tensor:
         return _ops.polygamma(n, self)
 
-    def polygamma_(self, n: int) -> Tensor:
+    def polygamma_(self, n: _int) -> Tensor:
         return _ops.pointwise_math.polygamma_(self, n)
 
-    def mvlgamma(self, p: int) -> Tensor:
+    def mvlgamma(self, p: _int) -> Tensor:
         return _ops.mvlgamma(self, p)
 
-    def mvlgamma_(self, p: int) -> Tensor:
+    def mvlgamma_(self, p: _int) -> Tensor:
         return _ops.pointwise_math.mvlgamma_(self, p)
 
     def nan_to_num(
-        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+        self, nan: _float = 0.0, posinf: _float | None = None, neginf: _float | None = None
     ) -> Tensor:
         return _ops.nan_to_num(self, nan, posinf, neginf)
 
     def nan_to_num_(
-        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+        self, nan: _float = 0.0, posinf: _float | None = None, neginf: _float | None = None
     ) -> Tensor:
         return _ops.nan_to_num_(self, nan, posinf, neginf)
 
     def isclose(
-        self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: _bool = False
+        self, other: Any, rtol: _float = 1e-05, atol: _float = 1e-08, equal_nan: _bool = False
     ) -> Tensor:
         return _ops.isclose(self, other, rtol, atol, equal_nan)
 
@@ -1688,6 +1688,7 @@ class Tensor:
     def real(self) -> Tensor:
         """The real part: the tensor itself for a real dtype, as torch's."""
         return self
+
     # ----- end of section H1 -----
 
     # ----- section H2 -----

@@ -180,9 +180,7 @@ def check_operands(name: str, xa: Any, ya: Any) -> None:
     (a string, None, a list: torch takes no sequences where a tensor is expected)."""
     for v in (xa, ya):
         if not (isinstance(v, _NUMBERS) or isinstance(v, _generic) or hasattr(v, "dtype")):
-            got = ", ".join(
-                "Tensor" if hasattr(a, "dtype") else type(a).__name__ for a in (xa, ya)
-            )
+            got = ", ".join("Tensor" if hasattr(a, "dtype") else type(a).__name__ for a in (xa, ya))
             raise TypeError(
                 f"{name}() received an invalid combination of arguments - got ({got}), but "
                 "expected one of:\n * (Tensor input, Tensor other)\n * (Tensor input, Number "
