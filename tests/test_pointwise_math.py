@@ -593,3 +593,67 @@ def test_inplace_dtype_errors_as_torch() -> None:
     y = ag.tensor([5, 6])
     y.gcd_(ag.tensor([3, 4]))
     assert y.tolist() == [1, 2]
+
+
+# ----- special values: NaN, +-inf, +-0, poles and overflow, with ones and inf gradients -----
+VALUES: Final = np.array(
+    [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1.5, 3.0, 40.0, 800.0, -800.0]
+)
+# Where torch's value or gradient is an artefact of its algorithm, not a definition: digamma's
+# derivative at its poles (torch: large finite numbers), logit's at -0 (torch: +inf),
+# polygamma at +inf (torch: NaN), zeta(x, inf) (torch: NaN), igamma with a NaN argument.
+SKIP_VALUES: Final[dict[str, list[float]]] = {
+    "digamma": [-math.inf, -1.0, -2.0, -800.0],
+    "logit": [-0.0],
+    "polygamma": [math.inf],
+}
+SPECIAL_UNARY: Final[dict[str, tuple[Callable[..., Any], Callable[..., Any]]]] = {
+    **{
+        n: (getattr(ag, n), getattr(torch, n))
+        for n in (
+            "acos acosh asin asinh atan atanh sinh cosh exp2 log2 log10 erfc erfinv lgamma "
+            "digamma i0 sinc logit deg2rad rad2deg square frac nan_to_num angle sgn ceil floor "
+            "trunc round signbit isinf isposinf isneginf"
+        ).split()
+    },
+    "polygamma": (lambda x: ag.polygamma(2, x), lambda x: torch.polygamma(2, x)),
+    "logit_eps": (lambda x: ag.logit(x, 0.1), lambda x: torch.logit(x, 0.1)),
+    "round_decimals": (lambda x: ag.round(x, decimals=2), lambda x: torch.round(x, decimals=2)),
+}
+SPECIAL_BINARY: Final = (
+    "atan2 hypot copysign logaddexp logaddexp2 xlogy fmod fmax fmin nextafter float_power"
+).split()
+
+
+def _special_case(
+    ours_fn: Callable[..., Any], theirs_fn: Callable[..., Any], ins: list[Any], need: list[bool]
+) -> None:
+    for grad in ("ones", "inf"):
+        xs = [_ag(v, requires_grad=n) for v, n in zip(ins, need, strict=True)]
+        xts = [_th(v, requires_grad=n) for v, n in zip(ins, need, strict=True)]
+        y, yt = ours_fn(*xs), theirs_fn(*xts)
+        _same(y, yt, rtol=1e-6, atol=1e-12)
+        if not yt.requires_grad:
+            assert not y.requires_grad
+            return
+        g = np.ones(yt.shape) if grad == "ones" else np.full(yt.shape, math.inf)
+        leaves = [v for v, n in zip(xs, need, strict=True) if n]
+        leaves_t = [v for v, n in zip(xts, need, strict=True) if n]
+        gs = ag.grad_sync(y, leaves, grad_outputs=[_ag(g)])
+        gts = torch.autograd.grad(yt, leaves_t, grad_outputs=[_th(g)])
+        for ours, theirs in zip(gs, gts, strict=True):
+            _same(ours, theirs, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(SPECIAL_UNARY))
+def test_special_values_match_torch(name: str) -> None:
+    ours_fn, theirs_fn = SPECIAL_UNARY[name]
+    values = VALUES[~np.isin(VALUES, SKIP_VALUES.get(name, []))]  # (logit: 0 goes with -0)
+    _special_case(ours_fn, theirs_fn, [values], [True])
+
+
+@pytest.mark.parametrize("name", SPECIAL_BINARY)
+def test_special_value_pairs_match_torch(name: str) -> None:
+    n = VALUES.size
+    x, y = np.repeat(VALUES, n).reshape(n, n), np.tile(VALUES, n).reshape(n, n)
+    _special_case(getattr(ag, name), getattr(torch, name), [x, y], [True, True])

@@ -124,6 +124,12 @@ def _xlogy_self(g: Any, x: Any, y: Any, log: Any) -> Any:
     return masked(fn(log, g, y), keep)
 
 
+def _atan2_recip(y: Any, x: Any) -> Any:
+    # torch's atan2_backward: 1 / (x^2 + y^2), 0 where that is inf (at the origin)
+    r = 1.0 / (x * x + y * y)
+    return xp.where(r == math.inf, 0.0, r)
+
+
 def _copysign_self(g: Any, x: Any, ans: Any) -> Any:
     # torch's copysign_tensor_self_backward: grad * result / self, 0 where self == 0
     ratio = ans / xp.where(x == 0, 1.0, x)
@@ -135,7 +141,7 @@ def _sinc_grad(g: Any, x: Any) -> Any:
     px = math.pi * x
     nz = xp.where(x == 0, 1.0, x)
     d = (px * xp.cos(px) - xp.sin(px)) / (math.pi * nz * nz)
-    return g * xp.where(x == 0, 0.0, d)
+    return xp.where(x == 0, 0.0, g * d)
 
 
 def _logit_grad(g: Any, x: Any, eps: Any) -> Any:
@@ -176,8 +182,8 @@ defvjp("sinh", lambda g, ans, x: g * fn("cosh", x), save="x")
 defvjp("cosh", lambda g, ans, x: g * fn("sinh", x), save="x")
 defvjp(
     "atan2",  # atan2(y, x): d/dy = x / (x^2 + y^2), d/dx = -y / (x^2 + y^2)
-    lambda g, ans, y, x: g * (x / (x * x + y * y)),
-    lambda g, ans, y, x: g * (-y / (x * x + y * y)),
+    lambda g, ans, y, x: g * x * _atan2_recip(y, x),
+    lambda g, ans, y, x: g * -y * _atan2_recip(y, x),
     save="y x",
 )
 defvjp("hypot", lambda g, ans, x, y: g * x / ans, lambda g, ans, x, y: g * y / ans, save="ans x y")
@@ -228,14 +234,18 @@ defvjp(
 )
 defvjp(
     "i1",  # i0(x) - i1(x) / x, 1/2 at 0
-    lambda g, ans, x: g * xp.where(x == 0, 0.5, fn("i0", x) - ans / xp.where(x == 0, 1.0, x)),
+    lambda g, ans, x: (
+        g * xp.where(xp.abs(x) > 0, fn("i0", x) - ans / xp.where(x == 0, 1.0, x), 0.5)
+    ),
     save="ans x",
 )
 defvjp(
     "i1e",  # i0e(x) - i1e(x) (sgn(x) + 1/x), 1/2 at 0
     lambda g, ans, x: (
         g
-        * xp.where(x == 0, 0.5, fn("i0e", x) - ans * (xp.sign(x) + 1.0 / xp.where(x == 0, 1.0, x)))
+        * xp.where(
+            xp.abs(x) > 0, fn("i0e", x) - ans * (xp.sign(x) + 1.0 / xp.where(x == 0, 1.0, x)), 0.5
+        )
     ),
     save="ans x",
 )
@@ -285,7 +295,7 @@ defvjp(
     lambda g, ans, x, y: _fmin_other(g, x, y),
     save="x y",
 )
-defvjp("nextafter", lambda g, ans, x, y: g, _zeros)
+defvjp("nextafter", lambda g, ans, x, y: masked(g, x != y), _zeros, save="x y")
 defvjp(
     "heaviside",
     _not_implemented("derivative for aten::heaviside is not implemented", RuntimeError),
@@ -298,4 +308,4 @@ defvjp(
     _not_implemented("derivative for aten::floor_divide is not implemented", RuntimeError),
     _not_implemented("derivative for aten::floor_divide is not implemented", RuntimeError),
 )
-defvjp("nan_to_num", lambda g, ans, x: masked(g, xp.isfinite(x)), save="x")
+defvjp("nan_to_num", lambda g, ans, x: g * xp.isfinite(x), save="x")  # as torch: NaN for inf g
