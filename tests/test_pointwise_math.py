@@ -657,3 +657,41 @@ def test_special_value_pairs_match_torch(name: str) -> None:
     n = VALUES.size
     x, y = np.repeat(VALUES, n).reshape(n, n), np.tile(VALUES, n).reshape(n, n)
     _special_case(getattr(ag, name), getattr(torch, name), [x, y], [True, True])
+
+
+# ----- on a CUDA device (the simulated one unless ASYNCGRAD_SIM_CUDA=0) -----
+CUDA_UNARY: Final = (
+    "acos asinh atanh cosh exp2 log10 erfc erfinv lgamma digamma i0 sinc logit deg2rad square "
+    "frac nan_to_num angle sgn ceil round signbit isinf isposinf isneginf isreal"
+).split()
+CUDA_BINARY: Final = "atan2 hypot copysign logaddexp xlogy fmod fmax nextafter igamma".split()
+
+
+@pytest.mark.cuda
+def test_ops_run_on_a_cuda_device_as_on_the_cpu() -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a, b = _smooth(0.1, 0.9, (2, 3)), _smooth(0.5, 2.0, (3,))
+    for name in CUDA_UNARY + CUDA_BINARY:
+        f = getattr(ag, name)
+        args = (a,) if name in CUDA_UNARY else (a, b)
+        cpu = [_ag(v, requires_grad=True) for v in args]
+        dev = [_ag(v).to("cuda").requires_grad_() for v in args]
+        y, yd = f(*cpu), f(*dev)
+        assert yd.device.type == "cuda", name
+        np.testing.assert_allclose(yd.detach().cpu().numpy(), y.detach().numpy(), rtol=1e-6)
+        if y.requires_grad and name not in ("igamma",):
+            gs = ag.grad_sync(y.sum(), cpu)
+            gds = ag.grad_sync(yd.sum(), dev)
+            for g, gd in zip(gs, gds, strict=True):
+                np.testing.assert_allclose(gd.cpu().numpy(), g.numpy(), rtol=1e-6)
+    for name in ("bessel_j0", "i1e", "ndtri", "xlog1py", "chebyshev_polynomial_t"):
+        f = getattr(ag.special, name)
+        extra = (3,) if "polynomial" in name else (_ag(b),) if name == "xlog1py" else ()
+        on_dev = f(
+            _ag(a).to("cuda"), *(e.to("cuda") if isinstance(e, ag.Tensor) else e for e in extra)
+        )
+        np.testing.assert_allclose(on_dev.cpu().numpy(), f(_ag(a), *extra).numpy(), rtol=1e-6)
+    x = _ag(a).to("cuda")
+    x.sqrt_().lerp_(_ag(b).to("cuda"), 0.5).lt_(1.0)
+    assert x.device.type == "cuda"

@@ -46,8 +46,10 @@ def _lgamma(a: Any) -> Any:
 
 
 def _sinc(a: Any) -> Any:
+    # sin(pi x) / (pi x), 1 at 0 (CuPy has no sinc)
     x = _ns(a)
-    return x.sinc(a)
+    px = math.pi * x.where(a == 0, 1.0, a)
+    return x.where(a == 0, 1.0, x.sin(px) / px)
 
 
 def _entr(a: Any) -> Any:
