@@ -116,8 +116,12 @@ def test_unary_values_and_grads_match_torch(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(UNARY) + list(PREDICATES))
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "empty", "0-d"])
-def test_unary_special_inputs_and_dtypes_match_torch(name: str, dtype: str) -> None:
+def test_unary_special_inputs_and_dtypes_match_torch(name: str) -> None:
+    for dtype in ("float32", "float64", "int64", "empty", "0-d"):
+        _unary_special_case(name, dtype)
+
+
+def _unary_special_case(name: str, dtype: str) -> None:
     if dtype in ("float32", "float64"):
         a, dt = np.array(SPECIAL_VALUES), dtype
     elif dtype == "int64":
@@ -206,8 +210,12 @@ NO_GRAD_INPUT: Final = {"igamma": 0, "igammac": 0}
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1), (4,)), ((), (2, 3))])
-def test_binary_values_and_grads_match_torch(name: str, shapes: tuple[Any, Any]) -> None:
+def test_binary_values_and_grads_match_torch(name: str) -> None:
+    for shapes in (((3, 4), (3, 4)), ((3, 1), (4,)), ((), (2, 3))):
+        _binary_case(name, shapes)
+
+
+def _binary_case(name: str, shapes: tuple[Any, Any]) -> None:
     lo, hi = BINARY[name]
     a, b = _smooth(lo, hi, shapes[0]), _smooth(lo, hi, shapes[1])
     need = [i != NO_GRAD_INPUT.get(name) for i in range(2)]
@@ -226,9 +234,13 @@ def test_binary_values_and_grads_match_torch(name: str, shapes: tuple[Any, Any])
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-@pytest.mark.parametrize("number", [2, 0.75, -1.5])
-@pytest.mark.parametrize("dtype", ["float32", "int64"])
-def test_binary_with_a_number_gives_torchs_dtype(name: str, number: float, dtype: str) -> None:
+def test_binary_with_a_number_gives_torchs_dtype(name: str) -> None:
+    for number in (2, 0.75, -1.5):
+        for dtype in ("float32", "int64"):
+            _number_case(name, number, dtype)
+
+
+def _number_case(name: str, number: float, dtype: str) -> None:
     if name in ("xlogy", "igamma", "igammac", "float_power", "fmod", "divide", "true_divide"):
         number = abs(number)
     a = np.array([[0.5, 1.0, 2.5], [3.0, 1.5, 0.25]])
@@ -237,8 +249,8 @@ def test_binary_with_a_number_gives_torchs_dtype(name: str, number: float, dtype
     th_in = torch.tensor(a, dtype=getattr(torch, dtype))
     try:
         expected = getattr(torch, name)(th_in, number)
-    except (RuntimeError, TypeError):
-        pytest.skip(f"torch.{name} takes no number here")
+    except (RuntimeError, TypeError):  # torch takes no number here
+        return
     _same(getattr(ag, name)(ag.tensor(a, dtype=getattr(ag, dtype)), number), expected, 1e-5)
 
 
@@ -328,8 +340,12 @@ BITWISE: Final = (
 
 
 @pytest.mark.parametrize("name", BITWISE)
-@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
-def test_integer_ops_match_torch(name: str, dtype: str) -> None:
+def test_integer_ops_match_torch(name: str) -> None:
+    for dtype in ("int64", "int32", "uint8", "bool"):
+        _integer_case(name, dtype)
+
+
+def _integer_case(name: str, dtype: str) -> None:
     a, b = np.array([[0, 1, 5, 12], [7, 3, 2, 9]]), np.array([1, 3, 2, 4])
     if dtype == "bool":
         a, b = a % 2, b % 2
@@ -340,8 +356,8 @@ def test_integer_ops_match_torch(name: str, dtype: str) -> None:
     xa, xb = ag.tensor(a, dtype=getattr(ag, dtype)), ag.tensor(b, dtype=getattr(ag, dtype))
     try:
         expected = getattr(torch, name)(ta, tb)
-    except RuntimeError:
-        pytest.skip(f"torch.{name} takes no {dtype}")
+    except RuntimeError:  # torch takes no such dtype here
+        return
     _same(getattr(ag, name)(xa, xb), expected)
     _same(getattr(xa, name)(xb), getattr(ta, name)(tb))
     if dtype != "bool" and name not in ("logical_xor", "gcd", "lcm"):  # (torch: no numbers)
@@ -399,19 +415,19 @@ def test_isclose_options_match_torch() -> None:
 
 
 @pytest.mark.parametrize("name", ["lt", "le", "gt", "ge", "pow", "add", "mul", "sub", "div"])
-@pytest.mark.parametrize("other", ["a", None, [1.0, 2.0], object()])
-def test_non_numbers_raise_type_error_as_torch(name: str, other: Any) -> None:
-    with pytest.raises(TypeError):
-        getattr(torch, name)(torch.tensor([1.0, 2.0]), other)
-    with pytest.raises(TypeError, match=rf"{name}\(\) received an invalid combination"):
-        getattr(ag, name)(ag.tensor([1.0, 2.0]), other)
+def test_non_numbers_raise_type_error_as_torch(name: str) -> None:
+    for other in ("a", None, [1.0, 2.0], object()):
+        with pytest.raises(TypeError):
+            getattr(torch, name)(torch.tensor([1.0, 2.0]), other)
+        with pytest.raises(TypeError, match=rf"{name}\(\) received an invalid combination"):
+            getattr(ag, name)(ag.tensor([1.0, 2.0]), other)
 
 
 @pytest.mark.parametrize("name", ["lt", "eq", "ne", "pow", "ge"])
-@pytest.mark.parametrize("other", [2, 2.5, True, np.float32(1.5)])
-def test_numbers_are_accepted_as_torch(name: str, other: Any) -> None:
+def test_numbers_are_accepted_as_torch(name: str) -> None:
     a = [1.0, 2.0, 3.0]
-    _same(getattr(ag, name)(_ag(a), other), getattr(torch, name)(_th(a), other))
+    for other in (2, 2.5, True, np.float32(1.5)):
+        _same(getattr(ag, name)(_ag(a), other), getattr(torch, name)(_th(a), other))
 
 
 def test_real_of_a_real_tensor_is_itself() -> None:
@@ -535,6 +551,8 @@ def test_inplace_unary_matches_torch(name: str) -> None:
     _same(x, xt)
     (g,) = ag.grad_sync(x.sum(), [leaf])
     try:
+        if name == "sgn_":  # 0 (torch's ZeroTensor backward takes seconds on first use)
+            raise NotImplementedError
         (gt,) = torch.autograd.grad(xt.sum(), [leaf_t])
     except NotImplementedError:  # torch: "the derivative for 'inplace version of acosh'"
         gt = torch.autograd.grad(getattr(torch, name[:-1])(leaf_t * 1.0).sum(), [leaf_t])[0]
@@ -695,3 +713,38 @@ def test_ops_run_on_a_cuda_device_as_on_the_cpu() -> None:
     x = _ag(a).to("cuda")
     x.sqrt_().lerp_(_ag(b).to("cuda"), 0.5).lt_(1.0)
     assert x.device.type == "cuda"
+
+
+# ----- dtypes of integer, bool and half operands, or torch's error for them -----
+DTYPE_OPS: Final = (
+    "atan2 hypot copysign logaddexp logaddexp2 fmod fmax fmin nextafter float_power xlogy "
+    "igamma igammac heaviside ldexp lerp"
+).split()
+
+
+@pytest.mark.parametrize("name", DTYPE_OPS)
+def test_operand_dtypes_as_torch(name: str) -> None:
+    for dtype in ("int64", "int32", "bool", "float16", "uint8", "float64"):
+        for other_float32 in (False, True):
+            _dtype_case(name, dtype, other_float32)
+
+
+def _dtype_case(name: str, dtype: str, other_float32: bool) -> None:
+    a = np.array([1, 0, 3]) % 2 if dtype == "bool" else np.array([1, 2, 3])
+    b = np.array([2, 1, 3])
+    dt2 = "float32" if other_float32 else dtype
+
+    def call(m: Any) -> Any:
+        x, y = m.tensor(a, dtype=getattr(m, dtype)), m.tensor(b, dtype=getattr(m, dt2))
+        return m.lerp(x, y, 0.5) if name == "lerp" else getattr(m, name)(x, y)
+
+    try:
+        expected = call(torch)
+    except RuntimeError as e:
+        error = e
+    else:
+        _same(call(ag), expected, rtol=1e-3)
+        return
+    with pytest.raises(type(error)) as info:
+        call(ag)
+    assert str(info.value) == str(error)

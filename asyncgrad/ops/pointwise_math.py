@@ -276,29 +276,34 @@ def real(input: Tensor) -> Tensor:
 
 # ----------------------------------------------------------------------------- binary math
 def atan2(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["atan2"], "arctan2", input, other)
+    return _binary(OPS["atan2"], "arctan2", *_float_operands(input, other))
 
 
 arctan2 = atan2
 
 
 def hypot(input: Any, other: Any) -> Tensor:
+    _refuse_integers("hypot", input, other)
     return _binary(OPS["hypot"], "hypot", input, other)
 
 
 def copysign(input: Any, other: Any) -> Tensor:
-    return _binary(OPS["copysign"], "copysign", input, other)
+    return _binary(OPS["copysign"], "copysign", *_float_operands(input, other))
 
 
 def logaddexp(input: Any, other: Any) -> Tensor:
+    _refuse_integers("logaddexp", input, other)
     return _binary(OPS["logaddexp"], "logaddexp", input, other)
 
 
 def logaddexp2(input: Any, other: Any) -> Tensor:
+    _refuse_integers("logaddexp2", input, other)
     return _binary(OPS["logaddexp2"], "logaddexp2", input, other)
 
 
 def fmod(input: Any, other: Any) -> Tensor:
+    if all(getattr(arr(v), "dtype", None) == dtypes.bool_ for v in (input, other)):
+        raise NotImplementedError("\"fmod_cpu\" not implemented for 'Bool'")
     return _binary(OPS["fmod"], "fmod", input, other)
 
 
@@ -311,20 +316,52 @@ def fmin(input: Any, other: Any) -> Tensor:
 
 
 def nextafter(input: Any, other: Any) -> Tensor:
+    _refuse_integers("nextafter", input, other)
     return _binary(OPS["nextafter"], "nextafter", input, other)
 
 
 def heaviside(input: Any, values: Any) -> Tensor:
     xa, va = arr(input), arr(values)
     if hasattr(va, "dtype") and hasattr(xa, "dtype") and va.dtype != xa.dtype:
-        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes")
-    return _binary(OPS["heaviside"], "heaviside", input, values)
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    out = _binary(OPS["heaviside"], "heaviside", input, values)
+    if hasattr(xa, "dtype") and not _is_float(xa):  # integers keep their dtype, as torch's
+        return wrap(out._array.astype(xa.dtype))
+    return out
+
+
+def _refuse_integers(name: str, input: Any, other: Any) -> None:
+    """torch's NotImplementedError for a floating-point op of integer or bool operands."""
+    xa, ya = arr(input), arr(other)
+    if isinstance(xa, builtins.float) or isinstance(ya, builtins.float):
+        return
+    arrays = [a for a in (xa, ya) if hasattr(a, "dtype")]
+    if not arrays or any(_is_float(a) for a in arrays):
+        return
+    dt = namespace(arrays[0]).result_type(*arrays)
+    raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{_torch_name(dt)}'")
+
+
+def _float_operands(input: Any, other: Any) -> tuple[Any, Any]:
+    """The operands of an op that computes in floats: integer and bool tensors as float32 when
+    no operand is a float (NumPy would give float16 for small integers and bool)."""
+    xa, ya = arr(input), arr(other)
+    if isinstance(xa, builtins.float) or isinstance(ya, builtins.float):
+        return input, other
+    if any(hasattr(a, "dtype") and _is_float(a) for a in (xa, ya)):
+        return input, other
+    return tuple(
+        wrap(a.astype(_float32)) if hasattr(a, "dtype") else v
+        for v, a in ((input, xa), (other, ya))
+    )  # type: ignore[return-value]
 
 
 def _special_binary(name: str, input: Any, other: Any) -> Tensor:
     """``ARRAY[name](input, other)`` (SciPy's), recorded as ``name``, in torch's dtype."""
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
         input = as_tensor(input)
+    if name in ("igamma", "igammac", "zeta"):
+        _refuse_integers(name, input, other)
     xa, ya = arr(input), arr(other)
     if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
         check_devices(name, xa, ya)
@@ -333,7 +370,7 @@ def _special_binary(name: str, input: Any, other: Any) -> Tensor:
     except ValueError:
         _raise_broadcast(xa, ya)
         raise
-    want = dtypes.promote_binary(out.dtype, xa, ya)
+    want = dtypes.promote_binary(namespace(out).result_type(xa, ya), xa, ya)
     if want.kind not in "fc":
         want = _float32
     if want != out.dtype:
@@ -385,8 +422,34 @@ def frexp(input: Tensor) -> FrexpResult:
     return FrexpResult(wrap(m), wrap(e.astype(dtypes.int32)))
 
 
+_C10_NAMES: Final = {
+    "float16": "c10::Half",
+    "float32": "float",
+    "float64": "double",
+    "int8": "signed char",
+    "int16": "short int",
+    "int32": "int",
+    "int64": "long int",
+    "uint8": "unsigned char",
+    "bool": "bool",
+}
+
+
 def lerp(input: Tensor, end: Any, weight: Any) -> Tensor:
-    """``input + weight * (end - input)``."""
+    """``input + weight * (end - input)``; floating tensors of one dtype, as torch's."""
+    xa = arr(_t(input))
+    for what, v in (("end", end), ("weight", weight)):
+        va = arr(v)
+        if hasattr(va, "dtype") and va.dtype != xa.dtype:
+            raise RuntimeError(
+                f"expected dtype {_C10_NAMES.get(str(xa.dtype), str(xa.dtype))} for `{what}` but "
+                f"got dtype {_C10_NAMES.get(str(va.dtype), str(va.dtype))}"
+            )
+    if not _is_float(xa):
+        kernel = "tensor" if isinstance(weight, Tensor) else "scalar"
+        raise NotImplementedError(
+            f"\"lerp_kernel_{kernel}\" not implemented for '{_torch_name(xa.dtype)}'"
+        )
     return add(input, mul(weight, sub(end, input)))
 
 
