@@ -230,7 +230,7 @@ def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
 def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
     if rounding_mode is not None:
         if rounding_mode == "floor":
-            return _no_grad_binary("floor_divide", input, other)
+            return floor_divide(input, other)
         if rounding_mode != "trunc":
             raise ValueError(
                 f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
@@ -269,12 +269,9 @@ def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
 
 
 def floor_divide(input: Any, other: Any) -> Tensor:
-    """``floor(input / other)``; as torch's, recorded, with no derivative: a backward through it
-    raises."""
-    q = _no_grad_binary("floor_divide", input, other)
-    if not grad_enabled():
-        return q
-    return make(OPS["floor_divide"], q._array, (input, other), NO_PARAMS, (arr(input), arr(other)))
+    # Not recorded (torch's raises in backward): the rules' np.floor_divide runs it on Tensors
+    # under create_graph (remainder's), where a constant is the right answer.
+    return _no_grad_binary("floor_divide", input, other)
 
 
 def eq(input: Any, other: Any) -> Tensor:

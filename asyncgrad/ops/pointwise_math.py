@@ -704,7 +704,19 @@ ge_: Final = _compare_into("ge", ge)
 greater_, greater_equal_, less_, less_equal_, not_equal_ = gt_, ge_, lt_, le_, ne_
 erfinv_: Final = inplace_variant("erfinv", erfinv)
 float_power_: Final = inplace_variant("float_power", float_power)
-floor_divide_: Final = inplace_variant("floor_divide", floor_divide)
+
+
+def floor_divide_(self: Tensor, other: Any) -> Tensor:
+    """``t.floor_divide_(other)``: recorded, as torch's, with no derivative (a backward through
+    it raises)."""
+
+    def compute(s: Tensor) -> Tensor:
+        q = floor_divide(s, other)._array
+        return make(OPS["floor_divide"], q, (s, other), NO_PARAMS, (s._array, arr(other)))
+
+    return inplace(self, "floor_divide", compute)
+
+
 fmod_: Final = inplace_variant("fmod", fmod)
 heaviside_: Final = inplace_variant("heaviside", heaviside)
 hypot_: Final = inplace_variant("hypot", hypot)
