@@ -602,6 +602,8 @@ def test_inplace_on_a_view_reaches_the_base() -> None:
 
 
 def test_inplace_dtype_errors_as_torch() -> None:
+    with pytest.raises(RuntimeError, match="float_power_ has dtype Float but the operation"):
+        ag.tensor([1.0, 2.0]).float_power_(2)
     with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
         ag.tensor([1, 2]).sqrt_()
     x = ag.tensor([1.0, 2.0])

@@ -703,7 +703,15 @@ gt_: Final = _compare_into("gt", gt)
 ge_: Final = _compare_into("ge", ge)
 greater_, greater_equal_, less_, less_equal_, not_equal_ = gt_, ge_, lt_, le_, ne_
 erfinv_: Final = inplace_variant("erfinv", erfinv)
-float_power_: Final = inplace_variant("float_power", float_power)
+
+
+def float_power_(self: Tensor, exponent: Any) -> Tensor:
+    if self.dtype != dtypes.float64:
+        raise RuntimeError(
+            f"the base given to float_power_ has dtype {_torch_name(self.dtype)} but the "
+            "operation's result requires dtype Double"
+        )
+    return inplace(self, "float_power", lambda s: float_power(s, exponent))
 
 
 def floor_divide_(self: Tensor, other: Any) -> Tensor:
