@@ -3,6 +3,16 @@
 SciPy's ``scipy.special`` computes them (``cupyx.scipy.special`` on CuPy arrays). Those torch
 differentiates have its gradients; the Bessel and Airy functions and the orthogonal polynomials
 are not differentiable in torch, and their results do not require grad here either.
+
+Example:
+    >>> import asyncgrad as ag
+    >>> x = ag.tensor([0.5, 2.0], requires_grad=True)
+    >>> ag.special.gammaln(x)
+    tensor([0.5724, 0.0000], grad_fn=<LgammaBackward0>)
+    >>> ag.grad_sync(ag.special.gammaln(x).sum(), [x])[0]  # digamma(x)
+    tensor([-1.9635,  0.4228])
+    >>> ag.special.bessel_j0(x).requires_grad
+    False
 """
 
 from __future__ import annotations

@@ -1,5 +1,15 @@
 """Elementwise math beyond pointwise.py: inverse trig, hyperbolic, rounding, bitwise, logical,
-and the special functions."""
+and the special functions, with their in-place forms (``t.log2_()``: See ``inplace_variant`` in
+ops/inplace.py).
+
+Example:
+    >>> import asyncgrad as ag
+    >>> ag.atan2(ag.tensor([1.0, -1.0]), ag.tensor([0.0, 1.0]))
+    tensor([ 1.5708, -0.7854])
+    >>> t = ag.tensor([0.25, 4.0])
+    >>> t.log2_()
+    tensor([-2.,  2.])
+"""
 
 from __future__ import annotations
 
