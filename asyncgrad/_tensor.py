@@ -1689,6 +1689,49 @@ class Tensor:
         """The real part: the tensor itself for a real dtype, as torch's."""
         return self
 
+    # Python's bitwise operators, as torch's (the bitwise_* ops).
+    def __xor__(self, other: Any) -> Tensor:
+        return _ops.bitwise_xor(self, other)
+
+    def __rxor__(self, other: Any) -> Tensor:
+        return _ops.bitwise_xor(other, self)
+
+    def __rand__(self, other: Any) -> Tensor:
+        return _ops.bitwise_and(other, self)
+
+    def __ror__(self, other: Any) -> Tensor:
+        return _ops.bitwise_or(other, self)
+
+    def __lshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_left_shift(self, other)
+
+    def __rlshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_left_shift(other, self)
+
+    def __rshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_right_shift(self, other)
+
+    def __rrshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_right_shift(other, self)
+
+    def __iand__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_and_(self, other)
+
+    def __ior__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_or_(self, other)
+
+    def __ixor__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_xor_(self, other)
+
+    def __ilshift__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_left_shift_(self, other)
+
+    def __irshift__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_right_shift_(self, other)
+
+    def __pos__(self) -> Tensor:
+        return _ops.positive(self)
+
     # ----- end of section H1 -----
 
     # ----- section H2 -----

@@ -750,3 +750,47 @@ def _dtype_case(name: str, dtype: str, other_float32: bool) -> None:
     with pytest.raises(type(error)) as info:
         call(ag)
     assert str(info.value) == str(error)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: t ^ 3,
+        lambda t: 3 ^ t,
+        lambda t: t << 1,
+        lambda t: 1 << t,
+        lambda t: t >> 1,
+        lambda t: 20 >> t,
+        lambda t: 6 & t,
+        lambda t: 1 | t,
+        lambda t: +t,
+    ],
+)
+def test_bitwise_operators_match_torch(op: Callable[[Any], Any]) -> None:
+    for dt in ("int64", "uint8"):
+        a = np.array([1, 2, 5])
+        _same(
+            op(ag.tensor(a, dtype=getattr(ag, dt))), op(torch.tensor(a, dtype=getattr(torch, dt)))
+        )
+
+
+def test_inplace_bitwise_operators_match_torch() -> None:
+    for m in (ag, torch):
+        t = m.tensor([1, 2, 12])
+        ref = t
+        t ^= 3
+        t <<= 1
+        t >>= 1
+        t &= 6
+        t |= 8
+        assert t is ref
+    x, xt = ag.tensor([1, 2, 12]), torch.tensor([1, 2, 12])
+    for v in (x, xt):
+        v ^= 3
+        v <<= 2
+        v &= 13
+        v |= 16
+        v >>= 1
+    _same(x, xt)
+    b, bt = ag.tensor([True, False]), torch.tensor([True, False])
+    _same(b ^ True, bt ^ True)
