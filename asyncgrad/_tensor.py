@@ -1105,6 +1105,633 @@ class Tensor:
         return _ops.new_full(self, size, 0, dtype=dtype, device=device, requires_grad=requires_grad)
 
     # ----- section H1 -----
+    def acos(self) -> Tensor:
+        return _ops.acos(self)
+
+    def acosh(self) -> Tensor:
+        return _ops.acosh(self)
+
+    def asin(self) -> Tensor:
+        return _ops.asin(self)
+
+    def asinh(self) -> Tensor:
+        return _ops.asinh(self)
+
+    def atan(self) -> Tensor:
+        return _ops.atan(self)
+
+    def atanh(self) -> Tensor:
+        return _ops.atanh(self)
+
+    def arccos(self) -> Tensor:
+        return _ops.arccos(self)
+
+    def arccosh(self) -> Tensor:
+        return _ops.arccosh(self)
+
+    def arcsin(self) -> Tensor:
+        return _ops.arcsin(self)
+
+    def arcsinh(self) -> Tensor:
+        return _ops.arcsinh(self)
+
+    def arctan(self) -> Tensor:
+        return _ops.arctan(self)
+
+    def arctanh(self) -> Tensor:
+        return _ops.arctanh(self)
+
+    def cosh(self) -> Tensor:
+        return _ops.cosh(self)
+
+    def sinh(self) -> Tensor:
+        return _ops.sinh(self)
+
+    def ceil(self) -> Tensor:
+        return _ops.ceil(self)
+
+    def floor(self) -> Tensor:
+        return _ops.floor(self)
+
+    def trunc(self) -> Tensor:
+        return _ops.trunc(self)
+
+    def fix(self) -> Tensor:
+        return _ops.fix(self)
+
+    def frac(self) -> Tensor:
+        return _ops.frac(self)
+
+    def sgn(self) -> Tensor:
+        return _ops.sgn(self)
+
+    def signbit(self) -> Tensor:
+        return _ops.signbit(self)
+
+    def exp2(self) -> Tensor:
+        return _ops.exp2(self)
+
+    def log2(self) -> Tensor:
+        return _ops.log2(self)
+
+    def log10(self) -> Tensor:
+        return _ops.log10(self)
+
+    def sinc(self) -> Tensor:
+        return _ops.sinc(self)
+
+    def deg2rad(self) -> Tensor:
+        return _ops.deg2rad(self)
+
+    def rad2deg(self) -> Tensor:
+        return _ops.rad2deg(self)
+
+    def square(self) -> Tensor:
+        return _ops.square(self)
+
+    def erfc(self) -> Tensor:
+        return _ops.erfc(self)
+
+    def erfinv(self) -> Tensor:
+        return _ops.erfinv(self)
+
+    def lgamma(self) -> Tensor:
+        return _ops.lgamma(self)
+
+    def digamma(self) -> Tensor:
+        return _ops.digamma(self)
+
+    def i0(self) -> Tensor:
+        return _ops.i0(self)
+
+    def isinf(self) -> Tensor:
+        return _ops.isinf(self)
+
+    def isposinf(self) -> Tensor:
+        return _ops.isposinf(self)
+
+    def isneginf(self) -> Tensor:
+        return _ops.isneginf(self)
+
+    def isreal(self) -> Tensor:
+        return _ops.isreal(self)
+
+    def angle(self) -> Tensor:
+        return _ops.angle(self)
+
+    def positive(self) -> Tensor:
+        return _ops.positive(self)
+
+    def absolute(self) -> Tensor:
+        return _ops.absolute(self)
+
+    def negative(self) -> Tensor:
+        return _ops.negative(self)
+
+    def bitwise_not(self) -> Tensor:
+        return _ops.bitwise_not(self)
+
+    def atan2(self, other: Any) -> Tensor:
+        return _ops.atan2(self, other)
+
+    def arctan2(self, other: Any) -> Tensor:
+        return _ops.arctan2(self, other)
+
+    def hypot(self, other: Any) -> Tensor:
+        return _ops.hypot(self, other)
+
+    def copysign(self, other: Any) -> Tensor:
+        return _ops.copysign(self, other)
+
+    def nextafter(self, other: Any) -> Tensor:
+        return _ops.nextafter(self, other)
+
+    def ldexp(self, other: Any) -> Tensor:
+        return _ops.ldexp(self, other)
+
+    def fmod(self, other: Any) -> Tensor:
+        return _ops.fmod(self, other)
+
+    def fmax(self, other: Any) -> Tensor:
+        return _ops.fmax(self, other)
+
+    def fmin(self, other: Any) -> Tensor:
+        return _ops.fmin(self, other)
+
+    def logaddexp(self, other: Any) -> Tensor:
+        return _ops.logaddexp(self, other)
+
+    def logaddexp2(self, other: Any) -> Tensor:
+        return _ops.logaddexp2(self, other)
+
+    def xlogy(self, other: Any) -> Tensor:
+        return _ops.xlogy(self, other)
+
+    def igamma(self, other: Any) -> Tensor:
+        return _ops.igamma(self, other)
+
+    def igammac(self, other: Any) -> Tensor:
+        return _ops.igammac(self, other)
+
+    def gcd(self, other: Any) -> Tensor:
+        return _ops.gcd(self, other)
+
+    def lcm(self, other: Any) -> Tensor:
+        return _ops.lcm(self, other)
+
+    def bitwise_and(self, other: Any) -> Tensor:
+        return _ops.bitwise_and(self, other)
+
+    def bitwise_or(self, other: Any) -> Tensor:
+        return _ops.bitwise_or(self, other)
+
+    def bitwise_xor(self, other: Any) -> Tensor:
+        return _ops.bitwise_xor(self, other)
+
+    def bitwise_left_shift(self, other: Any) -> Tensor:
+        return _ops.bitwise_left_shift(self, other)
+
+    def bitwise_right_shift(self, other: Any) -> Tensor:
+        return _ops.bitwise_right_shift(self, other)
+
+    def logical_xor(self, other: Any) -> Tensor:
+        return _ops.logical_xor(self, other)
+
+    def logical_and(self, other: Any) -> Tensor:
+        return _ops.logical_and(self, other)
+
+    def logical_or(self, other: Any) -> Tensor:
+        return _ops.logical_or(self, other)
+
+    def greater(self, other: Any) -> Tensor:
+        return _ops.greater(self, other)
+
+    def greater_equal(self, other: Any) -> Tensor:
+        return _ops.greater_equal(self, other)
+
+    def less(self, other: Any) -> Tensor:
+        return _ops.less(self, other)
+
+    def less_equal(self, other: Any) -> Tensor:
+        return _ops.less_equal(self, other)
+
+    def not_equal(self, other: Any) -> Tensor:
+        return _ops.not_equal(self, other)
+
+    def multiply(self, other: Any) -> Tensor:
+        return _ops.multiply(self, other)
+
+    def heaviside(self, values: Any) -> Tensor:
+        return _ops.heaviside(self, values)
+
+    def float_power(self, exponent: Any) -> Tensor:
+        return _ops.float_power(self, exponent)
+
+    def true_divide(self, value: Any) -> Tensor:
+        return _ops.true_divide(self, value)
+
+    def abs_(self) -> Tensor:
+        return _ops.abs_(self)
+
+    def absolute_(self) -> Tensor:
+        return _ops.pointwise_math.absolute_(self)
+
+    def acos_(self) -> Tensor:
+        return _ops.acos_(self)
+
+    def acosh_(self) -> Tensor:
+        return _ops.acosh_(self)
+
+    def arccos_(self) -> Tensor:
+        return _ops.arccos_(self)
+
+    def arccosh_(self) -> Tensor:
+        return _ops.arccosh_(self)
+
+    def arcsin_(self) -> Tensor:
+        return _ops.arcsin_(self)
+
+    def arcsinh_(self) -> Tensor:
+        return _ops.arcsinh_(self)
+
+    def arctan_(self) -> Tensor:
+        return _ops.arctan_(self)
+
+    def arctanh_(self) -> Tensor:
+        return _ops.arctanh_(self)
+
+    def asin_(self) -> Tensor:
+        return _ops.asin_(self)
+
+    def asinh_(self) -> Tensor:
+        return _ops.asinh_(self)
+
+    def atan_(self) -> Tensor:
+        return _ops.atan_(self)
+
+    def atanh_(self) -> Tensor:
+        return _ops.atanh_(self)
+
+    def bitwise_not_(self) -> Tensor:
+        return _ops.pointwise_math.bitwise_not_(self)
+
+    def ceil_(self) -> Tensor:
+        return _ops.ceil_(self)
+
+    def cos_(self) -> Tensor:
+        return _ops.cos_(self)
+
+    def cosh_(self) -> Tensor:
+        return _ops.cosh_(self)
+
+    def deg2rad_(self) -> Tensor:
+        return _ops.deg2rad_(self)
+
+    def digamma_(self) -> Tensor:
+        return _ops.pointwise_math.digamma_(self)
+
+    def erf_(self) -> Tensor:
+        return _ops.erf_(self)
+
+    def erfc_(self) -> Tensor:
+        return _ops.erfc_(self)
+
+    def erfinv_(self) -> Tensor:
+        return _ops.pointwise_math.erfinv_(self)
+
+    def exp2_(self) -> Tensor:
+        return _ops.exp2_(self)
+
+    def exp_(self) -> Tensor:
+        return _ops.exp_(self)
+
+    def expm1_(self) -> Tensor:
+        return _ops.expm1_(self)
+
+    def fix_(self) -> Tensor:
+        return _ops.fix_(self)
+
+    def floor_(self) -> Tensor:
+        return _ops.floor_(self)
+
+    def frac_(self) -> Tensor:
+        return _ops.frac_(self)
+
+    def i0_(self) -> Tensor:
+        return _ops.i0_(self)
+
+    def lgamma_(self) -> Tensor:
+        return _ops.pointwise_math.lgamma_(self)
+
+    def log10_(self) -> Tensor:
+        return _ops.log10_(self)
+
+    def log1p_(self) -> Tensor:
+        return _ops.log1p_(self)
+
+    def log2_(self) -> Tensor:
+        return _ops.log2_(self)
+
+    def log_(self) -> Tensor:
+        return _ops.log_(self)
+
+    def logical_not_(self) -> Tensor:
+        return _ops.pointwise_math.logical_not_(self)
+
+    def neg_(self) -> Tensor:
+        return _ops.neg_(self)
+
+    def negative_(self) -> Tensor:
+        return _ops.negative_(self)
+
+    def rad2deg_(self) -> Tensor:
+        return _ops.rad2deg_(self)
+
+    def reciprocal_(self) -> Tensor:
+        return _ops.reciprocal_(self)
+
+    def rsqrt_(self) -> Tensor:
+        return _ops.rsqrt_(self)
+
+    def sgn_(self) -> Tensor:
+        return _ops.pointwise_math.sgn_(self)
+
+    def sigmoid_(self) -> Tensor:
+        return _ops.sigmoid_(self)
+
+    def sign_(self) -> Tensor:
+        return _ops.pointwise_math.sign_(self)
+
+    def sin_(self) -> Tensor:
+        return _ops.sin_(self)
+
+    def sinc_(self) -> Tensor:
+        return _ops.sinc_(self)
+
+    def sinh_(self) -> Tensor:
+        return _ops.sinh_(self)
+
+    def sqrt_(self) -> Tensor:
+        return _ops.sqrt_(self)
+
+    def square_(self) -> Tensor:
+        return _ops.square_(self)
+
+    def tan_(self) -> Tensor:
+        return _ops.tan_(self)
+
+    def tanh_(self) -> Tensor:
+        return _ops.tanh_(self)
+
+    def trunc_(self) -> Tensor:
+        return _ops.trunc_(self)
+
+    def arctan2_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.arctan2_(self, other)
+
+    def atan2_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.atan2_(self, other)
+
+    def bitwise_and_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_and_(self, other)
+
+    def bitwise_left_shift_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_left_shift_(self, other)
+
+    def bitwise_or_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_or_(self, other)
+
+    def bitwise_right_shift_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_right_shift_(self, other)
+
+    def bitwise_xor_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_xor_(self, other)
+
+    def copysign_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.copysign_(self, other)
+
+    def eq_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.eq_(self, other)
+
+    def floor_divide_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.floor_divide_(self, other)
+
+    def fmod_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.fmod_(self, other)
+
+    def gcd_(self, other: Any) -> Tensor:
+        return _ops.gcd_(self, other)
+
+    def ge_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.ge_(self, other)
+
+    def greater_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.greater_(self, other)
+
+    def greater_equal_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.greater_equal_(self, other)
+
+    def gt_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.gt_(self, other)
+
+    def hypot_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.hypot_(self, other)
+
+    def igamma_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.igamma_(self, other)
+
+    def igammac_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.igammac_(self, other)
+
+    def lcm_(self, other: Any) -> Tensor:
+        return _ops.lcm_(self, other)
+
+    def ldexp_(self, other: Any) -> Tensor:
+        return _ops.ldexp_(self, other)
+
+    def le_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.le_(self, other)
+
+    def less_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.less_(self, other)
+
+    def less_equal_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.less_equal_(self, other)
+
+    def logical_and_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.logical_and_(self, other)
+
+    def logical_or_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.logical_or_(self, other)
+
+    def logical_xor_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.logical_xor_(self, other)
+
+    def lt_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.lt_(self, other)
+
+    def multiply_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.multiply_(self, other)
+
+    def ne_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.ne_(self, other)
+
+    def nextafter_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.nextafter_(self, other)
+
+    def not_equal_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.not_equal_(self, other)
+
+    def remainder_(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.remainder_(self, other)
+
+    def xlogy_(self, other: Any) -> Tensor:
+        return _ops.xlogy_(self, other)
+
+    def divide(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return _ops.divide(self, other, rounding_mode=rounding_mode)
+
+    def divide_(self, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+        return _ops.pointwise_math.divide_(self, other, rounding_mode=rounding_mode)
+
+    def true_divide_(self, value: Any) -> Tensor:
+        return _ops.pointwise_math.true_divide_(self, value)
+
+    def subtract(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return _ops.subtract(self, other, alpha=alpha)
+
+    def subtract_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return _ops.pointwise_math.subtract_(self, other, alpha=alpha)
+
+    def heaviside_(self, values: Any) -> Tensor:
+        return _ops.pointwise_math.heaviside_(self, values)
+
+    def float_power_(self, exponent: Any) -> Tensor:
+        return _ops.pointwise_math.float_power_(self, exponent)
+
+    def round(self, decimals: _int = 0) -> Tensor:
+        return _ops.round(self, decimals=decimals)
+
+    def round_(self, decimals: _int = 0) -> Tensor:
+        return _ops.round_(self, decimals=decimals)
+
+    def logit(self, eps: _float | None = None) -> Tensor:
+        return _ops.logit(self, eps)
+
+    def logit_(self, eps: _float | None = None) -> Tensor:
+        return _ops.logit_(self, eps)
+
+    def polygamma(self, n: _int) -> Tensor:
+        return _ops.polygamma(n, self)
+
+    def polygamma_(self, n: _int) -> Tensor:
+        return _ops.pointwise_math.polygamma_(self, n)
+
+    def mvlgamma(self, p: _int) -> Tensor:
+        return _ops.mvlgamma(self, p)
+
+    def mvlgamma_(self, p: _int) -> Tensor:
+        return _ops.pointwise_math.mvlgamma_(self, p)
+
+    def nan_to_num(
+        self, nan: _float = 0.0, posinf: _float | None = None, neginf: _float | None = None
+    ) -> Tensor:
+        return _ops.nan_to_num(self, nan, posinf, neginf)
+
+    def nan_to_num_(
+        self, nan: _float = 0.0, posinf: _float | None = None, neginf: _float | None = None
+    ) -> Tensor:
+        return _ops.nan_to_num_(self, nan, posinf, neginf)
+
+    def isclose(
+        self, other: Any, rtol: _float = 1e-05, atol: _float = 1e-08, equal_nan: _bool = False
+    ) -> Tensor:
+        return _ops.isclose(self, other, rtol, atol, equal_nan)
+
+    def lerp(self, end: Any, weight: Any) -> Tensor:
+        return _ops.lerp(self, end, weight)
+
+    def lerp_(self, end: Any, weight: Any) -> Tensor:
+        return _ops.pointwise_math.lerp_(self, end, weight)
+
+    def addcmul(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+        return _ops.addcmul(self, tensor1, tensor2, value=value)
+
+    def addcmul_(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+        return _ops.pointwise_math.addcmul_(self, tensor1, tensor2, value=value)
+
+    def addcdiv(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+        return _ops.addcdiv(self, tensor1, tensor2, value=value)
+
+    def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+        return _ops.pointwise_math.addcdiv_(self, tensor1, tensor2, value=value)
+
+    def clamp_min(self, min: Any) -> Tensor:
+        return _ops.clamp_min(self, min)
+
+    def clamp_min_(self, min: Any) -> Tensor:
+        return _ops.clamp_min_(self, min)
+
+    def clamp_max(self, max: Any) -> Tensor:
+        return _ops.clamp_max(self, max)
+
+    def clamp_max_(self, max: Any) -> Tensor:
+        return _ops.clamp_max_(self, max)
+
+    def where(self, condition: Any, y: Any) -> Tensor:
+        return _ops.where(condition, self, y)
+
+    def frexp(self) -> Any:
+        return _ops.frexp(self)
+
+    @property
+    def real(self) -> Tensor:
+        """The real part: the tensor itself for a real dtype, as torch's."""
+        return self
+
+    # Python's bitwise operators, as torch's (the bitwise_* ops).
+    def __xor__(self, other: Any) -> Tensor:
+        return _ops.bitwise_xor(self, other)
+
+    def __rxor__(self, other: Any) -> Tensor:
+        return _ops.bitwise_xor(other, self)
+
+    def __rand__(self, other: Any) -> Tensor:
+        return _ops.bitwise_and(other, self)
+
+    def __ror__(self, other: Any) -> Tensor:
+        return _ops.bitwise_or(other, self)
+
+    def __lshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_left_shift(self, other)
+
+    def __rlshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_left_shift(other, self)
+
+    def __rshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_right_shift(self, other)
+
+    def __rrshift__(self, other: Any) -> Tensor:
+        return _ops.bitwise_right_shift(other, self)
+
+    def __iand__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_and_(self, other)
+
+    def __ior__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_or_(self, other)
+
+    def __ixor__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_xor_(self, other)
+
+    def __ilshift__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_left_shift_(self, other)
+
+    def __irshift__(self, other: Any) -> Tensor:
+        return _ops.pointwise_math.bitwise_right_shift_(self, other)
+
+    def __pos__(self) -> Tensor:
+        return _ops.positive(self)
+
     # ----- end of section H1 -----
 
     # ----- section H2 -----

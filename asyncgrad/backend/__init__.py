@@ -751,3 +751,37 @@ def data_ptr(a: Any) -> int:
     if type(a) is np.ndarray:
         return int(a.__array_interface__["data"][0])
     return int(a.data.ptr)
+
+
+# ----- special functions (pointwise_math) -----
+def special(name: str, *args: Any) -> Any:
+    """``scipy.special.<name>(*args)`` for NumPy arrays (``cupyx.scipy.special``'s on CuPy
+    arrays), imported on first use. The simulated device's arrays go through the host, as do
+    CuPy's for a function cupyx does not have."""
+    arrays = [a for a in args if hasattr(a, "shape")]
+    xp = namespace(arrays[0]) if arrays else np
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        if xp is np:
+            return np.asarray(getattr(_scipy_special(name), name)(*args))
+        if xp.__name__ == "cupy":
+            import cupyx.scipy.special
+
+            f = getattr(cupyx.scipy.special, name, None)
+            if f is not None:
+                return f(*args)
+        # The simulator's arrays, and CuPy's for a function cupyx lacks: through the host.
+        host = [xp.asnumpy(a) if hasattr(a, "shape") else a for a in args]
+        return xp.asarray(getattr(_scipy_special(name), name)(*host))
+    finally:
+        restore_fp(token)
+
+
+def _scipy_special(name: str) -> Any:
+    try:
+        import scipy.special
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ModuleNotFoundError(
+            f"asyncgrad computes {name} with SciPy, which is not installed (pip install scipy)"
+        ) from None
+    return scipy.special

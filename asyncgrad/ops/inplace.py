@@ -110,10 +110,11 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
         _write(self, compute(self)._array)
         return self
     check_inplace(self)
-    op = OPS[name]
-    if 1 in op.save:
+    op = OPS.get(name)
+    if op is None or 1 in op.save:
         # The op's backward needs self's old value, which the write below destroys: save a copy
-        # that carries self's place in the graph.
+        # that carries self's place in the graph. (``name`` not in the table: ``compute`` is a
+        # composite of several ops, which may read self in any of them.)
         self._edge()  # brings a view's grad_fn up to date
         alias = Tensor._wrap(self._array.copy())
         alias._grad_fn, alias._output_nr = self._grad_fn, self._output_nr
@@ -243,6 +244,17 @@ def copy_(self: Tensor, src: Any) -> Tensor:
         return make(OPS["copy"], out, (s, src))
 
     return inplace(self, "copy", compute)
+
+
+def inplace_variant(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """The in-place form ``t.<name>_(*args)`` of the out-of-place ``fn``: ``fn(t, *args)``
+    written into ``t`` through ``inplace`` (version counter, views, leaf checks)."""
+
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return inplace(self, name, lambda s: fn(s, *args, **kwargs))
+
+    method.__name__ = method.__qualname__ = name + "_"
+    return method
 
 
 def masked_fill_(self: Tensor, mask: Any, value: Any) -> Tensor:

@@ -153,8 +153,9 @@ def _binary(op: OpDef, fname: str, x: Any, y: Any) -> Tensor:
 
 
 def _binary_any(op: OpDef, fname: str, xa: Any, ya: Any) -> Any:
-    """``fname`` of two operands that are not both NumPy arrays or numbers (CuPy arrays, bools,
-    sequences): NumPy's or CuPy's, whichever owns the array operand."""
+    """``fname`` of two operands that are not both NumPy arrays or numbers (CuPy arrays, bools):
+    NumPy's or CuPy's, whichever owns the array operand."""
+    check_operands(op.name, xa, ya)
     if hasattr(xa, "shape") and hasattr(ya, "shape") and type(xa) is not type(ya):
         check_devices(op.name, xa, ya)  # e.g. a NumPy and a CuPy array
     xp = namespace(xa if hasattr(xa, "shape") else ya)
@@ -169,6 +170,22 @@ def _binary_any(op: OpDef, fname: str, xa: Any, ya: Any) -> Any:
     if type(out) is not ndarray:
         out = backend.ensure_array(out)
     return out
+
+
+_NUMBERS: Final = (bool, int, float, complex)
+
+
+def check_operands(name: str, xa: Any, ya: Any) -> None:
+    """torch's TypeError for an operand that is neither a tensor (an array here) nor a number
+    (a string, None, a list: torch takes no sequences where a tensor is expected)."""
+    for v in (xa, ya):
+        if not (isinstance(v, _NUMBERS) or isinstance(v, _generic) or hasattr(v, "dtype")):
+            got = ", ".join("Tensor" if hasattr(a, "dtype") else type(a).__name__ for a in (xa, ya))
+            raise TypeError(
+                f"{name}() received an invalid combination of arguments - got ({got}), but "
+                "expected one of:\n * (Tensor input, Tensor other)\n * (Tensor input, Number "
+                "other)\n * (Number self, Tensor other)"
+            )
 
 
 def _raise_broadcast(xa: Any, ya: Any) -> None:
@@ -224,8 +241,25 @@ def div(input: Any, other: Any, *, rounding_mode: str | None = None) -> Tensor:
     return plain_div(input, other)
 
 
+# torch's names of the NumPy functions _no_grad_binary calls, for its errors
+_TORCH_NAME: Final = {
+    "equal": "eq",
+    "not_equal": "ne",
+    "less": "lt",
+    "less_equal": "le",
+    "greater": "gt",
+    "greater_equal": "ge",
+    "left_shift": "bitwise_left_shift",
+    "right_shift": "bitwise_right_shift",
+}
+
+
 def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
     xa, ya = arr(x), arr(y)
+    if fname != "equal" and fname != "not_equal":
+        # (not eq and ne: Tensor.__eq__ calls eq, and ``t == None`` must stay False, as
+        # torch's, for ``in`` and the like)
+        check_operands(_TORCH_NAME.get(fname, fname), xa, ya)
     xp = namespace(xa if hasattr(xa, "shape") else ya)
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
@@ -235,6 +269,8 @@ def _no_grad_binary(fname: str, x: Any, y: Any) -> Tensor:
 
 
 def floor_divide(input: Any, other: Any) -> Tensor:
+    # Not recorded (torch's raises in backward): the rules' np.floor_divide runs it on Tensors
+    # under create_graph (remainder's), where a constant is the right answer.
     return _no_grad_binary("floor_divide", input, other)
 
 
