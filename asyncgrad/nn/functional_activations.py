@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .. import backend, ops
+from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..ops import activations as act
 from .functional import _softmax_dim, elu, leaky_relu, relu
@@ -99,12 +99,14 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
 
 def _hardswish(x: Tensor) -> Tensor:
     mid = ops.div(ops.mul(x, ops.add(x, 3.0)), 6.0)
-    out = ops.where(ops.le(x, 3.0), mid, x)
-    return ops.where(ops.lt(x, -3.0), _const(x, 0.0), out)
+    out = ops.where(ops.lt(x, 3.0), mid, x)
+    # x * 0 below -3: -inf gives NaN, as torch's x * relu6(x + 3) / 6
+    return ops.where(ops.le(x, -3.0), ops.mul(x, 0.0), out)
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
-    """``x * relu6(x + 3) / 6`` (torch's gradient: ``x / 3 + 1 / 2`` on ``[-3, 3]``)."""
+    """``x * relu6(x + 3) / 6`` (torch's gradient: ``x / 3 + 1 / 2`` on ``(-3, 3)``, 0 at -3
+    and 1 at 3)."""
     return _maybe_inplace(input, inplace, _hardswish)
 
 
@@ -116,7 +118,11 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     """``x - lambd * sign(x)`` where ``|x| > lambd``, else 0."""
     if lambd < 0:
-        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+        big = "1.79769e+308" if input.dtype == dtypes.float64 else "3.40282e+38"
+        name = {"float64": "Double", "float16": "Half"}.get(str(input.dtype), "Float")
+        raise RuntimeError(
+            f"lambda must be in range [0, {big}] for input dtype {name}, but found {lambd:g}"
+        )
     inside = ops.le(ops.abs(input), lambd)
     shrunk = ops.sub(input, ops.mul(ops.sign(input), lambd))
     return ops.where(inside, _const(input, 0.0), shrunk)
