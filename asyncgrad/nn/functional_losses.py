@@ -310,6 +310,12 @@ def margin_ranking_loss(
 ) -> Tensor:
     """``max(0, -y (x1 - x2) + margin)``."""
     red = _reduction(size_average, reduce, reduction)
+    target = _t(target)
+    if not (input1.ndim == input2.ndim == target.ndim):
+        raise RuntimeError(
+            "margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+            f"input1: {_size(input1)}, input2: {_size(input2)}, target: {_size(target)} "
+        )
     return act.margin_ranking_loss(input1, input2, target, margin, red)
 
 

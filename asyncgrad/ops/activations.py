@@ -440,18 +440,9 @@ def margin_ranking_loss(
 ) -> Tensor:
     """``max(0, -target * (input1 - input2) + margin)``."""
     target = _float(target)
-    if not (input1.ndim == input2.ndim == target.ndim):
-        raise RuntimeError(
-            "margin_ranking_loss : All input tensors should have same dimension but got sizes: "
-            f"input1: {_size(input1)}, input2: {_size(input2)}, target: {_size(target)} "
-        )
     d = pointwise.sub(input1, input2)
     loss = pointwise.clamp(pointwise.add(pointwise.mul(pointwise.neg(target), d), margin), min=0)
     return apply_reduction(loss, reduction)
-
-
-def _size(t: Tensor) -> str:
-    return f"torch.Size([{', '.join(map(str, t.shape))}])"
 
 
 def hinge_embedding_loss(

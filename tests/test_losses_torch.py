@@ -1,0 +1,460 @@
+"""torch's losses (family H5): the functional forms, the torch-level ones (ATen's int
+``reduction``), the loss modules and the legacy ``size_average``/``reduce`` arguments: values
+and gradients against torch, finite differences, second derivatives and errors."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import asyncgrad as ag
+from asyncgrad import nn
+from asyncgrad.nn import functional as F
+
+torch = pytest.importorskip("torch", reason="compares with torch")
+TF = torch.nn.functional
+
+RNG = np.random.default_rng(7)
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def _pm1(shape: Any) -> np.ndarray:
+    return np.where(RNG.random(shape) < 0.5, -1.0, 1.0)
+
+
+def _prob(shape: Any) -> np.ndarray:
+    return RNG.uniform(0.05, 0.95, shape)
+
+
+def _classes(n: int, c: int) -> np.ndarray:
+    return RNG.integers(0, c, n)
+
+
+def _multilabel(n: int, c: int) -> np.ndarray:
+    t = np.full((n, c), -1)
+    for i in range(n):
+        k = RNG.integers(0, c + 1)
+        t[i, :k] = RNG.permutation(c)[:k]
+    return t
+
+
+# name -> (makes the inputs: float ones first, then (name, array) of non-differentiable ones,
+# and extra keyword arguments). Floats are differentiated on both sides.
+Case = tuple[str, Callable[[], tuple[list[np.ndarray], list[np.ndarray], dict[str, Any]]]]
+CASES: list[Case] = [
+    ("binary_cross_entropy", lambda: ([_prob((3, 4))], [_prob((3, 4))], {})),
+    ("binary_cross_entropy", lambda: ([_prob(5)], [RNG.integers(0, 2, 5) * 1.0], {"weight": "w"})),
+    ("kl_div", lambda: ([np.log(_prob((3, 4)))], [_prob((3, 4))], {})),
+    ("kl_div", lambda: ([np.log(_prob((3, 4)))], [np.log(_prob((3, 4)))], {"log_target": True})),
+    ("smooth_l1_loss", lambda: ([RNG.standard_normal((3, 4)) * 2], [RNG.standard_normal((3, 4))], {})),
+    ("smooth_l1_loss", lambda: ([RNG.standard_normal(6) * 2], [RNG.standard_normal(6)], {"beta": 0.5})),
+    ("smooth_l1_loss", lambda: ([RNG.standard_normal(6) * 2], [RNG.standard_normal(6)], {"beta": 0.0})),
+    ("huber_loss", lambda: ([RNG.standard_normal((3, 4)) * 2], [RNG.standard_normal((3, 4))], {})),
+    ("huber_loss", lambda: ([RNG.standard_normal(6) * 2], [RNG.standard_normal(6)], {"delta": 0.3})),
+    ("soft_margin_loss", lambda: ([RNG.standard_normal((3, 4))], [_pm1((3, 4))], {})),
+    ("multilabel_soft_margin_loss", lambda: ([RNG.standard_normal((3, 4))], [RNG.integers(0, 2, (3, 4)) * 1.0], {})),
+    ("multilabel_soft_margin_loss", lambda: ([RNG.standard_normal((3, 4))], [RNG.integers(0, 2, (3, 4)) * 1.0], {"weight": "w4"})),
+    ("multilabel_margin_loss", lambda: ([RNG.standard_normal((5, 4))], [_multilabel(5, 4)], {})),
+    ("multilabel_margin_loss", lambda: ([RNG.standard_normal(4)], [np.array([3, 0, -1, 1])], {})),
+    ("multi_margin_loss", lambda: ([RNG.standard_normal((5, 4))], [_classes(5, 4)], {})),
+    ("multi_margin_loss", lambda: ([RNG.standard_normal((5, 4))], [_classes(5, 4)], {"p": 2, "margin": 0.7})),
+    ("multi_margin_loss", lambda: ([RNG.standard_normal((5, 4))], [_classes(5, 4)], {"weight": "w4"})),
+    ("multi_margin_loss", lambda: ([RNG.standard_normal(4)], [np.array(2)], {})),
+    ("margin_ranking_loss", lambda: ([RNG.standard_normal(6), RNG.standard_normal(6)], [_pm1(6)], {})),
+    ("margin_ranking_loss", lambda: ([RNG.standard_normal(6), RNG.standard_normal(6)], [_pm1(6)], {"margin": 0.5})),
+    ("hinge_embedding_loss", lambda: ([RNG.standard_normal((3, 4))], [_pm1((3, 4))], {})),
+    ("hinge_embedding_loss", lambda: ([RNG.standard_normal((3, 4))], [_pm1((3, 4))], {"margin": 0.2})),
+    ("cosine_embedding_loss", lambda: ([RNG.standard_normal((5, 3)), RNG.standard_normal((5, 3))], [_pm1(5)], {})),
+    ("cosine_embedding_loss", lambda: ([RNG.standard_normal((5, 3)), RNG.standard_normal((5, 3))], [_pm1(5)], {"margin": 0.3})),
+    ("cosine_embedding_loss", lambda: ([RNG.standard_normal(3), RNG.standard_normal(3)], [np.array(-1.0)], {})),
+    ("triplet_margin_loss", lambda: ([RNG.standard_normal((5, 3)) for _ in range(3)], [], {})),
+    ("triplet_margin_loss", lambda: ([RNG.standard_normal((5, 3)) for _ in range(3)], [], {"p": 1, "swap": True, "margin": 2.0})),
+    ("triplet_margin_loss", lambda: ([RNG.standard_normal(3) for _ in range(3)], [], {"margin": 3.0})),
+    ("triplet_margin_with_distance_loss", lambda: ([RNG.standard_normal((5, 3)) for _ in range(3)], [], {"margin": 2.0})),
+    ("triplet_margin_with_distance_loss", lambda: ([RNG.standard_normal((5, 3)) for _ in range(3)], [], {"swap": True, "margin": 3.0})),
+    ("poisson_nll_loss", lambda: ([RNG.standard_normal((3, 4))], [RNG.poisson(2.0, (3, 4)) * 1.0], {})),
+    ("poisson_nll_loss", lambda: ([RNG.uniform(0.1, 3, (3, 4))], [RNG.poisson(2.0, (3, 4)) * 1.0], {"log_input": False, "full": True})),
+    ("poisson_nll_loss", lambda: ([RNG.standard_normal(6)], [RNG.poisson(3.0, 6) * 1.0], {"full": True})),
+    ("gaussian_nll_loss", lambda: ([RNG.standard_normal((3, 4)), RNG.uniform(0.1, 2, (3, 4))], [RNG.standard_normal((3, 4))], {})),
+    ("gaussian_nll_loss", lambda: ([RNG.standard_normal((3, 4)), RNG.uniform(0.1, 2, (3, 1))], [RNG.standard_normal((3, 4))], {"full": True})),
+    ("gaussian_nll_loss", lambda: ([RNG.standard_normal((3, 4)), RNG.uniform(0.1, 2, 3)], [RNG.standard_normal((3, 4))], {"eps": 0.5})),
+]  # fmt: skip
+
+
+def _call(lib: Any, name: str, floats: list[Any], others: list[Any], kw: dict[str, Any]) -> Any:
+    fn = getattr(lib.nn.functional if lib is torch else F, name)
+    kw = dict(kw)
+    for k, v in kw.items():
+        if v in ("w", "w4"):  # a class/element weight, the same on both sides
+            kw[k] = WEIGHTS[v](lib)
+    if name == "gaussian_nll_loss":  # (input, target, var)
+        return fn(floats[0], others[0], floats[1], **kw)
+    if name.startswith(("margin_ranking", "cosine_embedding")):
+        return fn(floats[0], floats[1], others[0], **kw)
+    if name.startswith("triplet"):
+        return fn(*floats, **kw)
+    return fn(floats[0], others[0], **kw)
+
+
+_W = RNG.uniform(0.5, 2.0, 5)
+_W4 = RNG.uniform(0.5, 2.0, 4)
+WEIGHTS: dict[str, Callable[[Any], Any]] = {
+    "w": lambda lib: (torch.tensor(_W) if lib is torch else ag.tensor(_W)),
+    "w4": lambda lib: (torch.tensor(_W4) if lib is torch else ag.tensor(_W4)),
+}
+
+
+def _tensors(lib: Any, floats: list[np.ndarray], others: list[np.ndarray]) -> tuple[Any, Any]:
+    mk = torch.tensor if lib is torch else ag.tensor
+    return [mk(x, requires_grad=True) for x in floats], [mk(x) for x in others]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize(("name", "make"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_losses_match_torch(name: str, make: Any, reduction: str) -> None:
+    floats, others, kw = make()
+    fa, oa = _tensors(ag, floats, others)
+    ft, ot = _tensors(torch, floats, others)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # kl_div's "mean" warning, on both sides
+        ya = _call(ag, name, fa, oa, {**kw, "reduction": reduction})
+        yt = _call(torch, name, ft, ot, {**kw, "reduction": reduction})
+    assert tuple(ya.shape) == tuple(yt.shape)
+    assert ya.dtype == ag.float64
+    np.testing.assert_allclose(ya.detach().numpy(), yt.detach().numpy(), rtol=1e-11, atol=1e-13)
+    g = RNG.standard_normal(tuple(yt.shape))
+    ga = ag.autograd.grad(ya, fa, ag.tensor(g))
+    gt = torch.autograd.grad(yt, ft, torch.tensor(g))
+    for x, y in zip(ga, gt, strict=True):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(("name", "make"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_losses_gradcheck(name: str, make: Any) -> None:
+    floats, others, kw = make()
+    _, oa = _tensors(ag, [], others)
+    fa = [ag.tensor(x, requires_grad=True) for x in floats]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert ag.autograd.gradcheck(lambda *xs: _call(ag, name, list(xs), oa, kw), tuple(fa))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["binary_cross_entropy", "kl_div", "soft_margin_loss", "multilabel_soft_margin_loss",
+     "cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "triplet_margin_loss"],
+)  # fmt: skip
+def test_losses_gradgradcheck(name: str) -> None:
+    make = next(m for n, m in CASES if n == name)
+    floats, others, kw = make()
+    _, oa = _tensors(ag, [], others)
+    fa = [ag.tensor(x, requires_grad=True) for x in floats]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert ag.autograd.gradgradcheck(
+            lambda *xs: _call(ag, name, list(xs), oa, {**kw, "reduction": "none"}), tuple(fa)
+        )
+
+
+# ----------------------------------------------------------------------------- special values
+def test_binary_cross_entropy_saturated_probabilities_as_torch() -> None:
+    x = np.array([0.0, 1.0, 0.0, 1.0, 0.5, 1e-300])
+    y = np.array([0.0, 1.0, 1.0, 0.0, 0.3, 1.0])
+    a, t = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    la = F.binary_cross_entropy(a, ag.tensor(y), reduction="none")
+    lt = TF.binary_cross_entropy(t, torch.tensor(y), reduction="none")
+    np.testing.assert_allclose(la.detach().numpy(), lt.detach().numpy())  # the -100 clamp
+    (ga,) = ag.autograd.grad(la.sum(), a)
+    (gt,) = torch.autograd.grad(lt.sum(), t)
+    np.testing.assert_allclose(ga.numpy(), gt.numpy())  # finite: x (1 - x) clamped to 1e-12
+    # the target's gradient: -logit(x)
+    ya, yt = ag.tensor(y[4:], requires_grad=True), torch.tensor(y[4:], requires_grad=True)
+    (gy,) = ag.autograd.grad(F.binary_cross_entropy(ag.tensor(x[4:]), ya), ya)
+    (gyt,) = torch.autograd.grad(TF.binary_cross_entropy(torch.tensor(x[4:]), yt), yt)
+    np.testing.assert_allclose(gy.numpy(), gyt.numpy())
+    with pytest.raises(RuntimeError, match="all elements of input should be between 0 and 1"):
+        F.binary_cross_entropy(ag.tensor([1.5]), ag.tensor([1.0]))
+    with pytest.raises(RuntimeError, match="all elements of input should be between 0 and 1"):
+        TF.binary_cross_entropy(torch.tensor([1.5]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="Using a target size .* is deprecated"):
+        F.binary_cross_entropy(ag.tensor([0.5, 0.5]), ag.tensor([1.0]))
+
+
+def test_kl_div_zero_target_and_batchmean_as_torch() -> None:
+    x = np.log(_prob((4, 3)))
+    y = _prob((4, 3))
+    y[0, 0] = 0.0
+    for reduction in ("batchmean", "sum", "none"):
+        a, t = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        la = F.kl_div(a, ag.tensor(y), reduction=reduction)
+        lt = TF.kl_div(t, torch.tensor(y), reduction=reduction)
+        np.testing.assert_allclose(la.detach().numpy(), lt.detach().numpy())
+        g = RNG.standard_normal(tuple(lt.shape))
+        np.testing.assert_allclose(
+            ag.autograd.grad(la, a, ag.tensor(g))[0].numpy(),
+            torch.autograd.grad(lt, t, torch.tensor(g))[0].numpy(),
+        )
+    with pytest.warns(UserWarning, match="'mean' divides the total loss by both the batch size"):
+        F.kl_div(ag.tensor(x), ag.tensor(y))
+
+
+def test_smooth_l1_and_huber_at_the_switch_points_as_torch() -> None:
+    x = np.array([0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 0.25])
+    y = np.zeros(7)
+    for fa, ft, kw in (
+        (F.smooth_l1_loss, TF.smooth_l1_loss, {"beta": 1.0}),
+        (F.smooth_l1_loss, TF.smooth_l1_loss, {"beta": 0.5}),
+        (F.huber_loss, TF.huber_loss, {"delta": 0.5}),
+        (F.huber_loss, TF.huber_loss, {"delta": 1.0}),
+    ):
+        a, t = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        la, lt = fa(a, ag.tensor(y), reduction="none", **kw), ft(t, torch.tensor(y), reduction="none", **kw)
+        np.testing.assert_allclose(la.detach().numpy(), lt.detach().numpy())
+        np.testing.assert_allclose(
+            ag.autograd.grad(la.sum(), a)[0].numpy(), torch.autograd.grad(lt.sum(), t)[0].numpy()
+        )
+    w = RNG.uniform(0.5, 2, 7)
+    la = F.huber_loss(ag.tensor(x), ag.tensor(y), weight=ag.tensor(w))
+    lt = TF.huber_loss(torch.tensor(x), torch.tensor(y), weight=torch.tensor(w))
+    np.testing.assert_allclose(la.numpy(), lt.numpy())
+    with pytest.warns(UserWarning, match="Using a target size .* different to the input size"):
+        F.smooth_l1_loss(ag.zeros(2, 3), ag.zeros(3))
+    with pytest.raises(RuntimeError, match="smooth_l1_loss does not support negative values"):
+        F.smooth_l1_loss(ag.zeros(3), ag.zeros(3), beta=-1.0)
+
+
+def test_hinge_margin_losses_at_the_hinge_as_torch() -> None:
+    # each at exactly its hinge, where torch's clamp_min passes the gradient
+    x1, x2, y = np.array([0.5, 1.0]), np.array([0.5, 0.0]), np.array([1.0, 1.0])
+    for fa, ft, args in (
+        (F.margin_ranking_loss, TF.margin_ranking_loss, (x1, x2, y)),
+        (F.hinge_embedding_loss, TF.hinge_embedding_loss, (np.array([1.0, 0.2]), -y)),
+    ):
+        a = [ag.tensor(v, requires_grad=True) for v in args[:-1]]
+        t = [torch.tensor(v, requires_grad=True) for v in args[:-1]]
+        la, lt = fa(*a, ag.tensor(args[-1])), ft(*t, torch.tensor(args[-1]))
+        np.testing.assert_allclose(la.detach().numpy(), lt.detach().numpy())
+        for p, q in zip(ag.autograd.grad(la, a), torch.autograd.grad(lt, t), strict=True):
+            np.testing.assert_allclose(p.numpy(), q.numpy())
+
+
+# ----------------------------------------------------------------------------- torch-level names
+TORCH_LEVEL = [
+    ("binary_cross_entropy_with_logits", lambda lib, x, y: lib.binary_cross_entropy_with_logits(x, y, None, None, 2)),
+    ("kl_div", lambda lib, x, y: lib.kl_div(x, y, 1, log_target=False)),
+    ("hinge_embedding_loss", lambda lib, x, y: lib.hinge_embedding_loss(x, ~(y > 0.5) * 2.0 - 1.0, 0.5, 0)),
+    ("poisson_nll_loss", lambda lib, x, y: lib.poisson_nll_loss(x, y, True, True, 1e-8, 1)),
+    ("margin_ranking_loss", lambda lib, x, y: lib.margin_ranking_loss(x, y, (y > 0.5) * 2.0 - 1.0, 0.1, 2)),
+    ("cosine_embedding_loss", lambda lib, x, y: lib.cosine_embedding_loss(x, y, lib.ones(3), 0.0, 1)),
+    ("triplet_margin_loss", lambda lib, x, y: lib.triplet_margin_loss(x, y, x * 2.0, 1.0, 2.0, 1e-6, True, 0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "fn"), TORCH_LEVEL, ids=[n for n, _ in TORCH_LEVEL])
+def test_torch_level_losses_take_atens_int_reduction(name: str, fn: Any) -> None:
+    x, y = RNG.standard_normal((3, 4)), _prob((3, 4))
+    a, t = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    la, lt = fn(ag, a, ag.tensor(y)), fn(torch, t, torch.tensor(y))
+    np.testing.assert_allclose(la.detach().numpy(), lt.detach().numpy(), rtol=1e-12)
+    g = RNG.standard_normal(tuple(lt.shape))
+    np.testing.assert_allclose(
+        ag.autograd.grad(la, a, ag.tensor(g))[0].numpy(),
+        torch.autograd.grad(lt, t, torch.tensor(g))[0].numpy(),
+        rtol=1e-11,
+    )
+
+
+# ----------------------------------------------------------------------------- legacy arguments
+@pytest.mark.parametrize(
+    ("size_average", "reduce"), [(None, False), (False, None), (True, True), (False, True)]
+)
+def test_legacy_size_average_and_reduce_as_torch(size_average: Any, reduce: Any) -> None:
+    x, y = RNG.standard_normal((3, 4)), _pm1((3, 4))
+    legacy = {"size_average": size_average, "reduce": reduce}
+    for fa, ft in (
+        (F.soft_margin_loss, TF.soft_margin_loss),
+        (F.hinge_embedding_loss, TF.hinge_embedding_loss),
+        (F.smooth_l1_loss, TF.smooth_l1_loss),
+    ):
+        with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+            la = fa(ag.tensor(x), ag.tensor(y), **legacy)
+        with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+            lt = ft(torch.tensor(x), torch.tensor(y), **legacy)
+        np.testing.assert_allclose(la.numpy(), lt.numpy())
+    with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+        m = nn.SoftMarginLoss(**legacy)
+    with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):
+        tm = torch.nn.SoftMarginLoss(**legacy)
+    assert m.reduction == tm.reduction
+
+
+def test_invalid_reduction_raises_as_torch() -> None:
+    for fa, ft in ((F.soft_margin_loss, TF.soft_margin_loss), (F.kl_div, TF.kl_div)):
+        with pytest.raises(ValueError, match="bad is not a valid value for reduction"):
+            fa(ag.zeros(2), ag.zeros(2), reduction="bad")
+        with pytest.raises(ValueError, match="bad is not a valid value for reduction"):
+            ft(torch.zeros(2), torch.zeros(2), reduction="bad")
+
+
+# ----------------------------------------------------------------------------- errors
+def test_loss_errors_match_torch() -> None:
+    checks: list[tuple[type[Exception], str, Callable[[Any, Any], Any]]] = [
+        (ValueError, "only p == 1 and p == 2 supported",
+         lambda lib, m: m.multi_margin_loss(lib.zeros(2, 3), lib.zeros(2, dtype=lib.int64), p=3)),
+        (RuntimeError, "margin_ranking_loss : All input tensors should have same dimension",
+         lambda lib, m: m.margin_ranking_loss(lib.zeros(2), lib.zeros(2, 1), lib.zeros(2))),
+        (RuntimeError, "The anchor, positive, and negative tensors are expected to have the same",
+         lambda lib, m: m.triplet_margin_loss(lib.zeros(2, 3), lib.zeros(3), lib.zeros(2, 3))),
+        (ValueError, "margin must be greater than 0, got 0",
+         lambda lib, m: m.triplet_margin_with_distance_loss(lib.zeros(2, 3), lib.zeros(2, 3), lib.zeros(2, 3), margin=0)),
+        (ValueError, "var has negative entry/entries",
+         lambda lib, m: m.gaussian_nll_loss(lib.zeros(2, 3), lib.zeros(2, 3), -lib.ones(2, 3))),
+        (ValueError, "var is of incorrect size",
+         lambda lib, m: m.gaussian_nll_loss(lib.zeros(2, 3), lib.zeros(2, 3), lib.ones(4))),
+        (RuntimeError, "1D target tensor expects 2D input tensors",
+         lambda lib, m: m.cosine_embedding_loss(lib.zeros(3), lib.zeros(3), lib.ones(3))),
+    ]  # fmt: skip
+    for exc, msg, call in checks:
+        with pytest.raises(exc, match=msg):
+            call(ag, F)
+        with pytest.raises(exc, match=msg):
+            call(torch, TF)
+
+
+# ----------------------------------------------------------------------------- modules
+def _w(lib: Any, n: int = 4) -> Any:
+    return (torch.tensor if lib is torch else ag.tensor)(np.linspace(0.5, 1.5, n))
+
+
+MODULES: list[tuple[str, Callable[[Any], dict[str, Any]], str]] = [
+    ("BCELoss", lambda lib: {}, "prob"),
+    ("BCELoss", lambda lib: {"weight": _w(lib), "reduction": "sum"}, "prob"),
+    ("KLDivLoss", lambda lib: {"reduction": "batchmean", "log_target": True}, "pair"),
+    ("SmoothL1Loss", lambda lib: {"beta": 0.5}, "pair"),
+    ("HuberLoss", lambda lib: {"delta": 0.5, "reduction": "none"}, "pair"),
+    ("SoftMarginLoss", lambda lib: {}, "sign"),
+    ("MultiLabelSoftMarginLoss", lambda lib: {"weight": _w(lib)}, "prob"),
+    ("MultiLabelMarginLoss", lambda lib: {}, "multilabel"),
+    ("MultiMarginLoss", lambda lib: {"p": 2, "margin": 0.5, "weight": _w(lib)}, "class"),
+    ("HingeEmbeddingLoss", lambda lib: {"margin": 0.5}, "sign"),
+    ("PoissonNLLLoss", lambda lib: {"full": True}, "count"),
+    ("MarginRankingLoss", lambda lib: {"margin": 0.1}, "three"),
+    ("CosineEmbeddingLoss", lambda lib: {"margin": 0.1}, "three"),
+    ("TripletMarginLoss", lambda lib: {"margin": 0.5, "swap": True}, "triplet"),
+    ("TripletMarginWithDistanceLoss", lambda lib: {"margin": 0.5}, "triplet"),
+    ("GaussianNLLLoss", lambda lib: {"full": True}, "gauss"),
+]
+
+
+def _module_inputs(kind: str) -> tuple[list[np.ndarray], list[np.ndarray], Callable[..., Any]]:
+    x = RNG.standard_normal((3, 4))
+    if kind == "prob":
+        return [_prob((3, 4))], [_prob((3, 4))], lambda m, f, o: m(f[0], o[0])
+    if kind == "pair":
+        return [x], [RNG.standard_normal((3, 4))], lambda m, f, o: m(f[0], o[0])
+    if kind == "sign":
+        return [x], [_pm1((3, 4))], lambda m, f, o: m(f[0], o[0])
+    if kind == "multilabel":
+        return [x], [_multilabel(3, 4)], lambda m, f, o: m(f[0], o[0])
+    if kind == "class":
+        return [x], [_classes(3, 4)], lambda m, f, o: m(f[0], o[0])
+    if kind == "count":
+        return [x], [RNG.poisson(2.0, (3, 4)) * 1.0], lambda m, f, o: m(f[0], o[0])
+    if kind == "three":
+        return [x, RNG.standard_normal((3, 4))], [_pm1(3)], lambda m, f, o: m(f[0], f[1], o[0])
+    if kind == "triplet":
+        return [x, x + 0.1, RNG.standard_normal((3, 4))], [], lambda m, f, o: m(*f)
+    return [x, RNG.uniform(0.1, 1, (3, 4))], [x * 0.5], lambda m, f, o: m(f[0], o[0], f[1])
+
+
+@pytest.mark.parametrize(("name", "kw", "kind"), MODULES, ids=[m[0] + str(i) for i, m in enumerate(MODULES)])
+def test_loss_modules_match_torch(name: str, kw: Any, kind: str) -> None:
+    am, tm = getattr(nn, name)(**kw(ag)), getattr(torch.nn, name)(**kw(torch))
+    assert repr(am) == repr(tm)
+    assert list(am.state_dict()) == list(tm.state_dict())
+    assert am.reduction == tm.reduction
+    floats, others, call = _module_inputs(kind)
+    if name == "MarginRankingLoss":
+        others = [_pm1((3, 4))]
+    fa, oa = _tensors(ag, floats, others)
+    ft, ot = _tensors(torch, floats, others)
+    ya, yt = call(am, fa, oa), call(tm, ft, ot)
+    np.testing.assert_allclose(ya.detach().numpy(), yt.detach().numpy(), rtol=1e-11)
+    g = RNG.standard_normal(tuple(yt.shape))
+    for p, q in zip(ag.autograd.grad(ya, fa, ag.tensor(g)), torch.autograd.grad(yt, ft, torch.tensor(g)), strict=True):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_loss_module_constructor_checks_as_torch() -> None:
+    for lib in (ag, torch):
+        with pytest.raises(ValueError, match="only p == 1 and p == 2 supported"):
+            lib.nn.MultiMarginLoss(p=3)
+        with pytest.raises(ValueError, match="expected margin to be greater than 0"):
+            lib.nn.TripletMarginWithDistanceLoss(margin=-1.0)
+        with pytest.raises(ValueError, match="expected margin to be greater than 0"):
+            lib.nn.TripletMarginLoss(margin=0.0)
+
+
+def test_nll_loss_2d_is_a_deprecated_nll_loss() -> None:
+    x = RNG.standard_normal((2, 3, 4, 5))
+    y = RNG.integers(0, 3, (2, 4, 5))
+    with pytest.warns(FutureWarning, match="`NLLLoss2d` has been deprecated"):
+        m = nn.NLLLoss2d(reduction="sum")
+    with pytest.warns(FutureWarning, match="`NLLLoss2d` has been deprecated"):
+        tm = torch.nn.NLLLoss2d(reduction="sum")
+    assert repr(m) == repr(tm)
+    np.testing.assert_allclose(
+        m(F.log_softmax(ag.tensor(x), 1), ag.tensor(y)).numpy(),
+        tm(TF.log_softmax(torch.tensor(x), 1), torch.tensor(y)).numpy(),
+    )
+
+
+# ----------------------------------------------------------------------------- linear_cross_entropy
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"reduction": "sum"}, {"label_smoothing": 0.1}, {"ignore_index": 1}, {"weight": "w"},
+     {"reduction": "none", "bias": True}],
+)  # fmt: skip
+def test_linear_cross_entropy_matches_torch(kw: dict[str, Any]) -> None:
+    x, w, b = RNG.standard_normal((6, 4)), RNG.standard_normal((5, 4)), RNG.standard_normal(5)
+    y = RNG.integers(0, 5, 6)
+    kw = dict(kw)
+    bias = kw.pop("bias", False)
+    weight = kw.pop("weight", None)
+    a = [ag.tensor(v, requires_grad=True) for v in (x, w, b)]
+    t = [torch.tensor(v, requires_grad=True) for v in (x, w, b)]
+    la = F.linear_cross_entropy(
+        a[0], a[1], ag.tensor(y), linear_bias=a[2] if bias else None,
+        weight=ag.tensor(_W) if weight else None, **kw,
+    )  # fmt: skip
+    lt = TF.linear_cross_entropy(
+        t[0], t[1], torch.tensor(y), linear_bias=t[2] if bias else None,
+        weight=torch.tensor(_W) if weight else None, **kw,
+    )  # fmt: skip
+    np.testing.assert_allclose(la.detach().numpy(), lt.detach().numpy(), rtol=1e-12)
+    n = 3 if bias else 2
+    g = RNG.standard_normal(tuple(lt.shape))
+    for p, q in zip(
+        ag.autograd.grad(la, a[:n], ag.tensor(g)), torch.autograd.grad(lt, t[:n], torch.tensor(g)), strict=True
+    ):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-11, atol=1e-13)
+
+
+def test_linear_cross_entropy_module_matches_torch() -> None:
+    m = nn.LinearCrossEntropyLoss(4, 5, bias=True, label_smoothing=0.2)
+    tm = torch.nn.LinearCrossEntropyLoss(4, 5, bias=True, label_smoothing=0.2)
+    assert repr(m) == repr(tm)
+    assert list(m.state_dict()) == list(tm.state_dict())
+    tm.load_state_dict({k: torch.tensor(v.numpy()) for k, v in m.state_dict().items()})
+    x, y = RNG.standard_normal((6, 4)).astype(np.float32), RNG.integers(0, 5, 6)
+    np.testing.assert_allclose(
+        m(ag.tensor(x), ag.tensor(y)).detach().numpy(),
+        tm(torch.tensor(x), torch.tensor(y)).detach().numpy(),
+        rtol=1e-5,
+    )
+    with pytest.raises(ValueError, match="expected input with dimensionality 1 or 2, got 3"):
+        F.linear_cross_entropy(ag.zeros(1, 2, 3), ag.zeros(4, 3), ag.zeros(1, dtype=ag.int64))
