@@ -70,7 +70,9 @@ def test_channel_dropouts_drop_whole_channels(fn: str) -> None:
         dropped = np.array([np.ptp(c) < 1e-9 for c in flat.reshape(1200, -1)])
         dropped &= np.isclose(flat.reshape(1200, -1)[:, 0], flat.reshape(1200, -1)[:, 1])
         a = 1.0 / np.sqrt((SELU_SAT**2 * 0.3 + 1) * 0.7)
-        np.testing.assert_allclose(flat.reshape(1200, -1)[dropped], a * SELU_SAT - SELU_SAT * a * 0.3)
+        np.testing.assert_allclose(
+            flat.reshape(1200, -1)[dropped], a * SELU_SAT - SELU_SAT * a * 0.3
+        )
     else:
         assert all(len(c) == 1 for c in per_channel)  # one scale per channel
         scales = np.array([c[0] for c in per_channel])
@@ -139,7 +141,9 @@ def test_torch_level_dropouts_scale_as_torch() -> None:
     assert set(np.unique(fd)) == {0.0, 2.0}
 
 
-@pytest.mark.parametrize("name", ["AlphaDropout", "FeatureAlphaDropout", "Dropout1d", "Dropout2d", "Dropout3d"])
+@pytest.mark.parametrize(
+    "name", ["AlphaDropout", "FeatureAlphaDropout", "Dropout1d", "Dropout2d", "Dropout3d"]
+)
 def test_dropout_modules_match_torch_reprs_and_modes(name: str) -> None:
     am, tm = getattr(nn, name)(0.3), getattr(torch.nn, name)(0.3)
     assert repr(am) == repr(tm)
@@ -168,7 +172,8 @@ def test_cosine_similarity_matches_torch(s1: Any, s2: Any, dim: int) -> None:
         x1, x2,
     )  # fmt: skip
     _compare(
-        lambda a, b: ag.cosine_similarity(a, b, dim), lambda a, b: torch.cosine_similarity(a, b, dim),
+        lambda a, b: ag.cosine_similarity(a, b, dim),
+        lambda a, b: torch.cosine_similarity(a, b, dim),
         x1, x2,
     )  # fmt: skip
     m, tm = nn.CosineSimilarity(dim, 1e-6), torch.nn.CosineSimilarity(dim, 1e-6)
@@ -181,7 +186,9 @@ def test_cosine_similarity_of_zero_vectors_is_zero_as_torch() -> None:
     x = np.zeros((2, 3))
     y = RNG.standard_normal((2, 3))
     out = F.cosine_similarity(ag.tensor(x), ag.tensor(y)).numpy()
-    np.testing.assert_array_equal(out, TF.cosine_similarity(torch.tensor(x), torch.tensor(y)).numpy())
+    np.testing.assert_array_equal(
+        out, TF.cosine_similarity(torch.tensor(x), torch.tensor(y)).numpy()
+    )
 
 
 @pytest.mark.parametrize("p", [2.0, 1.0, 3.0, float("inf")])
@@ -228,7 +235,9 @@ def test_pdist_edge_cases_and_errors_as_torch() -> None:
 
 
 @pytest.mark.parametrize("p", [2.0, 1.0, 3.0, float("inf")])
-@pytest.mark.parametrize(("s1", "s2"), [((4, 3), (5, 3)), ((2, 4, 3), (2, 5, 3)), ((2, 1, 4, 3), (3, 5, 3))])
+@pytest.mark.parametrize(
+    ("s1", "s2"), [((4, 3), (5, 3)), ((2, 4, 3), (2, 5, 3)), ((2, 1, 4, 3), (3, 5, 3))]
+)
 def test_cdist_matches_torch(p: float, s1: Any, s2: Any) -> None:
     x1, x2 = RNG.standard_normal(s1), RNG.standard_normal(s2)
     _compare(lambda a, b: ag.cdist(a, b, p), lambda a, b: torch.cdist(a, b, p), x1, x2, rtol=1e-10)

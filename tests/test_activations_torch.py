@@ -270,7 +270,8 @@ def test_glu_errors_match_torch() -> None:
 
 
 @pytest.mark.parametrize(
-    ("xshape", "wshape"), [((3, 4), (1,)), ((3, 4), (4,)), ((2, 3, 5), (3,)), ((5,), (1,)), ((), (1,))]
+    ("xshape", "wshape"),
+    [((3, 4), (1,)), ((3, 4), (4,)), ((2, 3, 5), (3,)), ((5,), (1,)), ((), (1,))],
 )
 def test_prelu_matches_torch_for_input_and_weight(
     xshape: tuple[int, ...], wshape: tuple[int, ...]
@@ -361,9 +362,7 @@ MODULES: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "args", "kw"), MODULES, ids=[f"{n}{a}{k}" for n, a, k in MODULES]
-)
+@pytest.mark.parametrize(("name", "args", "kw"), MODULES, ids=[f"{n}{a}{k}" for n, a, k in MODULES])
 def test_modules_match_torch(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
     am, tm = getattr(nn, name)(*args, **kw), getattr(torch.nn, name)(*args, **kw)
     assert repr(am) == repr(tm)

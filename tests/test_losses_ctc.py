@@ -55,7 +55,9 @@ def _check(logits: np.ndarray, targets: Any, in_len: Any, tg_len: Any, **kw: Any
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize(("t", "n", "c", "s"), [(12, 3, 5, 4), (6, 2, 3, 2), (9, 4, 6, 0), (5, 1, 4, 1)])
+@pytest.mark.parametrize(
+    ("t", "n", "c", "s"), [(12, 3, 5, 4), (6, 2, 3, 2), (9, 4, 6, 0), (5, 1, 4, 1)]
+)
 def test_ctc_padded_targets_match_torch(reduction: str, t: int, n: int, c: int, s: int) -> None:
     _check(*_problem(t, n, c, s), reduction=reduction)
 
@@ -82,7 +84,7 @@ def test_ctc_unreachable_target_is_inf_or_zero_as_torch() -> None:
     targets = np.array([[1, 1, 1, 1], [1, 2, 0, 0]])
     in_len, tg_len = np.array([5, 5]), np.array([4, 2])
     _check(logits, targets, in_len, tg_len, reduction="none")
-    xa, la = _run(ag, logits, targets, in_len, tg_len, reduction="none")
+    _, la = _run(ag, logits, targets, in_len, tg_len, reduction="none")
     assert np.isinf(la.detach().numpy()[0])
     _check(logits, targets, in_len, tg_len, reduction="sum", zero_infinity=True)
     _check(logits, targets, in_len, tg_len, reduction="none", zero_infinity=True)
@@ -95,7 +97,8 @@ def test_ctc_torch_level_and_module_match_torch() -> None:
     args = (ag.tensor(targets), ag.tensor(in_len), ag.tensor(tg_len))
     targs = (torch.tensor(targets), torch.tensor(in_len), torch.tensor(tg_len))
     np.testing.assert_allclose(
-        ag.ctc_loss(lp, *args, 0, 2, False).numpy(), torch.ctc_loss(lpt, *targs, 0, 2, False).numpy()
+        ag.ctc_loss(lp, *args, 0, 2, False).numpy(),
+        torch.ctc_loss(lpt, *targs, 0, 2, False).numpy(),
     )
     m, tm = nn.CTCLoss(reduction="sum"), torch.nn.CTCLoss(reduction="sum")
     assert repr(m) == repr(tm)
@@ -124,7 +127,9 @@ def test_ctc_errors() -> None:
             TF.log_softmax(torch.zeros(4, 2, 3), -1), torch.ones(2, 1, dtype=torch.int64),
             torch.tensor([5, 4]), torch.tensor([1, 1]),
         )  # fmt: skip
-    with pytest.raises(RuntimeError, match="Expected tensor to have size at least 3 at dimension 1"):
+    with pytest.raises(
+        RuntimeError, match="Expected tensor to have size at least 3 at dimension 1"
+    ):
         F.ctc_loss(lp, ag.ones(2, 1, dtype=ag.int64), ag.tensor([4, 4]), ag.tensor([3, 1]))
     with pytest.raises(RuntimeError, match="blank must be in label range"):
         F.ctc_loss(lp, ag.ones(2, 1, dtype=ag.int64), ag.tensor([4, 4]), ag.tensor([1, 1]), blank=3)

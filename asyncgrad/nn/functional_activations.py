@@ -55,7 +55,8 @@ __all__ = [
 
 
 def _maybe_inplace(input: Tensor, inplace: bool, fn: Any) -> Tensor:
-    return act.in_place(input, fn) if inplace else fn(input)  # type: ignore[no-any-return]
+    out: Tensor = act.in_place(input, fn) if inplace else fn(input)
+    return out
 
 
 def _const(x: Tensor, value: float) -> Any:

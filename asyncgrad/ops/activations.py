@@ -658,7 +658,10 @@ def ctc_loss(
     skip_t, start_t = wrap(skip), wrap(start)
     inf_col1 = creation.full((n, 1), -math.inf, dtype=dt, device=lp.device)
     inf_col2 = creation.full((n, 2), -math.inf, dtype=dt, device=lp.device)
-    alpha = pointwise.where(start_t, emit[0], neg_inf) if t_max else None
+    if t_max:
+        alpha = pointwise.where(start_t, emit[0], neg_inf)
+    else:
+        alpha = creation.full((n, n_ext), -math.inf, dtype=dt, device=lp.device)
     in_len_a = xp.asarray(in_len).reshape(-1, 1)
     for t in range(1, t_max):
         a1 = shape.cat([inf_col1, alpha[:, :-1]], 1)
@@ -666,8 +669,6 @@ def ctc_loss(
         a2 = pointwise.where(skip_t, a2, neg_inf)
         new = pointwise.add(_logsumexp_safe([alpha, a1, a2]), emit[t])
         alpha = pointwise.where(wrap(xp.broadcast_to(t < in_len_a, (n, n_ext))), new, alpha)
-    if alpha is None:
-        alpha = creation.full((n, n_ext), -math.inf, dtype=dt, device=lp.device)
     # the last two cells of each sample's lattice: 2 len and 2 len - 1 (when len > 0)
     last = xp.asarray(tg_len) * 2
     pick = wrap(xp.stack([last, xp.maximum(last - 1, 0)], axis=1).astype(dtypes.int64))
