@@ -336,7 +336,9 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 
 def _row_pairs(n: int, like: Any) -> tuple[Tensor, Tensor]:
     """The row indices ``(i, j)``, ``i < j``, in torch's pdist order (on ``like``'s device)."""
-    i, j = backend.namespace(like).triu_indices(n, 1)
+    xp = backend.namespace(like)
+    r = xp.arange(n)
+    i, j = xp.nonzero(r.reshape(-1, 1) < r.reshape(1, -1))  # row-major: triu_indices(n, 1)
     return wrap(i.astype(dtypes.int64)), wrap(j.astype(dtypes.int64))
 
 
