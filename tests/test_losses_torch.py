@@ -615,3 +615,29 @@ def test_linear_cross_entropy_module_matches_torch() -> None:
     )
     with pytest.raises(ValueError, match="expected input with dimensionality 1 or 2, got 3"):
         F.linear_cross_entropy(ag.zeros(1, 2, 3), ag.zeros(4, 3), ag.zeros(1, dtype=ag.int64))
+
+
+def test_linear_cross_entropy_options_as_torch() -> None:
+    o, to = nn.LinearCrossEntropyOptions(), torch.nn.LinearCrossEntropyOptions()
+    assert repr(o) == repr(to)
+    o = nn.LinearCrossEntropyOptions(batch_chunk_size=4, chunking_method="aspect_ratio:2")
+    to = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=4, chunking_method="aspect_ratio:2")
+    assert repr(o) == repr(to)
+    for lib in (nn, torch.nn):
+        with pytest.raises(ValueError, match="invalid acc_policy: 'bad'"):
+            lib.LinearCrossEntropyOptions(acc_policy="bad")
+        with pytest.raises(ValueError, match="invalid chunking_method: 'rows'"):
+            lib.LinearCrossEntropyOptions(chunking_method="rows")
+        with pytest.raises(ValueError, match="batch_chunk_size must be positive int or None"):
+            lib.LinearCrossEntropyOptions(batch_chunk_size=0)
+    o = nn.LinearCrossEntropyOptions(batch_chunk_size=4, chunking_method=None)
+    to = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=4, chunking_method=None)
+    m = nn.LinearCrossEntropyLoss(4, 5, options=o)
+    tm = torch.nn.LinearCrossEntropyLoss(4, 5, options=to)
+    assert repr(m) == repr(tm)
+    x, w, y = RNG.standard_normal((6, 4)), RNG.standard_normal((5, 4)), RNG.integers(0, 5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch may warn that its chunked path falls back
+        lt = TF.linear_cross_entropy(torch.tensor(x), torch.tensor(w), torch.tensor(y), options=to)
+    la = F.linear_cross_entropy(ag.tensor(x), ag.tensor(w), ag.tensor(y), options=o)
+    np.testing.assert_allclose(la.numpy(), lt.numpy(), rtol=1e-10)

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from .._tensor import Tensor
 from . import functional as F
@@ -23,6 +24,7 @@ __all__ = [
     "HuberLoss",
     "KLDivLoss",
     "LinearCrossEntropyLoss",
+    "LinearCrossEntropyOptions",
     "MarginRankingLoss",
     "MultiLabelMarginLoss",
     "MultiLabelSoftMarginLoss",
@@ -321,6 +323,42 @@ class NLLLoss2d(NLLLoss):
         if size_average is not None or reduce is not None:
             reduction = legacy_reduction(size_average, reduce)
         super().__init__(weight, ignore_index, reduction)
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class LinearCrossEntropyOptions:
+    """torch's chunking strategy for ``linear_cross_entropy``, with its fields, defaults and
+    checks. asyncgrad runs the reference path whatever the options (chunking changes only
+    memory use in torch), so they are accepted and kept, not acted on."""
+
+    allow_retain_graph: bool = False
+    batch_chunk_size: int | None = None
+    chunking_method: str | None = "auto"
+    acc_policy: Literal["accurate", "balanced", "compact", "auto"] = "auto"
+    acc_dtype: Any = None
+
+    def __post_init__(self) -> None:
+        if self.acc_policy not in {"auto", "accurate", "balanced", "compact"}:
+            raise ValueError(f"invalid acc_policy: {self.acc_policy!r}")
+        if self.chunking_method is not None and self.chunking_method != "auto":
+            name, sep, factor = self.chunking_method.partition(":")
+            factor = factor if sep else "1"
+            if not (name == "aspect_ratio" and factor.isdigit() and int(factor) > 0):
+                raise ValueError(f"invalid chunking_method: {self.chunking_method!r}")
+        size = self.batch_chunk_size
+        if not (size is None or (isinstance(size, int) and size > 0)):
+            raise ValueError(f"batch_chunk_size must be positive int or None, got {size!r}")
+        if self.acc_dtype is not None and str(self.acc_dtype) not in (
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+        ):
+            raise ValueError(
+                "acc_dtype must be one of {None, torch.float16, torch.bfloat16, torch.float32, "
+                f"torch.float64}}, got {self.acc_dtype!r}. Pass acc_dtype=None to let the op pick "
+                "automatically."
+            )
 
 
 class LinearCrossEntropyLoss(_WeightedLoss):
