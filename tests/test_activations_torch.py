@@ -400,3 +400,37 @@ def test_shrink_errors_match_torch() -> None:
         F.hardtanh(ag.zeros(2), 1.0, -1.0)
     with pytest.raises(ValueError, match="min_val cannot be greater than max_val"):
         TF.hardtanh(torch.zeros(2), 1.0, -1.0)
+
+
+INT_INPUT = [
+    ("hardsigmoid", lambda m, x: m.hardsigmoid(x)),
+    ("hardswish", lambda m, x: m.hardswish(x)),
+    ("hardshrink", lambda m, x: m.hardshrink(x)),
+    ("softshrink", lambda m, x: m.softshrink(x)),
+    ("selu", lambda m, x: m.selu(x)),
+    ("celu", lambda m, x: m.celu(x)),
+    ("logsigmoid", lambda m, x: m.logsigmoid(x)),
+    ("rrelu", lambda m, x: m.rrelu(x)),
+    ("glu", lambda m, x: m.glu(x)),
+    ("prelu", lambda m, x: m.prelu(x, x[:1])),
+    ("softmin", lambda m, x: m.softmin(x, 0)),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), INT_INPUT, ids=[n for n, _ in INT_INPUT])
+def test_integer_input_raises_as_torch(name: str, call: Any) -> None:
+    with pytest.raises(NotImplementedError) as want:
+        call(TF, torch.tensor([1, -2, 3, 4]))
+    with pytest.raises(NotImplementedError) as got:
+        call(F, ag.tensor([1, -2, 3, 4]))
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("name", ["relu6", "hardtanh", "tanhshrink", "softsign"])
+def test_integer_input_dtypes_as_torch(name: str) -> None:
+    x = np.array([-4, -1, 0, 2, 7])
+    oa, ot = getattr(F, name)(ag.tensor(x)), getattr(TF, name)(torch.tensor(x))
+    assert str(oa.dtype) == str(ot.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(oa.numpy(), ot.numpy(), rtol=1e-6)
+    out = F.softmin(ag.tensor(x), 0, dtype=ag.float64)
+    np.testing.assert_allclose(out.numpy(), TF.softmin(torch.tensor(x), 0, dtype=torch.float64))

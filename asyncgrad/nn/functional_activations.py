@@ -75,6 +75,8 @@ def hardtanh(
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 at the bounds, as torch's."""
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
+    if input.dtype == dtypes.bool_:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
     return _maybe_inplace(input, inplace, lambda x: _hardtanh(x, min_val, max_val))
 
 
@@ -95,6 +97,7 @@ def _hardsigmoid(x: Tensor) -> Tensor:
 
 def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
     """0 for ``x <= -3``, 1 for ``x >= 3``, else ``x / 6 + 1 / 2``."""
+    act.require_float(input, "hardsigmoid")
     return _maybe_inplace(input, inplace, _hardsigmoid)
 
 
@@ -108,6 +111,7 @@ def _hardswish(x: Tensor) -> Tensor:
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6`` (torch's gradient: ``x / 3 + 1 / 2`` on ``(-3, 3)``, 0 at -3
     and 1 at 3)."""
+    act.require_float(input, "hardswish")
     return _maybe_inplace(input, inplace, _hardswish)
 
 
@@ -118,6 +122,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     """``x - lambd * sign(x)`` where ``|x| > lambd``, else 0."""
+    act.require_float(input, "softshrink_check", device_suffix=False)
     if lambd < 0:
         big = "1.79769e+308" if input.dtype == dtypes.float64 else "3.40282e+38"
         name = {"float64": "Double", "float16": "Half"}.get(str(input.dtype), "Float")
@@ -145,11 +150,18 @@ def softmin(
     """``softmax(-x, dim)``; ``dim=None`` picks torch's implicit (deprecated) dim, warning."""
     if dim is None:
         dim = _softmax_dim("softmin", input.ndim)
-    return ops.softmax(ops.neg(input), dim, dtype=dtype)
+    if dtype is None:
+        last = input.ndim == 0 or dim % input.ndim == input.ndim - 1
+        kernel = "softmax_lastdim_kernel_impl" if last else "softmax_kernel_impl"
+        act.require_float(input, kernel, device_suffix=False)
+    else:
+        input = input.to(dtype)
+    return ops.softmax(ops.neg(input), dim)
 
 
 def logsigmoid(input: Tensor) -> Tensor:
     """``log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|))``, stable for every ``x``."""
+    act.require_float(input, "log_sigmoid")
     neg = ops.lt(input, 0)
     zero = _const(input, 0.0)
     lo = ops.where(neg, input, zero)  # min(x, 0)
@@ -161,6 +173,7 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)`` with ``a, b`` the halves of ``input`` along ``dim``."""
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
+    act.require_float(input, "glu")
     d = dim % input.ndim if -input.ndim <= dim < input.ndim else dim
     if not 0 <= d < input.ndim:
         raise IndexError(

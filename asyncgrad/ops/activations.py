@@ -93,6 +93,27 @@ def _float(x: Any) -> Tensor:
     return x if isinstance(x, Tensor) else creation.as_tensor(x)
 
 
+_TORCH_NAMES = {
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+    "uint16": "UInt16",
+    "uint32": "UInt32",
+    "uint64": "UInt64",
+}
+
+
+def require_float(x: Tensor, kernel: str, device_suffix: bool = True) -> None:
+    """torch's error for a floating-point kernel given an integer or bool tensor."""
+    if x.dtype.kind not in "fc":
+        name = _TORCH_NAMES.get(str(x.dtype), str(x.dtype))
+        where = f"{kernel}_{x.device.type}" if device_suffix else kernel
+        raise NotImplementedError(f"\"{where}\" not implemented for '{name}'")
+
+
 # ----------------------------------------------------------------------------- activations
 def elu_like(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
     """``scale * x`` where ``x > 0``, else ``scale * alpha * (exp(x * input_scale) - 1)``:
@@ -110,6 +131,7 @@ def celu(input: Tensor, alpha: float = 1.0) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     if alpha == 0:
         raise RuntimeError("ZeroDivisionError")
+    require_float(input, "elu")
     return elu_like(input, alpha, 1.0, 1.0 / alpha)
 
 
@@ -119,6 +141,7 @@ def celu_(input: Tensor, alpha: float = 1.0) -> Tensor:
 
 def selu(input: Tensor) -> Tensor:
     """``scale * elu(x, alpha)`` with SELU's fixed ``alpha`` and ``scale``."""
+    require_float(input, "elu")
     return elu_like(input, SELU_ALPHA, SELU_SCALE)
 
 
@@ -149,6 +172,7 @@ def rrelu(
             f"Lower bound should be less than or equal to the upper bound, but got lower={lower} "
             f"and upper={upper}"
         )
+    require_float(input, "leaky_relu")
     if not training:
         return leaky(input, (lower + upper) / 2)
     rng = _generator(generator).state(input.device)
@@ -185,6 +209,7 @@ def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
 
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     """``x`` where ``|x| > lambd``, else 0."""
+    require_float(input, "hardshrink")
     inside = pointwise.logical_and(pointwise.ge(input, -lambd), pointwise.le(input, lambd))
     return pointwise.where(inside, backend.scalar(0, input.dtype), input)
 
@@ -192,6 +217,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 def prelu(input: Tensor, weight: Tensor) -> Tensor:
     """``x`` where ``x > 0``, else ``weight * x``; ``weight`` holds one slope or one per channel
     (dim 1; an input of one dim is one channel's)."""
+    require_float(input, "prelu")
     n_w = weight.numel()
     if weight.ndim > 1:
         raise RuntimeError(
@@ -320,10 +346,12 @@ def pairwise_distance(
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """``sum(x1 * x2) / max(||x1|| * ||x2||, eps)`` along ``dim`` (the inputs broadcast)."""
     x1, x2 = _float(x1), _float(x2)
-    if x1.dtype.kind not in "fc":
-        x1 = x1.to(dtypes.get_default_dtype())
-    if x2.dtype.kind not in "fc":
-        x2 = x2.to(dtypes.get_default_dtype())
+    if x1.dtype.kind not in "fc" and x2.dtype.kind not in "fc":
+        common = max(x1.dtype, x2.dtype, key=lambda d: (d.itemsize, d.kind != "b"))
+        name = _TORCH_NAMES.get(str(common), str(common))
+        raise RuntimeError(
+            f"expected common dtype to be floating point, yet common dtype is {name}"
+        )
     x1b, x2b = x1, x2
     if x1.shape != x2.shape:
         out = backend.broadcast_shapes(tuple(x1.shape), tuple(x2.shape))
