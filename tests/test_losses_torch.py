@@ -641,3 +641,91 @@ def test_linear_cross_entropy_options_as_torch() -> None:
         lt = TF.linear_cross_entropy(torch.tensor(x), torch.tensor(w), torch.tensor(y), options=to)
     la = F.linear_cross_entropy(ag.tensor(x), ag.tensor(w), ag.tensor(y), options=o)
     np.testing.assert_allclose(la.numpy(), lt.numpy(), rtol=1e-10)
+
+
+def _long(lib: Any, *shape: int, fill: int = 0) -> Any:
+    return lib.full(shape, fill, dtype=lib.int64)
+
+
+# The same call on each library must raise the same exception with the same message.
+SAME_ERROR: list[tuple[str, Callable[[Any, Any], Any]]] = [
+    ("huber_delta", lambda lib, m: m.huber_loss(lib.zeros(2), lib.zeros(2), delta=0.0)),
+    (
+        "multilabel_target_size",
+        lambda lib, m: m.multilabel_margin_loss(lib.zeros(2, 3), _long(lib, 2, 2)),
+    ),
+    (
+        "multilabel_target_range",
+        lambda lib, m: m.multilabel_margin_loss(lib.zeros(2, 3), _long(lib, 2, 3, fill=5)),
+    ),
+    (
+        "multi_margin_target_size",
+        lambda lib, m: m.multi_margin_loss(lib.zeros(2, 3), _long(lib, 3)),
+    ),
+    (
+        "multi_margin_target_range",
+        lambda lib, m: m.multi_margin_loss(lib.zeros(2, 3), _long(lib, 2, fill=3)),
+    ),
+    ("multi_margin_3d", lambda lib, m: m.multi_margin_loss(lib.zeros(2, 3, 1), _long(lib, 2))),
+    ("cdist_int", lambda lib, m: lib.cdist(_long(lib, 2, 2), _long(lib, 2, 2))),
+    ("rrelu_bounds", lambda lib, m: lib.rrelu(lib.zeros(2), 0.5, 0.1, True)),
+    ("celu_alpha_0", lambda lib, m: lib.celu(lib.zeros(2), 0.0)),
+    ("prelu_2d_weight", lambda lib, m: lib.prelu(lib.zeros(2, 3), lib.ones(1, 3))),
+    (
+        "gaussian_reduction",
+        lambda lib, m: m.gaussian_nll_loss(lib.zeros(2), lib.zeros(2), lib.ones(2), reduction="x"),
+    ),
+    (
+        "ctc_target_lengths",
+        lambda lib, m: m.ctc_loss(
+            m.log_softmax(lib.zeros(4, 2, 3), -1),
+            _long(lib, 2, 1, fill=1),
+            lib.tensor([4, 4]),
+            lib.tensor([1]),
+        ),
+    ),
+    (
+        "ctc_concatenated_size",
+        lambda lib, m: m.ctc_loss(
+            m.log_softmax(lib.zeros(4, 2, 3), -1),
+            _long(lib, 1, fill=1),
+            lib.tensor([4, 4]),
+            lib.tensor([1, 1]),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), SAME_ERROR, ids=[n for n, _ in SAME_ERROR])
+def test_errors_are_torchs(name: str, call: Any) -> None:
+    with pytest.raises(Exception) as want:  # noqa: PT011 - any type: torch's is the reference
+        call(torch, TF)
+    with pytest.raises(type(want.value)) as got:
+        call(ag, F)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("target_shape", [(), (1,)])
+def test_margin_losses_of_one_sample_keep_torchs_shapes(target_shape: tuple[int, ...]) -> None:
+    x, y = RNG.standard_normal(4), np.full(target_shape, 2)
+    for fa, ft in ((F.multi_margin_loss, TF.multi_margin_loss),):
+        la = fa(ag.tensor(x), ag.tensor(y), reduction="none")
+        lt = ft(torch.tensor(x), torch.tensor(y), reduction="none")
+        assert tuple(la.shape) == tuple(lt.shape)
+        np.testing.assert_allclose(la.numpy(), lt.numpy())
+    la = F.multilabel_margin_loss(ag.tensor(x), ag.tensor([2, 0, -1, 1]), reduction="none")
+    lt = TF.multilabel_margin_loss(torch.tensor(x), torch.tensor([2, 0, -1, 1]), reduction="none")
+    assert tuple(la.shape) == tuple(lt.shape) == ()
+    # an empty batch: 0 (torch's "mean" here reads uninitialised memory)
+    assert F.multilabel_margin_loss(ag.zeros(0, 3), _long(ag, 0, 3)).item() == 0.0
+    assert F.multi_margin_loss(ag.zeros(0, 3), _long(ag, 0)).item() == 0.0
+
+
+def test_ctc_takes_float_labels_as_torch() -> None:
+    lp = F.log_softmax(ag.tensor(RNG.standard_normal((5, 2, 3))), -1)
+    lpt = torch.tensor(lp.numpy())
+    args = ([[1.0, 2.0], [2.0, 2.0]], [5, 5], [2, 2])
+    np.testing.assert_allclose(
+        F.ctc_loss(lp, *(ag.tensor(a) for a in args)).numpy(),
+        TF.ctc_loss(lpt, *(torch.tensor(a) for a in args)).numpy(),
+    )

@@ -213,11 +213,16 @@ def multilabel_soft_margin_loss(
     return act.apply_reduction(loss, red)
 
 
+def _empty_mean(reduction: str, n: int) -> str:
+    """An empty batch's "mean" is 0 (torch's margin losses), not the mean of nothing."""
+    return "sum" if reduction == "mean" and n == 0 else reduction
+
+
 def _as_2d(input: Tensor, what: str) -> Tensor:
     if input.ndim > 2:
         raise RuntimeError(
             f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
-            f"{_size(input)}"
+            f"{list(input.shape)}"
         )
     return ops.reshape(input, (1, -1)) if input.ndim < 2 else input
 
@@ -244,7 +249,7 @@ def multilabel_margin_loss(
     # valid[n, j]: slot j is a label (before the first -1)
     valid = xp.cumprod((ta != -1).astype("int64"), axis=1).astype(bool)
     if bool(((ta < -1) | (ta >= c)).any()):
-        raise RuntimeError(f"target out of range: must be in [-1, {c - 1}]")
+        raise RuntimeError("argument #2 'target' is out of range")
     safe = xp.where(valid, ta, 0)
     is_target = xp.zeros((n, c), dtype=bool)
     rows = xp.broadcast_to(xp.arange(n).reshape(-1, 1), (n, c))
@@ -256,7 +261,7 @@ def multilabel_margin_loss(
     loss = ops.div(ops.sum(hinge, dim=(1, 2)), c)
     if input.ndim < 2 and red == "none":
         loss = ops.reshape(loss, ())
-    return act.apply_reduction(loss, red)
+    return act.apply_reduction(loss, _empty_mean(red, n))
 
 
 def multi_margin_loss(
@@ -277,9 +282,12 @@ def multi_margin_loss(
     n, c = x.shape
     xp = backend.namespace(x._array)
     ta = xp.asarray(arr(_t(target))).reshape(-1).astype("int64")
-    if ta.shape[0] != n:
+    t_shape = list(arr(_t(target)).shape)
+    if ta.shape[0] != n or len(t_shape) > 1:
         raise RuntimeError(
-            f"inconsistent target size, expected {n} but got {list(arr(_t(target)).shape)}"
+            "multi_margin_loss: target tensor should be 1-D with size equal to the number of "
+            f"input samples (batch size). Expected target size [{n}], but got {t_shape}. Input "
+            f"has shape {list(input.shape)}."
         )
     if ta.size and bool(((ta < 0) | (ta >= c)).any()):
         raise RuntimeError("target out of range")
@@ -295,8 +303,8 @@ def multi_margin_loss(
         h = ops.mul(h, ops.unsqueeze(ops.index_select(w, 0, ops.wrap(ta)), 1))
     loss = ops.div(ops.sum(h, dim=1), c)
     if input.ndim < 2 and red == "none":
-        loss = ops.reshape(loss, ())
-    return act.apply_reduction(loss, red)
+        loss = ops.reshape(loss, tuple(t_shape))
+    return act.apply_reduction(loss, _empty_mean(red, n))
 
 
 def margin_ranking_loss(

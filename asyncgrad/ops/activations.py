@@ -130,7 +130,7 @@ def elu_like(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1
 def celu(input: Tensor, alpha: float = 1.0) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     if alpha == 0:
-        raise RuntimeError("ZeroDivisionError")
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
     require_float(input, "elu")
     return elu_like(input, alpha, 1.0, 1.0 / alpha)
 
@@ -168,10 +168,7 @@ def rrelu(
     """Leaky ReLU with a random slope per element, drawn uniformly from ``[lower, upper]`` in
     training, and the fixed slope ``(lower + upper) / 2`` otherwise."""
     if lower > upper:
-        raise RuntimeError(
-            f"Lower bound should be less than or equal to the upper bound, but got lower={lower} "
-            f"and upper={upper}"
-        )
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
     require_float(input, "leaky_relu")
     if not training:
         return leaky(input, (lower + upper) / 2)
@@ -397,12 +394,12 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: Any = None) -> T
         raise RuntimeError(
             f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}"
         )
-    if x1.dtype.kind != "f" or x2.dtype.kind != "f":
-        raise RuntimeError(
-            f"cdist only supports floating-point dtypes, X1 got: {x1.dtype}"
-            if x1.dtype.kind != "f"
-            else f"cdist only supports floating-point dtypes, X2 got: {x2.dtype}"
-        )
+    for name, x in (("X1", x1), ("X2", x2)):
+        if x.dtype.kind != "f":
+            raise RuntimeError(
+                f"cdist only supports floating-point dtypes, {name} got: "
+                f"{_TORCH_NAMES.get(str(x.dtype), str(x.dtype))}"
+            )
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
     d = pointwise.sub(shape.unsqueeze(x1, -2), shape.unsqueeze(x2, -3))
@@ -421,12 +418,8 @@ def binary_cross_entropy_with_logits(
     pos_weight: Any = None,
     reduction: Any = 1,
 ) -> Tensor:
-    """torch-level ``binary_cross_entropy_with_logits`` (``pos_weight`` before ``reduction``)."""
-    tshape = tuple(getattr(arr(target), "shape", ()))
-    if tshape != tuple(input.shape):
-        raise ValueError(
-            f"Target size ({tshape}) must be the same as input size ({tuple(input.shape)})"
-        )
+    """torch-level ``binary_cross_entropy_with_logits`` (``pos_weight`` before ``reduction``;
+    the target broadcasts, where ``F``'s insists on the input's shape)."""
     loss = pointwise.binary_cross_entropy_with_logits(input, target, weight, pos_weight)
     return apply_reduction(loss, reduction)
 
@@ -622,13 +615,16 @@ def ctc_loss(
     red = reduction_name(reduction)
     batched = log_probs.ndim == 3
     if log_probs.ndim not in (2, 3):
-        raise RuntimeError(f"ctc_loss: expected log_probs to be 2-D or 3-D, got {log_probs.ndim}-D")
+        raise RuntimeError(
+            f"Expected 3-dimensional tensor, but got {log_probs.ndim}-dimensional tensor for "
+            "argument #1 'log_probs' (while checking arguments for ctc_loss_allocate_outputs)"
+        )
     lp = log_probs if batched else shape.unsqueeze(log_probs, 1)
     t_max, n, c = lp.shape
     xp = backend.namespace(lp._array)
     ta = xp.asarray(arr(targets))
-    if ta.dtype.kind not in "iu":
-        raise RuntimeError(f"ctc_loss: expected targets to be an integer tensor, got {ta.dtype}")
+    if ta.dtype.kind not in "iu":  # torch takes float labels too, as their integer values
+        ta = ta.astype(dtypes.int64)
     if not batched and ta.ndim == 1:
         ta = ta.reshape(1, -1)
     in_len = _lengths(input_lengths, "input_lengths", n)
@@ -644,10 +640,11 @@ def ctc_loss(
     s_max = max(tg_len, default=0)
     # the targets as a padded (N, S) array
     if ta.ndim == 1 and batched:
-        if ta.shape[0] < sum(tg_len):
+        if ta.shape[0] != sum(tg_len):
             raise RuntimeError(
-                f"Expected tensor to have size at least {sum(tg_len)} at dimension 0, but got "
-                f"size {ta.shape[0]} for argument #2 'targets'"
+                f"Expected tensor to have size {sum(tg_len)} at dimension 0, but got size "
+                f"{ta.shape[0]} for argument #2 'targets' (while checking arguments for "
+                "ctc_loss_allocate_outputs)"
             )
         offsets = [0]
         for v in tg_len[:-1]:
