@@ -359,6 +359,16 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     return reduce.sum(pointwise.mul(pointwise.div(x1b, n1), pointwise.div(x2b, n2)), dim)
 
 
+def _distance(d: Tensor, p: float, dim: int) -> Tensor:
+    """``norm(d, p, dim)``; for ``p = 0`` (a count, no gradient) still in the graph, with the
+    zero gradient torch's pdist and cdist give."""
+    out = reduce.norm(d, p, dim)
+    if p == 0 and d.requires_grad:
+        keep = backend.namespace(out._array).ones(out.shape, dtype=bool)
+        out = pointwise.where(wrap(keep), out, reduce.sum(d, dim))
+    return out
+
+
 def _row_pairs(n: int, like: Any) -> tuple[Tensor, Tensor]:
     """The row indices ``(i, j)``, ``i < j``, in torch's pdist order (on ``like``'s device)."""
     xp = backend.namespace(like)
@@ -378,7 +388,7 @@ def pdist(input: Tensor, p: float = 2) -> Tensor:
         raise RuntimeError("pdist only supports non-negative p values")
     i, j = _row_pairs(input.shape[0], input._array)
     d = pointwise.sub(index_select(input, 0, i), index_select(input, 0, j))
-    return reduce.norm(d, p, 1)
+    return _distance(d, p, 1)
 
 
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: Any = None) -> Tensor:
@@ -403,7 +413,7 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: Any = None) -> T
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
     d = pointwise.sub(shape.unsqueeze(x1, -2), shape.unsqueeze(x2, -3))
-    return reduce.norm(d, p, -1)
+    return _distance(d, p, -1)
 
 
 # ----------------------------------------------------------------------------- losses
