@@ -110,6 +110,11 @@ def test_values_and_gradients_match_torch_at_kinks(name: str, fa: Any, ft: Any) 
 @pytest.mark.parametrize(("name", "fa", "ft"), ELEMENTWISE, ids=IDS)
 def test_values_match_torch_at_nan_inf_and_empty(name: str, fa: Any, ft: Any) -> None:
     _compare(fa, ft, NONFINITE, grad=False)
+    # gradients at NaN and +-inf under a unit output gradient
+    a, t = ag.tensor(NONFINITE, requires_grad=True), torch.tensor(NONFINITE, requires_grad=True)
+    (ga,) = ag.autograd.grad(fa(a).sum(), a)
+    (gt,) = torch.autograd.grad(ft(t).sum(), t)
+    np.testing.assert_allclose(ga.numpy(), gt.numpy(), rtol=_rtol(name), equal_nan=True)
     _compare(fa, ft, np.zeros((0, 3)), grad=False)
     _compare(fa, ft, np.array(-0.7), grad_rtol=_rtol(name))
 

@@ -90,9 +90,11 @@ def relu6(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def _hardsigmoid(x: Tensor) -> Tensor:
-    mid = ops.add(ops.div(x, 6.0), 0.5)
-    out = ops.where(ops.ge(x, 3.0), _const(x, 1.0), mid)
-    return ops.where(ops.le(x, -3.0), _const(x, 0.0), out)
+    # torch's gradient: 1/6 strictly inside (-3, 3), else 0 (NaN included: its value stays NaN)
+    inside = ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0))
+    outside = ops.where(ops.le(x, -3.0), _const(x, 0.0), x.detach())
+    outside = ops.where(ops.ge(x, 3.0), _const(x, 1.0), outside)
+    return ops.where(inside, ops.add(ops.div(x, 6.0), 0.5), outside)
 
 
 def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
@@ -102,10 +104,14 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def _hardswish(x: Tensor) -> Tensor:
-    mid = ops.div(ops.mul(x, ops.add(x, 3.0)), 6.0)
-    out = ops.where(ops.lt(x, 3.0), mid, x)
-    # x * 0 below -3: -inf gives NaN, as torch's x * relu6(x + 3) / 6
-    return ops.where(ops.le(x, -3.0), ops.mul(x, 0.0), out)
+    # The middle branch reads x only inside (-3, 3), so an infinite x gives no NaN gradient
+    # through it; beyond 3 (and at NaN) x itself, at or below -3 x * 0 (NaN at -inf, as torch's
+    # x * relu6(x + 3) / 6).
+    inside = ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0))
+    xs = ops.where(inside, x, _const(x, 0.0))
+    mid = ops.div(ops.mul(xs, ops.add(xs, 3.0)), 6.0)
+    outside = ops.where(ops.le(x, -3.0), ops.mul(x, 0.0), x)
+    return ops.where(inside, mid, outside)
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
