@@ -246,6 +246,16 @@ def test_cdist_errors_as_torch() -> None:
         torch.cdist(torch.zeros(2, 3), torch.zeros(2, 4))
     with pytest.raises(RuntimeError, match="cdist only supports at least 2D tensors, X1 got: 1D"):
         ag.cdist(ag.zeros(3), ag.zeros(2, 3))
+    for lib in (ag, torch):
+        with pytest.raises(ValueError, match="bad is not a valid value for compute_mode"):
+            lib.cdist(lib.zeros(2, 3), lib.zeros(2, 3), compute_mode="bad")
+    x1, x2 = RNG.standard_normal((30, 3)), RNG.standard_normal((40, 3))  # torch's mm path
+    for mode in ("use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+        np.testing.assert_allclose(
+            ag.cdist(ag.tensor(x1), ag.tensor(x2), compute_mode=mode).numpy(),
+            torch.cdist(torch.tensor(x1), torch.tensor(x2), compute_mode=mode).numpy(),
+            rtol=1e-9,
+        )
 
 
 @pytest.mark.parametrize(("p", "dim"), [(2.0, 1), (1.0, 0), (3.0, -1), (float("inf"), 1)])

@@ -391,9 +391,24 @@ def pdist(input: Tensor, p: float = 2) -> Tensor:
     return _distance(d, p, 1)
 
 
-def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: Any = None) -> Tensor:
+_CDIST_MODES = (
+    "use_mm_for_euclid_dist_if_necessary",
+    "use_mm_for_euclid_dist",
+    "donot_use_mm_for_euclid_dist",
+)
+
+
+def cdist(
+    x1: Tensor,
+    x2: Tensor,
+    p: float = 2.0,
+    compute_mode: str = "use_mm_for_euclid_dist_if_necessary",
+) -> Tensor:
     """The ``p``-norm distances between each row of ``x1`` (B.., P, M) and each row of ``x2``
-    (B.., R, M): shape (B.., P, R), computed directly (torch's exact, non-mm mode)."""
+    (B.., R, M): shape (B.., P, R). Every ``compute_mode`` computes the differences directly
+    (torch's exact mode; its matrix-product modes differ from it by rounding)."""
+    if compute_mode not in _CDIST_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     if x1.ndim < 2 or x2.ndim < 2:
         raise RuntimeError(
             f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D"
