@@ -10,8 +10,9 @@ from .registry import defvjp
 __all__: list[str] = []
 
 # torch's EPSILON in binary_cross_entropy_backward: the denominator x (1 - x) is clamped to it,
-# so a saturated probability (x = 0 or 1, as float32 sigmoids give) has a finite gradient.
-_BCE_EPS = 1e-12
+# so a saturated probability (x = 0 or 1, as float32 sigmoids give) has a finite gradient. torch
+# writes it as the float 1e-12f in every dtype; so does this.
+_BCE_EPS = float(xp.float32(1e-12))
 
 
 def _bce_grad_input(g: Any, x: Any, t: Any, w: Any) -> Any:
