@@ -379,7 +379,23 @@ def _row_pairs(n: int, like: Any) -> tuple[Tensor, Tensor]:
 
 def pdist(input: Tensor, p: float = 2) -> Tensor:
     """The ``p``-norm distances between the rows of ``input`` (N, M), pairs ``i < j`` in
-    row-major order: ``N (N - 1) / 2`` values."""
+    row-major order: ``N (N - 1) / 2`` values.
+
+    Args:
+        input: a floating-point (N, M) tensor.
+        p: the norm's order (``p >= 0``; ``inf`` the largest difference).
+
+    Returns:
+        A 1-D tensor of ``N (N - 1) / 2`` distances.
+
+    Raises:
+        RuntimeError: for an input that is not 2-D or not floating point, or ``p < 0``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> ag.pdist(ag.tensor([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]])).tolist()
+        [5.0, 10.0, 5.0]
+    """
     if input.ndim != 2:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
     if input.dtype.kind != "f":
@@ -406,7 +422,26 @@ def cdist(
 ) -> Tensor:
     """The ``p``-norm distances between each row of ``x1`` (B.., P, M) and each row of ``x2``
     (B.., R, M): shape (B.., P, R). Every ``compute_mode`` computes the differences directly
-    (torch's exact mode; its matrix-product modes differ from it by rounding)."""
+    (torch's exact mode; its matrix-product modes differ from it by rounding).
+
+    Args:
+        x1: a floating-point (B.., P, M) tensor.
+        x2: a floating-point (B.., R, M) tensor; the batch dims broadcast.
+        p: the norm's order (``p >= 0``).
+        compute_mode: torch's choice of algorithm, checked and otherwise ignored.
+
+    Returns:
+        The (B.., P, R) distances.
+
+    Raises:
+        RuntimeError: for inputs of fewer than 2 dims, unequal ``M``, integer dtypes or ``p < 0``.
+        ValueError: for an unknown ``compute_mode``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> ag.cdist(ag.tensor([[0.0, 0.0]]), ag.tensor([[3.0, 4.0], [1.0, 0.0]])).tolist()
+        [[5.0, 1.0]]
+    """
     if compute_mode not in _CDIST_MODES:
         raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     if x1.ndim < 2 or x2.ndim < 2:
@@ -636,7 +671,31 @@ def ctc_loss(
 ) -> Tensor:
     """The connectionist temporal classification loss of ``log_probs`` (T, N, C), or (T, C)
     unbatched, against ``targets``: padded (N, S) or concatenated (sum(target_lengths)).
-    See NOTE [CTC in log space]."""
+    See NOTE [CTC in log space].
+
+    Args:
+        log_probs: log-probabilities over the C classes per frame (a log_softmax's output).
+        targets: the label sequences (class indices other than ``blank``).
+        input_lengths: the frames of each sample (a tensor or a sequence of ints).
+        target_lengths: the labels of each sample.
+        blank: the blank class.
+        reduction: ATen's int (0 none, 1 mean, 2 sum) or its name; "mean" divides each
+            sample's loss by its target length, then averages.
+        zero_infinity: give 0 (and a zero gradient) for targets no alignment reaches.
+
+    Returns:
+        The loss: per sample with "none", else a scalar.
+
+    Raises:
+        RuntimeError: for lengths that do not fit ``log_probs`` or ``targets``, or a ``blank``
+            outside the classes.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> lp = ag.full((2, 1, 2), 0.5).log()  # two frames, classes {blank, 1}
+        >>> round(ag.ctc_loss(lp, ag.tensor([[1]]), [2], [1], reduction=2).item(), 4)
+        0.2877
+    """
     red = reduction_name(reduction)
     batched = log_probs.ndim == 3
     if log_probs.ndim not in (2, 3):
