@@ -494,6 +494,10 @@ from . import fft, special  # noqa: E402
 __all__ += ["fft", "special"]
 
 # ----- section H5: activations and losses -----
+from .ops import activations as _activations  # noqa: E402
+from .ops.activations import *  # noqa: E402, F403
+
+__all__ += _activations.__all__
 # ----- end of section H5 -----
 
 # ----- section H6: convolution, pooling, padding, upsampling -----

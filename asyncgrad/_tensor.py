@@ -1955,6 +1955,12 @@ class Tensor:
     # ----- end of section H4 -----
 
     # ----- section H5 -----
+    def hardshrink(self, lambd: _float = 0.5) -> Tensor:
+        return _ops.activations.hardshrink(self, lambd)
+
+    def prelu(self, weight: Tensor) -> Tensor:
+        return _ops.activations.prelu(self, weight)
+
     # ----- end of section H5 -----
 
     # ----- section H6 -----

@@ -103,6 +103,61 @@ from .layers import __all__ as _layers_all  # noqa: E402
 __all__ += _layers_all
 
 # ----- section H5: activations and losses -----
+from .activation import (  # noqa: E402
+    CELU,
+    GLU,
+    SELU,
+    AlphaDropout,
+    CosineSimilarity,
+    Dropout1d,
+    Dropout2d,
+    Dropout3d,
+    FeatureAlphaDropout,
+    Hardshrink,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LogSigmoid,
+    PairwiseDistance,
+    PReLU,
+    ReLU6,
+    RReLU,
+    Softmax2d,
+    Softmin,
+    Softplus,
+    Softshrink,
+    Softsign,
+    Tanhshrink,
+    Threshold,
+)
+
+__all__ += [
+    "CELU",
+    "GLU",
+    "SELU",
+    "AlphaDropout",
+    "CosineSimilarity",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "FeatureAlphaDropout",
+    "Hardshrink",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "LogSigmoid",
+    "PReLU",
+    "PairwiseDistance",
+    "RReLU",
+    "ReLU6",
+    "Softmax2d",
+    "Softmin",
+    "Softplus",
+    "Softshrink",
+    "Softsign",
+    "Tanhshrink",
+    "Threshold",
+]
 # ----- end of section H5 -----
 
 # ----- section H6: convolution, pooling, padding, upsampling -----
