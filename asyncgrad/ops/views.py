@@ -1082,6 +1082,14 @@ def scatter(
         raise RuntimeError(
             f"reduce argument must be either add or multiply. Got {reduce}"
         )
+    if isinstance(src, Tensor):
+        warnings.warn(
+            "The reduce argument of torch.scatter with Tensor src is deprecated and will be "
+            "removed in a future PyTorch release. Use torch.scatter_reduce instead for more "
+            "reduction options.",
+            UserWarning,
+            stacklevel=2,
+        )
     if not isinstance(part, Tensor):
         part = expand(to(asarray(part), input.dtype), tuple(idx[0].shape) if idx[0] is not Ellipsis else ())
         part = contiguous(part)
@@ -1191,9 +1199,17 @@ def _index_along(input: Tensor, dim: int, index: Any, name: str) -> tuple[int, A
     ia = _on_device_of((ia.reshape(-1),), xa)[0]
     d = norm_dim(int(dim), xa.ndim)
     n = xa.shape[d] if xa.ndim else 1
-    if ia.size and bool(((ia < -n) | (ia >= n)).any()):
-        bad = int(ia[(ia < -n) | (ia >= n)].ravel()[0])
-        raise IndexError(f"index out of range in self (index {bad} for dimension {d} of size {n})")
+    lo = -n if name == "index_fill" else 0  # as torch: only index_fill takes negative indices
+    if ia.size and bool(((ia < lo) | (ia >= n)).any()):
+        bad = int(ia[(ia < lo) | (ia >= n)].ravel()[0])
+        what = f"index {bad} is out of bounds for dimension {d} with size {n}"
+        if name == "index_add":
+            raise RuntimeError(what)
+        if name == "index_copy":
+            raise IndexError(f"index_copy_(): {what}")
+        if name == "index_fill":
+            raise IndexError(what)
+        raise IndexError(f"index out of range in self ({what})")
     return d, ia
 
 
