@@ -29,6 +29,15 @@ IDX = _i([0, 1, 2, 0], [2, 0, 0, 1])  # rows: a permutation-free scatter along d
 UNIQ = _i([0, 1, 2, 0], [2, 0, 1, 1])  # unique positions per column along dim 0
 TIES = np.array([[1.0, 2.0, 2.0], [2.0, 1.0, 0.0], [2.0, 3.0, 0.0]])
 
+
+def _scatter_reduce(red: str, inc: bool) -> Callable[..., Any]:
+    return lambda L, x, s, i: L.scatter_reduce(x, 0, i, s, red, include_self=inc)
+
+
+def _index_reduce(red: str, inc: bool) -> Callable[..., Any]:
+    return lambda L, x, s, i: L.index_reduce(x, 1, i, s, red, include_self=inc)
+
+
 CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
     "scatter_src": (
         lambda L, x, s, i: L.scatter(x, 0, i, s),
@@ -48,13 +57,17 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
         lambda L, x, i: L.scatter(x, 0, i, 2.0, reduce="multiply"),
         [_r(3, 4), IDX[:2]],
     ),
-    "scatter_neg_dim": (lambda L, x, s, i: L.scatter(x, -1, i, s), [_r(2, 3), _r(2, 3), _i([2, 1, 0], [0, 2, 1])]),
-    "scatter_0d": (lambda L, x, s, i: L.scatter(x, 0, i, s), [np.array(1.0), np.array(2.0), np.array(0)]),
+    "scatter_neg_dim": (
+        lambda L, x, s, i: L.scatter(x, -1, i, s),
+        [_r(2, 3), _r(2, 3), _i([2, 1, 0], [0, 2, 1])],
+    ),
+    "scatter_0d": (
+        lambda L, x, s, i: L.scatter(x, 0, i, s),
+        [np.array(1.0), np.array(2.0), np.array(0)],
+    ),
     **{
         f"scatter_reduce_{red}_{inc}": (
-            (lambda red, inc: lambda L, x, s, i: L.scatter_reduce(
-                x, 0, i, s, red, include_self=inc
-            ))(red, inc),
+            _scatter_reduce(red, inc),
             [_r(3, 4), _r(2, 4), IDX],
         )
         for red in ("sum", "prod", "mean", "amax", "amin")
@@ -75,6 +88,10 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
             np.array([[3.0, 0.0], [0.0, 0.0], [2.0, 0.5]]),
             _i([0, 1], [1, 0], [0, 0]),
         ],
+    ),
+    "scatter_reduce_max_alias": (
+        lambda L, x, s, i: L.scatter_reduce(x, 0, i, s, "max", include_self=False),
+        [_r(3), _r(3), _i(0, 1, 1)],
     ),
     "scatter_reduce_int_mean": (
         lambda L, x, s, i: L.scatter_reduce(x, 0, i, s, "mean"),
@@ -102,9 +119,7 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
     ),
     **{
         f"index_reduce_{red}_{inc}": (
-            (lambda red, inc: lambda L, x, s, i: L.index_reduce(
-                x, 1, i, s, red, include_self=inc
-            ))(red, inc),
+            _index_reduce(red, inc),
             [_r(2, 3), _r(2, 4), _i(0, 2, 0, 2)],
         )
         for red in ("prod", "mean", "amax", "amin")
@@ -178,11 +193,16 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
 }
 
 
-# torch differentiates neither scatter's ``reduce=`` nor an index smaller than src, and its
+# torch differentiates neither scatter's ``reduce=``, nor scatter_reduce's "max"/"min" spellings,
+# nor an index smaller than src, and its
 # as_strided_scatter gives self a wrong gradient (the scattered region's, not the rest's): these
 # compare values here and gradients by finite differences (test_gradcheck).
 NO_TORCH_GRAD = {
-    "scatter_add_reduce", "scatter_multiply", "scatter_src_small_index", "as_strided_scatter"
+    "scatter_add_reduce",
+    "scatter_multiply",
+    "scatter_src_small_index",
+    "as_strided_scatter",
+    "scatter_reduce_max_alias",
 }
 
 
@@ -195,12 +215,28 @@ def test_matches_torch(name: str) -> None:
 
 
 GRADCHECK = [
-    "scatter_src", "scatter_value", "scatter_reduce_sum_False", "scatter_reduce_prod_True",
-    "scatter_reduce_prod_False", "scatter_reduce_mean_False", "scatter_reduce_amax_True",
-    "scatter_reduce_amin_False", "index_add_alpha", "index_copy", "index_put_accumulate",
-    "index_reduce_mean_True", "index_reduce_prod_False", "masked_scatter", "put_accumulate",
-    "diagonal_scatter_off", "as_strided_scatter", "scatter_reduce_inplace", "fill_diagonal",
-    "scatter_add_reduce", "scatter_multiply", "scatter_src_small_index",
+    "scatter_src",
+    "scatter_value",
+    "scatter_reduce_sum_False",
+    "scatter_reduce_prod_True",
+    "scatter_reduce_prod_False",
+    "scatter_reduce_mean_False",
+    "scatter_reduce_amax_True",
+    "scatter_reduce_amin_False",
+    "index_add_alpha",
+    "index_copy",
+    "index_put_accumulate",
+    "index_reduce_mean_True",
+    "index_reduce_prod_False",
+    "masked_scatter",
+    "put_accumulate",
+    "diagonal_scatter_off",
+    "as_strided_scatter",
+    "scatter_reduce_inplace",
+    "fill_diagonal",
+    "scatter_add_reduce",
+    "scatter_multiply",
+    "scatter_src_small_index",
 ]
 GRADGRAD = {"scatter_reduce_prod_True", "scatter_reduce_amax_True", "index_reduce_prod_False"}
 

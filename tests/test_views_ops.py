@@ -59,7 +59,9 @@ def compare(
     if not wants or not pairs:
         return
     ws = [rng.standard_normal(tuple(y.shape)) for _, y in pairs]
-    a_loss = sum(((x * ag.tensor(w)).sum() for (x, _), w in zip(pairs, ws, strict=True)), ag.zeros(()))
+    a_loss = sum(
+        ((x * ag.tensor(w)).sum() for (x, _), w in zip(pairs, ws, strict=True)), ag.zeros(())
+    )
     t_loss = sum(
         ((y * torch.tensor(w)).sum() for (_, y), w in zip(pairs, ws, strict=True)), torch.zeros(())
     )
@@ -211,9 +213,21 @@ def test_matches_torch(name: str) -> None:
 
 
 GRADCHECK = [
-    "movedim_tuple", "tensor_split_idx", "rot90", "diag_vec_off", "diag_embed_dims", "block_diag",
-    "meshgrid_xy", "combinations", "take", "take_along_dim_bcast", "unfold_step",
-    "as_strided_overlap", "repeat_interleave_tensor", "masked_select", "sum_to_size",
+    "movedim_tuple",
+    "tensor_split_idx",
+    "rot90",
+    "diag_vec_off",
+    "diag_embed_dims",
+    "block_diag",
+    "meshgrid_xy",
+    "combinations",
+    "take",
+    "take_along_dim_bcast",
+    "unfold_step",
+    "as_strided_overlap",
+    "repeat_interleave_tensor",
+    "masked_select",
+    "sum_to_size",
 ]
 
 

@@ -225,13 +225,13 @@ def logspace(
         raise RuntimeError("number of steps must be non-negative")
     exps = backend.linspace(start, end, steps, dtypes.float64)
     dt = _dt(dtype)
-    vals = (float(base) ** exps).astype(dt) if dt.kind == "f" else (float(base) ** exps).astype(dt)
+    vals = (float(base) ** exps).astype(dt)
     return _finish(vals, device, requires_grad)
 
 
 def range_(
-    start: Any = 0,
-    end: Any = None,
+    start: Any,
+    end: Any,
     step: Any = 1,
     *,
     dtype: Any = None,
@@ -247,13 +247,11 @@ def range_(
         UserWarning,
         stacklevel=2,
     )
-    if end is None:
-        start, end = 0, start
     if step == 0:
         raise RuntimeError("step must be nonzero")
     if (step > 0 and start > end + 0.0) or (step < 0 and start < end):
         raise RuntimeError("upper bound and larger bound inconsistent with step sign")
-    n = int(math.floor((end - start) / step)) + 1
+    n = math.floor((end - start) / step) + 1
     dt = _dt(dtype)
     vals = (backend.arange(0, n, 1, dtypes.float64) * step + start).astype(dt)
     return _finish(vals, device, requires_grad)

@@ -10,7 +10,6 @@ rule (rules/shape_index.py).
 from __future__ import annotations
 
 import builtins
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +26,8 @@ from .creation import (
     empty_permuted,
     empty_strided,
     frombuffer,
-    is_nonzero,
     is_floating_point,
+    is_nonzero,
     is_same_size,
     is_storage,
     is_tensor,
@@ -47,14 +46,14 @@ from .index import (
     getitem,
     index_add_zeros,
     norm_dim,
-    scatter_add,
+)
+from .index import (
     take as _take_idx,
 )
 from .inplace import inplace
 from .pointwise import add, div, floor_divide, mul, where
 from .reduce import sum
 from .shape import (
-    _view_op,
     cat,
     expand,
     flatten,
@@ -77,13 +76,13 @@ from .shape import (
 from .sorting import nonzero
 
 __all__ = [
+    "alias_copy",
     "argwhere",
     "as_strided",
     "as_strided_",
     "as_strided_copy",
     "as_strided_scatter",
     "asarray",
-    "alias_copy",
     "atleast_1d",
     "atleast_2d",
     "atleast_3d",
@@ -256,7 +255,8 @@ def atleast_2d(*tensors: Any) -> Any:
 
 
 def atleast_3d(*tensors: Any) -> Any:
-    """Each tensor with at least 3 dims (``(n,)`` becomes ``(1, n, 1)``, ``(m, n)`` ``(m, n, 1)``)."""
+    """Each tensor with at least 3 dims (``(n,)`` becomes ``(1, n, 1)``, ``(m, n)``
+    ``(m, n, 1)``)."""
     return _atleast(3, tensors)
 
 
@@ -365,9 +365,7 @@ def _nsplit(input: Tensor, ios: Any, dim: int, need: int, name: str) -> tuple[Te
 
 
 def hsplit(input: Tensor, indices_or_sections: Any) -> tuple[Tensor, ...]:
-    return _nsplit(
-        input, indices_or_sections, 1 if input.ndim > 1 else 0, 1, "hsplit"
-    )
+    return _nsplit(input, indices_or_sections, 1 if input.ndim > 1 else 0, 1, "hsplit")
 
 
 def vsplit(input: Tensor, indices_or_sections: Any) -> tuple[Tensor, ...]:
@@ -546,8 +544,7 @@ def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Tensor, ...]:
     shape = tuple(x.shape[0] for x in flat)
     n = len(flat)
     grids = [
-        expand(reshape(x, (1,) * i + (-1,) + (1,) * (n - i - 1)), shape)
-        for i, x in enumerate(flat)
+        expand(reshape(x, (1,) * i + (-1,) + (1,) * (n - i - 1)), shape) for i, x in enumerate(flat)
     ]
     if swap:
         grids[0], grids[1] = grids[1], grids[0]
@@ -581,9 +578,7 @@ def combinations(input: Tensor, r: int = 2, with_replacement: bool = False) -> T
     return stack([_take_idx(input, (sel[i],)) for i in builtins.range(r)], 1)
 
 
-def _tri_indices(
-    row: int, col: int, offset: int, dtype: Any, device: Any, upper: bool
-) -> Tensor:
+def _tri_indices(row: int, col: int, offset: int, dtype: Any, device: Any, upper: bool) -> Tensor:
     from .creation import tensor
 
     xp_rows = backend.namespace(backend.empty((0,), dtypes.int64, None))
@@ -596,7 +591,13 @@ def _tri_indices(
 
 
 def tril_indices(
-    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None, layout: Any = None
+    row: int,
+    col: int,
+    offset: int = 0,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    layout: Any = None,
 ) -> Tensor:
     """The (row, column) indices of the lower triangle of a ``row`` x ``col`` matrix, a 2 x N
     tensor in row-major order."""
@@ -604,7 +605,13 @@ def tril_indices(
 
 
 def triu_indices(
-    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None, layout: Any = None
+    row: int,
+    col: int,
+    offset: int = 0,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    layout: Any = None,
 ) -> Tensor:
     """The (row, column) indices of the upper triangle of a ``row`` x ``col`` matrix."""
     return _tri_indices(row, col, offset, dtype, device, True)
@@ -664,10 +671,10 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Tensor, ...]:
         indices = asarray(indices)
     ia = indices._array
     if ia.dtype.kind not in "iu":
-        raise TypeError(
-            f"expected 'indices' to be integer dtype, but got {indices.dtype}"
-        )
-    dims_ = (int(shape),) if isinstance(shape, (int, backend.integer)) else tuple(int(s) for s in shape)
+        raise TypeError(f"expected 'indices' to be integer dtype, but got {indices.dtype}")
+    dims_ = (
+        (int(shape),) if isinstance(shape, (int, backend.integer)) else tuple(int(s) for s in shape)
+    )
     if any(s < 0 for s in dims_):
         raise ValueError("'shape' cannot have negative values, but got " + str(dims_))
     xp = backend.namespace(ia)
@@ -682,15 +689,14 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Tensor, ...]:
 
 def argwhere(input: Tensor) -> Tensor:
     """The indices of ``input``'s nonzero elements, one row each (``nonzero``)."""
-    return nonzero(input)
+    out: Tensor = nonzero(input)
+    return out
 
 
 def masked_select(input: Tensor, mask: Tensor) -> Tensor:
     """The elements of ``input`` where ``mask`` (broadcast with it) is True, as a 1-d tensor."""
     if not isinstance(mask, Tensor) or mask.dtype != dtypes.bool_:
-        raise RuntimeError(
-            "masked_select: expected BoolTensor for mask"
-        )
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
     x, m = broadcast_tensors(input, mask)
     return getitem(x, m)
 
@@ -724,7 +730,9 @@ def _elem_strides(a: Any) -> tuple[int, ...]:
 def _positions(xp: Any, size: Sequence[int], stride: Sequence[int], offset: int) -> Any:
     pos = xp.full(tuple(size), offset, dtype=dtypes.int64)
     for d, (n, s) in enumerate(zip(size, stride, strict=True)):
-        pos = pos + (xp.arange(n, dtype=dtypes.int64) * s).reshape((n,) + (1,) * (len(size) - d - 1))
+        pos = pos + (xp.arange(n, dtype=dtypes.int64) * s).reshape(
+            (n,) + (1,) * (len(size) - d - 1)
+        )
     return pos
 
 
@@ -735,9 +743,11 @@ def as_strided(
     ``storage_offset`` (input's own by default)."""
     sz, st = tuple(int(v) for v in size), tuple(int(v) for v in stride)
     if len(sz) != len(st):
-        raise RuntimeError(f"mismatch in length of strides and shape")
+        raise RuntimeError("mismatch in length of strides and shape")
     if any(s < 0 for s in st):
-        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(st)}")
+        raise RuntimeError(
+            f"as_strided: Negative strides are not supported at the moment, got strides: {list(st)}"
+        )
     storage, own = _storage(input)
     off = own if storage_offset is None else int(storage_offset)
     need = 1 + builtins.sum((n - 1) * s for n, s in zip(sz, st, strict=True)) if 0 not in sz else 0
@@ -1041,7 +1051,11 @@ def _scatter_args(
         if (isinstance(src, Tensor) and ia.shape[k] > src.shape[k]) or (
             k != d and ia.shape[k] > xa.shape[k]
         ):
-            extra = f" and to be no larger size than src {list(src.shape)}" if isinstance(src, Tensor) else ""
+            extra = (
+                f" and to be no larger size than src {list(src.shape)}"
+                if isinstance(src, Tensor)
+                else ""
+            )
             raise RuntimeError(
                 f"Expected index {list(ia.shape)} to be no larger than self {list(xa.shape)} apart "
                 f"from dimension {d}{extra}"
@@ -1054,7 +1068,16 @@ def _scatter_args(
     return idx, d, part
 
 
-_REDUCE_NAMES = {"sum": "sum", "prod": "prod", "mean": "mean", "amax": "amax", "amin": "amin"}
+# torch also takes "max" and "min" for amax and amin
+_REDUCE_NAMES = {
+    "sum": "sum",
+    "prod": "prod",
+    "mean": "mean",
+    "amax": "amax",
+    "amin": "amin",
+    "max": "amax",
+    "min": "amin",
+}
 
 
 def scatter(
@@ -1075,13 +1098,11 @@ def scatter(
         raise TypeError("scatter() missing required argument 'src' or 'value'")
     if isinstance(src, Tensor) and src.ndim == 0 and index.ndim != 0:
         src = src.item()
-    idx, d, part = _scatter_args(input, dim, index, src, "scatter")
+    idx, _d, part = _scatter_args(input, dim, index, src, "scatter")
     if reduce is None:
         return _put(input, idx, part)
     if reduce not in ("add", "multiply"):
-        raise RuntimeError(
-            f"reduce argument must be either add or multiply. Got {reduce}"
-        )
+        raise RuntimeError(f"reduce argument must be either add or multiply. Got {reduce}")
     if isinstance(src, Tensor):
         warnings.warn(
             "The reduce argument of torch.scatter with Tensor src is deprecated and will be "
@@ -1091,7 +1112,9 @@ def scatter(
             stacklevel=2,
         )
     if not isinstance(part, Tensor):
-        part = expand(to(asarray(part), input.dtype), tuple(idx[0].shape) if idx[0] is not Ellipsis else ())
+        part = expand(
+            to(asarray(part), input.dtype), tuple(idx[0].shape) if idx[0] is not Ellipsis else ()
+        )
         part = contiguous(part)
     if reduce == "add":
         return _add_at(input, idx, part)
@@ -1107,9 +1130,7 @@ def scatter_(
     value: Any = None,
     reduce: str | None = None,
 ) -> Tensor:
-    return inplace(
-        input, "mul", lambda s: scatter(s, dim, index, src, value=value, reduce=reduce)
-    )
+    return inplace(input, "mul", lambda s: scatter(s, dim, index, src, value=value, reduce=reduce))
 
 
 def _scatter_reduce_rule(
@@ -1144,10 +1165,11 @@ def scatter_reduce(
         )
     if not isinstance(src, Tensor):
         raise TypeError(
-            f"scatter_reduce(): argument 'src' (position 4) must be Tensor, not {type(src).__name__}"
+            "scatter_reduce(): argument 'src' (position 4) must be Tensor, not "
+            + type(src).__name__
         )
-    idx, d, part = _scatter_args(input, dim, index, src, "scatter_reduce")
-    return _reduce_at(input, idx, part, reduce, include_self)
+    idx, _d, part = _scatter_args(input, dim, index, src, "scatter_reduce")
+    return _reduce_at(input, idx, part, _REDUCE_NAMES[reduce], include_self)
 
 
 def _reduce_at(
@@ -1204,6 +1226,8 @@ def _index_along(input: Tensor, dim: int, index: Any, name: str) -> tuple[int, A
         bad = int(ia[(ia < lo) | (ia >= n)].ravel()[0])
         what = f"index {bad} is out of bounds for dimension {d} with size {n}"
         if name == "index_add":
+            if xa.ndim <= 1:
+                raise IndexError("index out of range in self")
             raise RuntimeError(what)
         if name == "index_copy":
             raise IndexError(f"index_copy_(): {what}")
@@ -1215,9 +1239,7 @@ def _index_along(input: Tensor, dim: int, index: Any, name: str) -> tuple[int, A
 
 def _source_check(input: Tensor, d: int, ia: Any, source: Tensor, name: str) -> None:
     if not isinstance(source, Tensor):
-        raise TypeError(
-            f"{name}(): argument 'source' must be Tensor, not {type(source).__name__}"
-        )
+        raise TypeError(f"{name}(): argument 'source' must be Tensor, not {type(source).__name__}")
     if source.dtype != input.dtype:
         raise RuntimeError(
             f"{name}_(): self ({input.dtype}) and source ({source.dtype}) must have the same "
@@ -1238,9 +1260,7 @@ def _along(input: Tensor, d: int, ia: Any) -> tuple[Any, ...]:
     return (*(slice(None),) * d, ia, Ellipsis) if input.ndim else (Ellipsis,)
 
 
-def index_add(
-    input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1
-) -> Tensor:
+def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
     """``input`` with ``alpha * source[..., i, ...]`` added at ``input[..., index[i], ...]``."""
     d, ia = _index_along(input, dim, index, "index_add")
     _source_check(input, d, ia, source, "index_add")
@@ -1250,9 +1270,7 @@ def index_add(
     return _add_at(input, _along(input, d, ia), src)
 
 
-def index_add_(
-    input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1
-) -> Tensor:
+def index_add_(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
     return inplace(input, "add", lambda s: index_add(s, dim, index, source, alpha=alpha))
 
 
@@ -1304,9 +1322,7 @@ def _index_tuple(input: Tensor, indices: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def index_put(
-    input: Tensor, indices: Any, values: Any, accumulate: bool = False
-) -> Tensor:
+def index_put(input: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
     """``input`` with ``values`` written (``accumulate``: added) at ``input[indices]``."""
     from .index import _norm_index
 
@@ -1324,9 +1340,7 @@ def index_put(
     return _add_at(input, idx, values)
 
 
-def index_put_(
-    input: Tensor, indices: Any, values: Any, accumulate: bool = False
-) -> Tensor:
+def index_put_(input: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
     return inplace(input, "add", lambda s: index_put(s, indices, values, accumulate))
 
 
@@ -1343,7 +1357,8 @@ def index_reduce(
     ``reduce`` ("prod", "mean", "amax", "amin")."""
     if reduce not in ("prod", "mean", "amax", "amin"):
         raise RuntimeError(
-            f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}."
+            "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
+            f"{reduce}."
         )
     d, ia = _index_along(input, dim, index, "index_reduce")
     _source_check(input, d, ia, source, "index_reduce")
@@ -1376,8 +1391,10 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
     """``input`` with ``source``'s first elements written, in order, where ``mask`` (broadcast
     with input) is True."""
     if not isinstance(mask, Tensor) or mask.dtype != dtypes.bool_:
-        raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
-                           f"{getattr(mask, 'dtype', type(mask).__name__)}")
+        raise RuntimeError(
+            "masked_scatter_ only supports boolean masks, but got mask with dtype "
+            f"{getattr(mask, 'dtype', type(mask).__name__)}"
+        )
     if source.dtype != input.dtype:
         raise RuntimeError(
             "masked_scatter: expected self and source to have same dtypes but got "
@@ -1388,8 +1405,10 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
     nz = backend.namespace(ma).nonzero(ma)
     k = int(nz[0].shape[0]) if nz else int(bool(ma))
     if k > source.numel():
-        raise RuntimeError("masked_scatter: expected source to have at least as many elements as "
-                           "the number of ones in mask")
+        raise RuntimeError(
+            "masked_scatter: expected source to have at least as many elements as "
+            "the number of ones in mask"
+        )
     x = contiguous(x) if x is not input else x
     if x._array.ndim == 0:
         return _put(x, (Ellipsis,), reshape(source, (-1,))[0]) if k else clone(x)
@@ -1419,7 +1438,7 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
             "scalar type"
         )
     if source.numel() != ia.size:
-        raise RuntimeError(
+        raise IndexError(
             f"put_(): Expected source and index to have the same number of elements, but got "
             f"source.numel() = {source.numel()}, index.numel() = {ia.size}"
         )
@@ -1532,12 +1551,13 @@ def sum_to_size(input: Tensor, *size: Any) -> Tensor:
     except ValueError:
         ok = False
     if not ok or len(target) > len(shape):
-        raise RuntimeError(f"size {{{', '.join(map(str, target))}}} is not expandable to size "
-                           f"{{{', '.join(map(str, shape))}}}.")
+        raise RuntimeError(
+            f"size {{{', '.join(map(str, target))}}} is not expandable to size "
+            f"{{{', '.join(map(str, shape))}}}."
+        )
     lead = len(shape) - len(target)
     axes = tuple(builtins.range(lead)) + tuple(
         lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1
     )
     out = sum(input, axes, keepdim=True) if axes else input
     return reshape(out, target) if tuple(out.shape) != target else out
-
