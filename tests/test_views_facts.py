@@ -279,6 +279,12 @@ def test_torch_level_facts() -> None:
             L.is_nonzero(L.ones(2))
         with pytest.raises(RuntimeError, match="no values is ambiguous"):
             L.is_nonzero(L.ones(0))
+    for name in ("get_device", "is_distributed", "is_neg", "is_signed"):
+        assert getattr(ag, name)(x) == getattr(torch, name)(torch.zeros(2, 3))
+    assert ag.resolve_neg(x) is x
+    r = ag.zeros(4)
+    assert ag.resize_as_(r, x) is r
+    assert r.shape == (2, 3)
     y = x * 1
     d = ag.detach(y)
     assert d._array is y._array
@@ -438,3 +444,12 @@ def test_errors_match_torch(name: str) -> None:
         fn(torch)
     with pytest.raises(t_err.type, match=match):
         fn(ag)
+
+
+def test_range_index_reads_and_writes_like_a_list() -> None:
+    for L in (ag, torch):
+        x = L.zeros(4, 3)
+        x[range(1, 3)] = L.ones(2, 3)
+        x[range(0, 4, 3), 0] = 5.0
+        assert x.tolist() == [[5, 0, 0], [1, 1, 1], [1, 1, 1], [5, 0, 0]]
+        assert x[range(2), range(1, 3)].tolist() == [0.0, 1.0]

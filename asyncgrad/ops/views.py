@@ -111,6 +111,7 @@ __all__ = [
     "fliplr",
     "flipud",
     "frombuffer",
+    "get_device",
     "hsplit",
     "hstack",
     "index_add",
@@ -119,9 +120,12 @@ __all__ = [
     "index_put",
     "index_put_",
     "index_reduce",
+    "is_distributed",
     "is_floating_point",
+    "is_neg",
     "is_nonzero",
     "is_same_size",
+    "is_signed",
     "is_storage",
     "is_tensor",
     "logspace",
@@ -137,6 +141,8 @@ __all__ = [
     "range",
     "ravel",
     "repeat_interleave",
+    "resize_as_",
+    "resolve_neg",
     "rot90",
     "row_stack",
     "scalar_tensor",
@@ -1561,3 +1567,28 @@ def sum_to_size(input: Tensor, *size: Any) -> Tensor:
     )
     out = sum(input, axes, keepdim=True) if axes else input
     return reshape(out, target) if tuple(out.shape) != target else out
+
+
+# ----- tensor facts at torch level (the Tensor methods' bodies are in _tensor.py) -----
+def get_device(input: Tensor) -> int:
+    return input.get_device()
+
+
+def is_distributed(input: Tensor) -> bool:
+    return input.is_distributed()
+
+
+def is_neg(input: Tensor) -> bool:
+    return input.is_neg()
+
+
+def is_signed(input: Tensor) -> bool:
+    return input.is_signed()
+
+
+def resolve_neg(input: Tensor) -> Tensor:
+    return input.resolve_neg()
+
+
+def resize_as_(input: Tensor, the_template: Tensor, *, memory_format: Any = None) -> Tensor:
+    return input.resize_as_(the_template)
