@@ -576,7 +576,11 @@ def combinations(input: Tensor, r: int = 2, with_replacement: bool = False) -> T
         return wrap(backend.namespace(input._array).zeros((0,), dtype=input._array.dtype))
     n = input.shape[0]
     xp = backend.namespace(input._array)
-    grid = xp.indices((n,) * r).reshape(r, -1)
+    axes = [
+        xp.broadcast_to(xp.arange(n).reshape((1,) * i + (n,) + (1,) * (r - i - 1)), (n,) * r)
+        for i in builtins.range(r)
+    ]
+    grid = xp.stack([a.reshape(-1) for a in axes])
     keep = xp.ones(grid.shape[1], dtype=bool)
     for i in builtins.range(r - 1):
         keep &= grid[i] <= grid[i + 1] if with_replacement else grid[i] < grid[i + 1]
@@ -1118,10 +1122,8 @@ def scatter(
             stacklevel=2,
         )
     if not isinstance(part, Tensor):
-        part = expand(
-            to(asarray(part), input.dtype), tuple(idx[0].shape) if idx[0] is not Ellipsis else ()
-        )
-        part = contiguous(part)
+        xa = input._array
+        part = wrap(backend.namespace(xa).full(xa[idx].shape, part, dtype=xa.dtype))
     if reduce == "add":
         return _add_at(input, idx, part)
     return _scatter_reduce_rule(input, idx, part, "prod", True)
@@ -1342,7 +1344,7 @@ def index_put(input: Tensor, indices: Any, values: Any, accumulate: bool = False
     if not accumulate:
         return _put(input, idx, values)
     if not isinstance(values, Tensor):
-        values = to(asarray(values), input.dtype)
+        values = wrap(backend.namespace(input._array).asarray(values, dtype=input.dtype))
     return _add_at(input, idx, values)
 
 

@@ -42,8 +42,39 @@ def scatter_reduce_array(
     out = x.copy()
     if not include_self:
         out[index] = _identity(x.dtype, reduce)
-    getattr(ns, _UFUNC[reduce]).at(out, index, src)
+    ufunc = getattr(ns, _UFUNC[reduce])
+    try:
+        ufunc.at(out, index, src)
+    except NotImplementedError:  # CuPy has no multiply.at
+        _at_by_rounds(ufunc, out, index, src)
     return out
+
+
+def _at_by_rounds(ufunc: Any, out: Any, index: tuple[Any, ...], src: Any) -> None:
+    """``ufunc.at(out, index, src)`` for an index of integer arrays, one round per repeat: the
+    k-th occurrence of every target in round k, where no target repeats."""
+    ns = backend.namespace(out)
+    if index == (Ellipsis,):
+        out[...] = ufunc(out, src)
+        return
+    parts = ns.broadcast_arrays(*index)
+    lin = ns.zeros(parts[0].shape, dtype=xp.int64)
+    step = 1
+    for a, n in zip(reversed(parts), reversed(out.shape), strict=False):
+        lin = lin + (a % n) * step
+        step *= n
+    lin = lin.reshape(-1)
+    vals = ns.broadcast_to(src, parts[0].shape).reshape(-1)
+    order = ns.argsort(lin, kind="stable")
+    sl = lin[order]
+    start = ns.searchsorted(sl, sl, side="left")  # where each target's run begins
+    rank = ns.empty_like(lin)
+    rank[order] = ns.arange(sl.size) - start
+    flat = out.reshape(-1)
+    for k in range(int(rank.max()) + 1 if rank.size else 0):
+        sel = rank == k
+        pos = lin[sel]
+        flat[pos] = ufunc(flat[pos], vals[sel])
 
 
 def _indexed(x: Any, index: tuple[Any, ...]) -> Any:
