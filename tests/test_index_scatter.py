@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import asyncgrad as ag
+from tests.test_views_ops import CASES as VIEW_CASES
 from tests.test_views_ops import compare, flat_outputs
 
 torch = pytest.importorskip("torch", reason="compares with torch")
@@ -259,3 +260,36 @@ def test_gradcheck(name: str) -> None:
     assert ag.autograd.gradcheck(f, grads)
     if name in GRADGRAD or "reduce" not in name:
         assert ag.autograd.gradgradcheck(f, grads)
+
+
+ALL_CASES = {**CASES, **VIEW_CASES}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
+def test_integer_and_bool_inputs_match_torch(name: str, dtype: str) -> None:
+    """Every case with its float inputs made ``dtype``: torch's values and result dtypes, or
+    torch's exception type where torch refuses the dtype."""
+    fn, arrays = ALL_CASES[name]
+    conv = [
+        a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in arrays
+    ]
+
+    def run(L: Any) -> list[Any]:
+        ins = [L.tensor(a) if isinstance(a, np.ndarray) else a for a in conv]
+        return flat_outputs(fn(L, *ins))
+
+    try:
+        want = run(torch)
+    except Exception as e:  # torch's type is what is checked
+        with pytest.raises(type(e)):
+            run(ag)
+        return
+    got = run(ag)
+    for x, y in zip(got, want, strict=True):
+        if not isinstance(y, torch.Tensor):
+            assert x == y
+            continue
+        assert str(x.dtype) == str(y.dtype).replace("torch.", "")
+        np.testing.assert_array_equal(x.numpy(), y.numpy())

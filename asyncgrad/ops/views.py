@@ -1022,7 +1022,12 @@ def _put(x: Tensor, idx: tuple[Any, ...], value: Any) -> Tensor:
     """``x`` with ``value`` written at ``idx`` (one ``index_put`` node: value's gradient is the
     gradient at idx, x's the gradient elsewhere)."""
     out = x._array.copy()
-    out[idx] = arr(value)
+    try:
+        out[idx] = arr(value)
+    except OverflowError:
+        raise RuntimeError(
+            f"value cannot be converted to type {out.dtype} without overflow: {value}"
+        ) from None
     t = make(OPS["index_put"], out, (x, value), {"index": idx})
     keeps_for_backward(t._grad_fn)
     return t
@@ -1183,6 +1188,10 @@ def scatter_reduce(
 def _reduce_at(
     input: Tensor, idx: tuple[Any, ...], part: Tensor, reduce: str, include_self: bool
 ) -> Tensor:
+    if reduce == "mean" and input.dtype == dtypes.bool_:
+        raise NotImplementedError(
+            '"scatter_reduce" with reduce="mean" not implemented for \'Bool\''
+        )
     if reduce in ("sum", "mean"):
         base = input if include_self else _put(input, idx, 0)
         s = _add_at(base, idx, part)
@@ -1272,7 +1281,7 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     """``input`` with ``alpha * source[..., i, ...]`` added at ``input[..., index[i], ...]``."""
     d, ia = _index_along(input, dim, index, "index_add")
     _source_check(input, d, ia, source, "index_add")
-    src = source if alpha == 1 else mul(source, alpha)
+    src = source if alpha == 1 else to(mul(source, alpha), source.dtype)
     if input.ndim == 0:
         return add(input, reshape(src, ()) if ia.size else mul(src, 0))
     return _add_at(input, _along(input, d, ia), src)
@@ -1368,6 +1377,8 @@ def index_reduce(
             "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
             f"{reduce}."
         )
+    if input.dtype == dtypes.bool_ and (reduce == "mean" or not include_self):
+        raise NotImplementedError("\"index_reduce\" not implemented for 'Bool'")
     d, ia = _index_along(input, dim, index, "index_reduce")
     _source_check(input, d, ia, source, "index_reduce")
     if input.ndim == 0:

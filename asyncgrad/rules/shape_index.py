@@ -25,6 +25,8 @@ def _a(v: Any) -> Any:
 def _identity(dtype: Any, reduce: str) -> Any:
     if reduce == "prod":
         return 1
+    if dtype.kind == "b":
+        return reduce == "amin"
     if dtype.kind == "f":
         return -float("inf") if reduce == "amax" else float("inf")
     info = xp.iinfo(dtype)
