@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import backend
 from .._tensor import Tensor
-from ..backend import xp
+from ..backend import silent_fp, xp
 from .registry import defvjp
 
 __all__: list[str] = []
@@ -36,6 +36,7 @@ def _identity(dtype: Any, reduce: str) -> Any:
 _UFUNC = {"prod": "multiply", "amax": "maximum", "amin": "minimum"}
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def scatter_reduce_array(
     x: Any, index: tuple[Any, ...], src: Any, reduce: str, include_self: bool
 ) -> Any:
