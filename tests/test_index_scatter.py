@@ -185,6 +185,8 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
     "tril_": (lambda L, x: (x * 1).tril_(-1), [_r(3, 4)]),
     "triu_": (lambda L, x: (x * 1).triu_(1), [_r(2, 3, 3)]),
     "gather_0d": (lambda L, x, i: L.gather(x, 0, i), [np.array(2.0), np.array(0)]),
+    "gather_0d_input": (lambda L, x, i: L.gather(x, -1, i), [np.array(2.0), _i(0, 0, 0)]),
+    "gather_0d_index": (lambda L, x, i: x.gather(0, i), [_r(3), np.array(2)]),
     "index_range": (lambda L, x: x[range(1, 3)], [_r(4, 2)]),
     "index_range_2": (lambda L, x: x[range(2), 1:], [_r(3, 3)]),
     "scatter_reduce_amax_nan": (

@@ -272,8 +272,18 @@ def _check_bounds(ia: Any, n: int, dim: int) -> None:
 def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
     xa = input._array
     ia = _index_array(index, "gather", xa)
-    if ia.ndim != xa.ndim:
+    if builtins.max(ia.ndim, 1) != builtins.max(xa.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    if ia.ndim != xa.ndim:
+        # As torch's: a 0-d input or index counts as 1-d of one element.
+        x1 = getitem(input, (None,)) if xa.ndim == 0 else input
+        out = _gather(x1, norm_dim(dim, 1), ia.reshape(1) if ia.ndim == 0 else ia)
+        return getitem(out, 0) if ia.ndim == 0 else out
+    return _gather(input, dim, ia)
+
+
+def _gather(input: Tensor, dim: int, ia: Any) -> Tensor:
+    xa = input._array
     d = norm_dim(dim, xa.ndim)
     for k in range(xa.ndim):
         if k != d and ia.shape[k] > xa.shape[k]:
