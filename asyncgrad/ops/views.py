@@ -10,14 +10,15 @@ rule (rules/shape_index.py).
 from __future__ import annotations
 
 import builtins
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from .. import backend, dtypes
 from .._tensor import Tensor
+from ..graph.grad_mode import _grad_enabled
 from ..rules import keeps_for_backward
-from ..rules.shape_index import scatter_reduce_array
 from ._record import OPS, arr, as_view, make, wrap
 from .convert import clone, contiguous, to
 from .creation import (
@@ -174,6 +175,9 @@ __all__ = [
 ]
 
 range = range_  # torch.range: the deprecated inclusive arange (creation.py); builtins.range below
+
+
+_grad_on = _grad_enabled.get
 
 
 def _int(v: Any) -> int:
@@ -1131,7 +1135,7 @@ def scatter(
         part = wrap(backend.namespace(xa).full(xa[idx].shape, part, dtype=xa.dtype))
     if reduce == "add":
         return _add_at(input, idx, part)
-    return _scatter_reduce_rule(input, idx, part, "prod", True)
+    return _scatter_prod(input, idx, part, True)
 
 
 def scatter_(
@@ -1146,19 +1150,76 @@ def scatter_(
     return inplace(input, "mul", lambda s: scatter(s, dim, index, src, value=value, reduce=reduce))
 
 
-def _scatter_reduce_rule(
+# NOTE [scatter_reduce's prod, amax and amin]
+# These are compositions too, so that they need no rule of their own and differentiate to any
+# order. prod multiplies ``x`` by one ``index_put`` of src per round, the k-th occurrence of every
+# target in round k (a round has no repeated target; there are as many rounds as the most
+# repeated target has occurrences), so the product rule gives torch's gradients, zeros included.
+# amax and amin take their value from the array reduction, recorded as a ``clone`` of
+# ``x * w_self + scatter(src * w_src)``: the weights are torch's (ties share the gradient evenly,
+# scatter_reduce_backward's N_to_distribute), constant where the result is, so the first
+# derivative is torch's and the second zero, as for any max.
+def _targets(shape: tuple[int, ...], idx: tuple[Any, ...]) -> Any:
+    """The flat position in an array of ``shape`` that each element of the index array tuple
+    ``idx`` names (broadcast to one shape)."""
+    xp = backend.namespace(idx[0])
+    parts = xp.broadcast_arrays(*idx)
+    lin = xp.zeros(parts[0].shape, dtype=dtypes.int64)
+    step = 1
+    for a, n in zip(reversed(parts), reversed(shape), strict=False):
+        lin = lin + (a % n) * step
+        step *= n
+    return lin
+
+
+def _ranks(lin: Any) -> Any:
+    """For each flat target, how many earlier elements name the same target."""
+    xp = backend.namespace(lin)
+    flat = lin.reshape(-1)
+    order = xp.argsort(flat, kind="stable")
+    srt = flat[order]
+    rank = xp.empty_like(flat)
+    rank[order] = xp.arange(srt.size) - xp.searchsorted(srt, srt, side="left")
+    return rank.reshape(lin.shape)
+
+
+def _scatter_prod(input: Tensor, idx: tuple[Any, ...], src: Tensor, include_self: bool) -> Tensor:
+    xa = input._array
+    xp = backend.namespace(xa)
+    if idx[0] is Ellipsis:  # a 0-d input
+        return mul(input, src) if include_self else clone(src)
+    lin = _targets(xa.shape, idx)
+    flat = reshape(input, (-1,))
+    if not include_self and lin.size:
+        flat = _put(flat, (lin.reshape(-1),), 1)
+    rank = _ranks(lin).reshape(-1)
+    vals = reshape(expand(src, lin.shape), (-1,))
+    ones = wrap(xp.ones(xa.size, dtype=xa.dtype))
+    for k in builtins.range(int(rank.max()) + 1 if rank.size else 0):
+        (sel,) = xp.nonzero(rank == k)
+        flat = mul(flat, _put(ones, (lin.reshape(-1)[sel],), _take_idx(vals, (sel,))))
+    return reshape(flat, xa.shape)
+
+
+@backend.silent_fp  # See NOTE [Silent floating point]: 0/0 where NaN is the result, as torch
+def _scatter_max(
     input: Tensor, idx: tuple[Any, ...], src: Tensor, reduce: str, include_self: bool
 ) -> Tensor:
     xa, sa = input._array, src._array
     out = scatter_reduce_array(xa, idx, sa, reduce, include_self)
-    t = make(
-        OPS["scatter_reduce"],
-        out,
-        (input, src),
-        {"index": idx, "reduce": reduce, "include_self": include_self},
-        (xa, sa),
-    )
-    return t
+    if not (_grad_on() and (input.requires_grad or src.requires_grad)):
+        return wrap(out)
+    xp = backend.namespace(xa)
+    self_is = (xa == out).astype(xa.dtype)
+    src_is = (sa == out[idx]).astype(xa.dtype)
+    n = self_is.copy()
+    xp.add.at(n, idx, src_is)
+    w_self = self_is / n
+    w_src = src_is / n[idx]
+    if not include_self:
+        w_self[idx] = 0
+    weighted = add(mul(input, w_self), index_add_zeros(mul(src, w_src), idx, xa.shape))
+    return make(OPS["clone"], out, (weighted,))
 
 
 def scatter_reduce(
@@ -1207,7 +1268,9 @@ def _reduce_at(
         if dtypes.is_floating(xa.dtype):
             return div(s, count)
         return floor_divide(s, count)
-    return _scatter_reduce_rule(input, idx, part, reduce, include_self)
+    if reduce == "prod":
+        return _scatter_prod(input, idx, part, include_self)
+    return _scatter_max(input, idx, part, reduce, include_self)
 
 
 def scatter_reduce_(
@@ -1605,3 +1668,45 @@ def resolve_neg(input: Tensor) -> Tensor:
 
 def resize_as_(input: Tensor, the_template: Tensor, *, memory_format: Any = None) -> Tensor:
     return input.resize_as_(the_template)
+
+
+# ----- the array reductions of scatter_reduce (See NOTE [scatter_reduce's prod, amax and amin])
+def _identity(dtype: Any, reduce: str) -> Any:
+    if reduce == "prod":
+        return 1
+    if dtype.kind == "b":
+        return reduce == "amin"
+    if dtype.kind == "f":
+        return -math.inf if reduce == "amax" else math.inf
+    info = backend.xp.iinfo(dtype)
+    return info.min if reduce == "amax" else info.max
+
+
+_UFUNC = {"prod": "multiply", "amax": "maximum", "amin": "minimum"}
+
+
+@backend.silent_fp  # See NOTE [Silent floating point]
+def scatter_reduce_array(
+    x: Any, index: tuple[Any, ...], src: Any, reduce: str, include_self: bool
+) -> Any:
+    """``x`` with ``src`` combined in at ``index`` by ``reduce`` ("prod", "amax", "amin")."""
+    xp = backend.namespace(x)
+    out = x.copy()
+    if not include_self:
+        out[index] = _identity(x.dtype, reduce)
+    ufunc = getattr(xp, _UFUNC[reduce])
+    try:
+        ufunc.at(out, index, src)
+    except NotImplementedError:  # CuPy has no multiply.at: one round per repeated target
+        if index[0] is Ellipsis:
+            out[...] = ufunc(out, src)
+            return out
+        lin = _targets(x.shape, index)
+        vals = xp.broadcast_to(src, lin.shape).reshape(-1)
+        rank = _ranks(lin).reshape(-1)
+        lin = lin.reshape(-1)
+        flat = out.reshape(-1)
+        for k in builtins.range(int(rank.max()) + 1 if rank.size else 0):
+            sel = rank == k
+            flat[lin[sel]] = ufunc(flat[lin[sel]], vals[sel])
+    return out
