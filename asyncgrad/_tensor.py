@@ -1313,6 +1313,12 @@ class Tensor:
     def stride(self, dim: _int | None = None) -> Any:
         a = self._array
         st = tuple(_int(s) // a.itemsize for s in a.strides)
+        if a.size == 0:  # NumPy gives an empty array zero strides; torch a contiguous layout's
+            acc, out = 1, []
+            for n in reversed(a.shape):
+                out.append(acc)
+                acc *= max(_int(n), 1)
+            st = tuple(reversed(out))
         if dim is None:
             return st
         nd = max(a.ndim, 1)

@@ -128,6 +128,7 @@ LAYOUTS: dict[str, Callable[[Any], Any]] = {
     "0d": lambda L: L.zeros(()),
     "unit_dims": lambda L: L.zeros(1, 3, 1)[:, 1:, :],
     "diagonal": lambda L: L.zeros(3, 4).diagonal(1),
+    "empty": lambda L: L.zeros(2, 0, 3),
 }
 
 

@@ -123,6 +123,8 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
         lambda L, x: L.tensor_split(x, L.tensor([1, 2]), 1),
         [_r(2, 5)],
     ),
+    "tensor_split_kw_sections": (lambda L, x: L.tensor_split(x, sections=2), [_r(5)]),
+    "tensor_split_kw_indices": (lambda L, x: L.tensor_split(x, indices=[1], dim=1), [_r(2, 3)]),
     "tensor_split_method": (lambda L, x: x.tensor_split(4, -1), [_r(2, 3)]),
     "hsplit": (lambda L, x: L.hsplit(x, 2), [_r(3, 4)]),
     "hsplit_1d": (lambda L, x: L.hsplit(x, [1, 3]), [_r(5)]),

@@ -322,9 +322,28 @@ def _slice_along(input: Tensor, d: int, start: int, stop: int) -> Tensor:
     return getitem(input, (*(slice(None),) * d, slice(start, stop)))
 
 
-def tensor_split(input: Tensor, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+def tensor_split(
+    input: Tensor,
+    indices_or_sections: Any = None,
+    dim: int = 0,
+    *,
+    sections: Any = None,
+    indices: Any = None,
+    tensor_indices_or_sections: Any = None,
+) -> tuple[Tensor, ...]:
     """Views of ``input`` split along ``dim`` into ``n`` near-equal parts (an int) or at the
     given indices (a sequence or a 1-d tensor), as ``torch.tensor_split``."""
+    given = [
+        v
+        for v in (indices_or_sections, sections, indices, tensor_indices_or_sections)
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise TypeError(
+            "tensor_split() takes one of indices_or_sections, sections, indices or "
+            "tensor_indices_or_sections"
+        )
+    indices_or_sections = given[0]
     if input.ndim == 0:
         raise RuntimeError(
             "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims"
