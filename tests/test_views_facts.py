@@ -454,3 +454,19 @@ def test_range_index_reads_and_writes_like_a_list() -> None:
         x[range(0, 4, 3), 0] = 5.0
         assert x.tolist() == [[5, 0, 0], [1, 1, 1], [1, 1, 1], [5, 0, 0]]
         assert x[range(2), range(1, 3)].tolist() == [0.0, 1.0]
+
+
+INPLACE_THROUGH = sorted(set(VIEWS) - {"unfold", "as_strided", "broadcast_tensors", "meshgrid"})
+
+
+@pytest.mark.parametrize("name", INPLACE_THROUGH)
+def test_inplace_op_on_a_view_reaches_the_base_gradient(name: str) -> None:
+    grads = []
+    for L in (ag, torch):
+        a = L.tensor(np.arange(8.0).reshape(2, 4), requires_grad=True)
+        b = a * 1
+        v = VIEWS[name](L, b)
+        v.mul_(v.detach() + 2)
+        w = L.tensor(np.linspace(-1.0, 1.0, 8).reshape(2, 4))
+        grads.append(_grad(L, (b * w).sum() + (v * v).sum(), [a])[0].numpy())
+    np.testing.assert_allclose(grads[0], grads[1])
