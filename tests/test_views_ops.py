@@ -264,3 +264,31 @@ def test_gradcheck(name: str) -> None:
     grads = [a for a in ins if isinstance(a, ag.Tensor) and a.requires_grad]
     assert ag.autograd.gradcheck(f, grads)
     assert ag.autograd.gradgradcheck(f, grads)
+
+
+@pytest.mark.parametrize(
+    "dts",
+    [
+        ("int64", "float32"),
+        ("bool", "int64"),
+        ("float16", "int64"),
+        ("uint8", "int8"),
+        ("float32", "float64"),
+        ("bool", "bool"),
+    ],
+)
+@pytest.mark.parametrize("fn", ["cat", "stack", "hstack", "vstack", "dstack", "column_stack"])
+def test_joins_promote_as_torch(fn: str, dts: tuple[str, str]) -> None:
+    """torch's joins promote by category (an int64 with a float32 is float32), not as NumPy."""
+    got, want = (getattr(L, fn)([L.ones(2, dtype=getattr(L, d)) for d in dts]) for L in (ag, torch))
+    assert str(got.dtype) == str(want.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_block_diag_and_meshgrid_dtypes() -> None:
+    for L in (ag, torch):
+        with pytest.raises(RuntimeError, match="meshgrid expects all tensors to have the same"):
+            L.meshgrid(L.ones(2), L.ones(2, dtype=L.int64), indexing="ij")
+    got = ag.block_diag(ag.ones(1, dtype=ag.int64), ag.ones(1, 1))
+    want = torch.block_diag(torch.ones(1, dtype=torch.int64), torch.ones(1, 1))
+    assert str(got.dtype) == str(want.dtype).replace("torch.", "")

@@ -59,6 +59,7 @@ from .shape import (
     expand,
     flatten,
     flip,
+    join_dtype,
     narrow,
     permute,
     reshape,
@@ -511,11 +512,7 @@ def block_diag(*tensors: Tensor) -> Tensor:
                 f"{x.ndim} dimensions"
             )
         mats.append(reshape(x, (1, -1)) if x.ndim < 2 else x)
-    dt = mats[0]._array.dtype
-    for m in mats[1:]:
-        ma = m._array
-        probe = backend.namespace(ma).zeros((1, 1), dtype=dt)
-        dt = dtypes.promote_binary(backend.namespace(ma).result_type(dt, ma.dtype), probe, ma)
+    dt = join_dtype([m._array for m in mats])
     rows = builtins.sum(m.shape[0] for m in mats)
     cols = builtins.sum(m.shape[1] for m in mats)
     out: Tensor | None = None
@@ -566,6 +563,8 @@ def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Tensor, ...]:
             raise RuntimeError(
                 f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {x}"
             )
+    if len({x.dtype for x in ts}) > 1:
+        raise RuntimeError("meshgrid expects all tensors to have the same dtype")
     flat = [reshape(x, (-1,)) for x in ts]
     swap = indexing == "xy" and len(flat) >= 2
     if swap:
