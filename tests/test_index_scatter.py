@@ -114,6 +114,11 @@ CASES: dict[str, tuple[Callable[..., Any], list[Any]]] = {
         lambda L, x, v, i, j: L.index_put(x, (i, j), v),
         [_r(3, 4), _r(2), _i(0, 2), _i(1, 3)],
     ),
+    "index_put_mask": (
+        lambda L, x, v, m: L.index_put(x, (m > 0,), v, accumulate=True),
+        [_r(2, 3), _r(1), _r(2, 3)],
+    ),
+    "index_put_mask_set": (lambda L, x, v, m: x.index_put((m > 0,), v), [_r(4), _r(1), _r(4)]),
     "index_put_accumulate": (
         lambda L, x, v, i: x.index_put((i,), v, accumulate=True),
         [_r(3, 4), _r(4), _i(0, 2, 0)],

@@ -1422,10 +1422,14 @@ def _index_tuple(input: Tensor, indices: Any) -> tuple[Any, ...]:
 
 def index_put(input: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
     """``input`` with ``values`` written (``accumulate``: added) at ``input[indices]``."""
-    from .index import _norm_index
+    from .index import _masks_as_indices, _norm_index, check_index_bounds
 
     idx, _ = _norm_index(_index_tuple(input, indices))
-    idx = _on_device_of(idx, input._array)
+    xa = input._array
+    idx = _on_device_of(idx, xa)
+    if backend.is_device_array(xa):  # See NOTE [Index bounds on CUDA] in ops/index.py
+        idx = _masks_as_indices(xa, idx)
+        check_index_bounds("index_put", xa, idx)
     if isinstance(values, Tensor) and values.dtype != input.dtype:
         raise RuntimeError(
             f"Index put requires the source and destination dtypes match, got {input.dtype} "
