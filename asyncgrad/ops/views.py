@@ -198,7 +198,24 @@ def _dim_list(d: Any) -> list[int]:
 
 
 def movedim(input: Tensor, source: Any, destination: Any) -> Tensor:
-    """``input`` with its dims ``source`` moved to positions ``destination`` (a view)."""
+    """``input`` with its dims ``source`` moved to positions ``destination`` (a view).
+
+    Args:
+        input: the tensor.
+        source: a dim or a sequence of dims to move.
+        destination: where each goes, in the same order.
+
+    Returns:
+        A view of ``input``; the other dims keep their order.
+
+    Raises:
+        RuntimeError: ``source`` and ``destination`` differ in length or repeat a dim.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> ag.movedim(ag.zeros(2, 3, 4), 0, -1).shape
+        asyncgrad.Size([3, 4, 2])
+    """
     src, dst = _dim_list(source), _dim_list(destination)
     nd = input.ndim
     if len(src) != len(dst):
@@ -333,7 +350,13 @@ def tensor_split(
     tensor_indices_or_sections: Any = None,
 ) -> tuple[Tensor, ...]:
     """Views of ``input`` split along ``dim`` into ``n`` near-equal parts (an int) or at the
-    given indices (a sequence or a 1-d tensor), as ``torch.tensor_split``."""
+    given indices (a sequence or a 1-d tensor), as ``torch.tensor_split``.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> [p.tolist() for p in ag.tensor_split(ag.arange(5), 2)]
+        [[0, 1, 2], [3, 4]]
+    """
     given = [
         v
         for v in (indices_or_sections, sections, indices, tensor_indices_or_sections)
@@ -815,7 +838,13 @@ def as_strided(
 
 def unfold(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
     """``Tensor.unfold``: a view of every slice of ``size`` elements along ``dimension``,
-    ``step`` apart, in a new last dim."""
+    ``step`` apart, in a new last dim.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> ag.arange(5).unfold(0, 3, 2).tolist()
+        [[0, 1, 2], [2, 3, 4]]
+    """
     nd = input.ndim
     d = norm_dim(int(dimension), nd)
     n = input.shape[d] if nd else 1
@@ -1128,7 +1157,13 @@ def scatter(
 ) -> Tensor:
     """``input`` with ``src`` (a tensor) or ``value`` (a number) written at ``index`` along
     ``dim``: ``out[i][index[i][j]] = src[i][j]`` (dim 1); ``reduce="add"``/``"multiply"``
-    combines instead."""
+    combines instead.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> ag.zeros(2, 3).scatter(1, ag.tensor([[2], [0]]), 7.0).tolist()
+        [[0.0, 0.0, 7.0], [7.0, 0.0, 0.0]]
+    """
     if src is None:
         src = value
     if src is None:
@@ -1249,8 +1284,26 @@ def scatter_reduce(
     *,
     include_self: bool = True,
 ) -> Tensor:
-    """``input`` with ``src`` combined in at ``index`` along ``dim`` by ``reduce`` ("sum",
-    "prod", "mean", "amax", "amin"), with input's own value unless ``include_self=False``."""
+    """``input`` with ``src`` combined in at ``index`` along ``dim`` by ``reduce``.
+
+    Args:
+        input: the tensor scattered into.
+        dim: the dim ``index`` indexes.
+        index: int64 positions along ``dim``, one per element of ``src`` it reads.
+        src: the values, of input's dtype.
+        reduce: "sum", "prod", "mean", "amax" or "amin" ("max", "min" too).
+        include_self: whether input's own values take part where something is scattered.
+
+    Returns:
+        A new tensor; ties of amax and amin share the gradient evenly, as torch's.
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> x = ag.zeros(3)
+        >>> i = ag.tensor([0, 2, 2])
+        >>> ag.scatter_reduce(x, 0, i, ag.tensor([1.0, 2.0, 5.0]), "amax").tolist()
+        [1.0, 0.0, 5.0]
+    """
     if reduce not in _REDUCE_NAMES:
         raise RuntimeError(
             "reduce argument must be either sum, prod, mean, amax or amin, got " + str(reduce)
