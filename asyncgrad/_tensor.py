@@ -1830,6 +1830,355 @@ class Tensor:
     # ----- end of section H2 -----
 
     # ----- section H3 -----
+    # shapes and views (asyncgrad/ops/views.py)
+    def movedim(self, source: Any, destination: Any) -> Tensor:
+        return _ops.movedim(self, source, destination)
+
+    def moveaxis(self, source: Any, destination: Any) -> Tensor:
+        return _ops.movedim(self, source, destination)
+
+    def swapdims(self, dim0: _int, dim1: _int) -> Tensor:
+        return _ops.transpose(self, dim0, dim1)
+
+    def swapdims_(self, dim0: _int, dim1: _int) -> Tensor:
+        return _ops.views.transpose_(self, dim0, dim1)
+
+    def swapaxes_(self, axis0: _int, axis1: _int) -> Tensor:
+        return _ops.views.transpose_(self, axis0, axis1)
+
+    def transpose_(self, dim0: _int, dim1: _int) -> Tensor:
+        return _ops.views.transpose_(self, dim0, dim1)
+
+    def t_(self) -> Tensor:
+        return _ops.views.t_(self)
+
+    def squeeze_(self, dim: Any = None) -> Tensor:
+        return _ops.views.squeeze_(self, dim)
+
+    def unsqueeze_(self, dim: _int) -> Tensor:
+        return _ops.views.unsqueeze_(self, dim)
+
+    def ravel(self) -> Tensor:
+        return _ops.ravel(self)
+
+    def reshape_as(self, other: Tensor) -> Tensor:
+        return _ops.reshape(self, tuple(other.shape))
+
+    def unfold(self, dimension: _int, size: _int, step: _int) -> Tensor:
+        return _ops.views.unfold(self, dimension, size, step)
+
+    def as_strided(
+        self, size: Sequence[_int], stride: Sequence[_int], storage_offset: _int | None = None
+    ) -> Tensor:
+        return _ops.as_strided(self, size, stride, storage_offset)
+
+    def as_strided_(
+        self, size: Sequence[_int], stride: Sequence[_int], storage_offset: _int | None = None
+    ) -> Tensor:
+        return _ops.as_strided_(self, size, stride, storage_offset)
+
+    def as_strided_scatter(
+        self,
+        src: Tensor,
+        size: Sequence[_int],
+        stride: Sequence[_int],
+        storage_offset: _int | None = None,
+    ) -> Tensor:
+        return _ops.as_strided_scatter(self, src, size, stride, storage_offset)
+
+    def tensor_split(self, indices_or_sections: Any, dim: _int = 0) -> tuple[Tensor, ...]:
+        return _ops.tensor_split(self, indices_or_sections, dim)
+
+    def hsplit(self, sections: Any) -> tuple[Tensor, ...]:
+        return _ops.hsplit(self, sections)
+
+    def vsplit(self, sections: Any) -> tuple[Tensor, ...]:
+        return _ops.vsplit(self, sections)
+
+    def dsplit(self, sections: Any) -> tuple[Tensor, ...]:
+        return _ops.dsplit(self, sections)
+
+    def rot90(self, k: _int = 1, dims: Sequence[_int] = (0, 1)) -> Tensor:
+        return _ops.rot90(self, k, dims)
+
+    def fliplr(self) -> Tensor:
+        return _ops.fliplr(self)
+
+    def flipud(self) -> Tensor:
+        return _ops.flipud(self)
+
+    def diag(self, diagonal: _int = 0) -> Tensor:
+        return _ops.diag(self, diagonal)
+
+    def diag_embed(self, offset: _int = 0, dim1: _int = -2, dim2: _int = -1) -> Tensor:
+        return _ops.diag_embed(self, offset, dim1, dim2)
+
+    def diagflat(self, offset: _int = 0) -> Tensor:
+        return _ops.diagflat(self, offset)
+
+    def narrow_copy(self, dim: _int, start: _int, length: _int) -> Tensor:
+        return _ops.narrow_copy(self, dim, start, length)
+
+    def repeat_interleave(
+        self, repeats: Any = None, dim: _int | None = None, *, output_size: _int | None = None
+    ) -> Tensor:
+        return _ops.repeat_interleave(self, repeats, dim, output_size=output_size)
+
+    def take(self, index: Tensor) -> Tensor:
+        return _ops.take(self, index)
+
+    def take_along_dim(self, indices: Tensor, dim: _int | None = None) -> Tensor:
+        return _ops.take_along_dim(self, indices, dim)
+
+    def argwhere(self) -> Tensor:
+        return _ops.argwhere(self)
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        return _ops.masked_select(self, mask)
+
+    def tril_(self, diagonal: _int = 0) -> Tensor:
+        return _ops.views.tril_(self, diagonal)
+
+    def triu_(self, diagonal: _int = 0) -> Tensor:
+        return _ops.views.triu_(self, diagonal)
+
+    def sum_to_size(self, *size: Any) -> Tensor:
+        return _ops.views.sum_to_size(self, *size)
+
+    # scatter and index_* (asyncgrad/ops/views.py)
+    def scatter(
+        self, dim: _int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
+    ) -> Tensor:
+        return _ops.scatter(self, dim, index, src, value=value, reduce=reduce)
+
+    def scatter_(
+        self, dim: _int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None
+    ) -> Tensor:
+        return _ops.views.scatter_(self, dim, index, src, value=value, reduce=reduce)
+
+    def scatter_reduce(
+        self, dim: _int, index: Tensor, src: Tensor, reduce: str, *, include_self: _bool = True
+    ) -> Tensor:
+        return _ops.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+
+    def scatter_reduce_(
+        self, dim: _int, index: Tensor, src: Tensor, reduce: str, *, include_self: _bool = True
+    ) -> Tensor:
+        return _ops.views.scatter_reduce_(self, dim, index, src, reduce, include_self=include_self)
+
+    def index_add(self, dim: _int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        return _ops.index_add(self, dim, index, source, alpha=alpha)
+
+    def index_add_(self, dim: _int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        return _ops.views.index_add_(self, dim, index, source, alpha=alpha)
+
+    def index_copy(self, dim: _int, index: Tensor, source: Tensor) -> Tensor:
+        return _ops.index_copy(self, dim, index, source)
+
+    def index_copy_(self, dim: _int, index: Tensor, source: Tensor) -> Tensor:
+        return _ops.views.index_copy_(self, dim, index, source)
+
+    def index_fill(self, dim: _int, index: Tensor, value: Any) -> Tensor:
+        return _ops.index_fill(self, dim, index, value)
+
+    def index_fill_(self, dim: _int, index: Tensor, value: Any) -> Tensor:
+        return _ops.views.index_fill_(self, dim, index, value)
+
+    def index_put(self, indices: Any, values: Any, accumulate: _bool = False) -> Tensor:
+        return _ops.index_put(self, indices, values, accumulate)
+
+    def index_put_(self, indices: Any, values: Any, accumulate: _bool = False) -> Tensor:
+        return _ops.index_put_(self, indices, values, accumulate)
+
+    def index_reduce(
+        self, dim: _int, index: Tensor, source: Tensor, reduce: str, *, include_self: _bool = True
+    ) -> Tensor:
+        return _ops.index_reduce(self, dim, index, source, reduce, include_self=include_self)
+
+    def index_reduce_(
+        self, dim: _int, index: Tensor, source: Tensor, reduce: str, *, include_self: _bool = True
+    ) -> Tensor:
+        return _ops.views.index_reduce_(self, dim, index, source, reduce, include_self=include_self)
+
+    def masked_scatter(self, mask: Tensor, source: Tensor) -> Tensor:
+        return _ops.masked_scatter(self, mask, source)
+
+    def masked_scatter_(self, mask: Tensor, source: Tensor) -> Tensor:
+        return _ops.views.masked_scatter_(self, mask, source)
+
+    def put(self, index: Tensor, source: Tensor, accumulate: _bool = False) -> Tensor:
+        return _ops.put(self, index, source, accumulate)
+
+    def put_(self, index: Tensor, source: Tensor, accumulate: _bool = False) -> Tensor:
+        return _ops.views.put_(self, index, source, accumulate)
+
+    def select_scatter(self, src: Tensor, dim: _int, index: _int) -> Tensor:
+        return _ops.select_scatter(self, src, dim, index)
+
+    def slice_scatter(
+        self, src: Tensor, dim: _int = 0, start: Any = None, end: Any = None, step: _int = 1
+    ) -> Tensor:
+        return _ops.slice_scatter(self, src, dim, start, end, step)
+
+    def diagonal_scatter(
+        self, src: Tensor, offset: _int = 0, dim1: _int = 0, dim2: _int = 1
+    ) -> Tensor:
+        return _ops.diagonal_scatter(self, src, offset, dim1, dim2)
+
+    def fill_diagonal_(self, fill_value: Any, wrap: _bool = False) -> Tensor:
+        return _ops.views.fill_diagonal_(self, fill_value, wrap)
+
+    # tensor facts: layout, dtype and device questions
+    def stride(self, dim: _int | None = None) -> Any:
+        a = self._array
+        st = tuple(_int(s) // a.itemsize for s in a.strides)
+        if a.size == 0:  # NumPy gives an empty array zero strides; torch a contiguous layout's
+            acc, out = 1, []
+            for n in reversed(a.shape):
+                out.append(acc)
+                acc *= max(_int(n), 1)
+            st = tuple(reversed(out))
+        if dim is None:
+            return st
+        nd = max(a.ndim, 1)
+        if not -nd <= dim < nd:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got "
+                f"{dim})"
+            )
+        return st[dim] if a.ndim else 1
+
+    def storage_offset(self) -> _int:
+        """The element offset of this tensor's first element in its base's memory."""
+        base = self._base
+        if base is None:
+            return 0
+        a, b = self._array, base._array
+        return _int((backend.data_ptr(a) - backend.data_ptr(b)) // a.itemsize) if a.size else 0
+
+    def is_contiguous(self, memory_format: Any = None) -> _bool:
+        a = self._array
+        if a.size <= 1:
+            return True
+        expect = 1
+        for n, s in reversed(list(zip(a.shape, a.strides, strict=True))):
+            if n != 1 and s != expect * a.itemsize:
+                return False
+            expect *= n
+        return True
+
+    def nelement(self) -> _int:
+        return _int(self._array.size)
+
+    def ndimension(self) -> _int:
+        return _int(self._array.ndim)
+
+    @property
+    def nbytes(self) -> _int:
+        return _int(self._array.size * self._array.itemsize)
+
+    @property
+    def itemsize(self) -> _int:
+        return _int(self._array.itemsize)
+
+    def is_signed(self) -> _bool:
+        return _bool(self._array.dtype.kind in "fic")
+
+    def is_nonzero(self) -> _bool:
+        return _ops.is_nonzero(self)
+
+    def is_same_size(self, other: Tensor) -> _bool:
+        return _ops.is_same_size(self, other)
+
+    def get_device(self) -> _int:
+        """-1 for a CPU tensor, else the CUDA device's index."""
+        d = self.device
+        return -1 if d.type == "cpu" else _int(d.index or 0)
+
+    @property
+    def is_cpu(self) -> _bool:
+        return self.device.type == "cpu"
+
+    def is_neg(self) -> _bool:
+        return False  # asyncgrad has no lazy negation (torch's conjugate views of complex)
+
+    def resolve_neg(self) -> Tensor:
+        return self
+
+    def is_pinned(self, device: Any = None) -> _bool:
+        return False
+
+    def pin_memory(self, device: Any = None) -> Tensor:
+        return self  # no page-locked host memory: the tensor as it is
+
+    def is_shared(self) -> _bool:
+        return False
+
+    def share_memory_(self) -> Tensor:
+        return self
+
+    def is_distributed(self) -> _bool:
+        return False
+
+    def new_empty_strided(
+        self,
+        size: Sequence[_int],
+        stride: Sequence[_int],
+        *,
+        dtype: Any = None,
+        device: Any = None,
+        requires_grad: _bool = False,
+    ) -> Tensor:
+        return _ops.empty_strided(
+            size,
+            stride,
+            dtype=self.dtype if dtype is None else dtype,
+            device=self.device if device is None else device,
+            requires_grad=requires_grad,
+        )
+
+    def byte(self) -> Tensor:
+        return _ops.to(self, dtypes.uint8)
+
+    def char(self) -> Tensor:
+        return _ops.to(self, dtypes.int8)
+
+    def short(self) -> Tensor:
+        return _ops.to(self, dtypes.int16)
+
+    def bfloat16(self) -> Tensor:
+        raise TypeError(
+            "bfloat16 is not supported: NumPy (asyncgrad's CPU arrays) has no bfloat16 dtype; "
+            "use half() or float()"
+        )
+
+    def resize_(self, *sizes: Any) -> Tensor:
+        """Give the tensor shape ``sizes``, keeping its first elements (in order) and leaving
+        any new ones uninitialised."""
+        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+            sizes = tuple(sizes[0])
+        shape = tuple(_int(s) for s in sizes)
+        if any(s < 0 for s in shape):
+            raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
+        if self.requires_grad:
+            raise RuntimeError("cannot resize variables that require grad")
+        a = self._array
+        if shape == tuple(a.shape):
+            return self
+        n = math.prod(shape)
+        if n == a.size and a.flags.c_contiguous:
+            self._array = a.reshape(shape)
+            return self
+        out = backend.empty((n,), a.dtype, self.device)
+        k = min(n, a.size)
+        out[:k] = a.reshape(-1)[:k]
+        self._array = out.reshape(shape)
+        self._vc[0] += 1
+        return self
+
+    def resize_as_(self, other: Tensor, memory_format: Any = None) -> Tensor:
+        return self.resize_(tuple(other.shape))
+
     # ----- end of section H3 -----
 
     # ----- section H4 -----

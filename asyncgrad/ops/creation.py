@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -191,7 +193,245 @@ def linspace(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
+    start, end = _bound(start, "start"), _bound(end, "end")
     return _finish(backend.linspace(start, end, steps, _dt(dtype)), device, requires_grad)
+
+
+def _bound(v: Any, name: str) -> Any:
+    """A number, or the value of a 0-d tensor (torch's linspace and logspace take either)."""
+    if isinstance(v, Tensor):
+        if v.ndim != 0:
+            raise RuntimeError(
+                f"linspace only supports 0-dimensional start and end tensors, but got {name} with "
+                f"{v.ndim} dimension(s)."
+            )
+        return v.item()
+    return v
+
+
+def logspace(
+    start: Any,
+    end: Any,
+    steps: int,
+    base: float = 10.0,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """``steps`` values from ``base ** start`` to ``base ** end``, evenly spaced in exponent."""
+    start, end = _bound(start, "start"), _bound(end, "end")
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    exps = backend.linspace(start, end, steps, dtypes.float64)
+    dt = _dt(dtype)
+    vals = (float(base) ** exps).astype(dt)
+    return _finish(vals, device, requires_grad)
+
+
+def range_(
+    start: Any,
+    end: Any,
+    step: Any = 1,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """torch's deprecated ``range``: ``start`` to ``end`` *inclusive*, in the default float
+    dtype unless given."""
+    warnings.warn(
+        "torch.range is deprecated and will be removed in a future release because its behavior "
+        "is inconsistent with Python's range builtin. Instead, use torch.arange, which produces "
+        "values in [start, end).",
+        UserWarning,
+        stacklevel=2,
+    )
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if (step > 0 and start > end + 0.0) or (step < 0 and start < end):
+        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+    n = math.floor((end - start) / step) + 1
+    dt = _dt(dtype)
+    vals = (backend.arange(0, n, 1, dtypes.float64) * step + start).astype(dt)
+    return _finish(vals, device, requires_grad)
+
+
+def empty_like(
+    input: Tensor,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    memory_format: Any = None,
+) -> Tensor:
+    """An uninitialised tensor with ``input``'s shape, dtype and device unless given."""
+    dt = input.dtype if dtype is None else dtypes.to_dtype(dtype)
+    dev = input.device if device is None else Device(device)
+    return _finish(backend.empty(tuple(input.shape), dt, dev), None, requires_grad)
+
+
+def empty_strided(
+    size: Sequence[int],
+    stride: Sequence[int],
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+) -> Tensor:
+    """An uninitialised tensor of ``size`` laid out with ``stride`` (in elements)."""
+    sz, st = tuple(int(v) for v in size), tuple(int(v) for v in stride)
+    if len(sz) != len(st):
+        raise RuntimeError(
+            f"mismatch in length of strides and shape: {len(st)} strides for {len(sz)} sizes"
+        )
+    need = 0 if 0 in sz else 1 + sum((n - 1) * s for n, s in zip(sz, st, strict=True))
+    dt = _dt(dtype)
+    storage = backend.empty((need,), dt, _device(device))
+    xp = backend.namespace(storage)
+    out = xp.lib.stride_tricks.as_strided(storage, sz, tuple(s * dt.itemsize for s in st))
+    return _finish(out, None, requires_grad)
+
+
+def empty_permuted(
+    size: Sequence[int],
+    physical_layout: Sequence[int],
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+) -> Tensor:
+    """An uninitialised tensor of ``size`` whose dims lie in memory in the order
+    ``physical_layout`` (outermost first)."""
+    sz, order = tuple(int(v) for v in size), tuple(int(v) for v in physical_layout)
+    if sorted(order) != list(range(len(sz))):
+        raise RuntimeError(
+            f"Number of dimensions in size does not match the length of the physical_layout; or "
+            f"physical_layout is not a permutation: {list(order)}"
+        )
+    a = backend.empty(tuple(sz[d] for d in order), _dt(dtype), _device(device))
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return _finish(a.transpose(inverse), None, requires_grad)
+
+
+def scalar_tensor(
+    s: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
+    """A 0-d tensor holding ``s``, in the default float dtype unless given."""
+    return _finish(backend.asarray(s).astype(_dt(dtype)), device, requires_grad)
+
+
+def asarray(
+    obj: Any,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    copy: bool | None = None,
+    requires_grad: bool = False,
+) -> Tensor:
+    """``obj`` as a tensor, sharing memory with a tensor or array when dtype and device allow
+    (``copy=True``: always a copy; ``copy=False``: an error where one is needed)."""
+    if isinstance(obj, Tensor):
+        out = obj
+        if device is not None and Device(device) != obj.device:
+            out = to(out, Device(device))
+        if dtype is not None and dtypes.to_dtype(dtype) != out.dtype:
+            out = to(out, dtypes.to_dtype(dtype))
+        if copy is False and out is not obj:
+            raise ValueError("can't alias tensor: a copy is needed for this dtype or device")
+        if copy:
+            out = wrap(out._array.copy())
+        if requires_grad:
+            out.requires_grad_(True)
+        return out
+    if backend.is_array(obj) or hasattr(obj, "__array_interface__"):
+        a = backend.asarray(obj)
+        shared = dtype is None or dtypes.to_dtype(dtype) == a.dtype
+        if copy is False and not shared:
+            raise ValueError("can't alias the array: a copy is needed for this dtype")
+        if dtype is not None:
+            a = a.astype(dtypes.to_dtype(dtype), copy=bool(copy))
+        elif copy:
+            a = a.copy()
+        return _finish(a, device, requires_grad)
+    if copy is False:
+        raise ValueError(f"can't alias a {type(obj).__name__}: it is not an array")
+    return _finish(as_array(obj, dtype), device, requires_grad)
+
+
+def frombuffer(
+    buffer: Any,
+    *,
+    dtype: Any,
+    count: int = -1,
+    offset: int = 0,
+    requires_grad: bool = False,
+) -> Tensor:
+    """A 1-d tensor sharing the memory of ``buffer`` (an object with the buffer protocol):
+    ``count`` elements of ``dtype`` from byte ``offset`` (all that fit: ``count=-1``)."""
+    raw = backend.asarray(memoryview(buffer).cast("B"))
+    dt = dtypes.to_dtype(dtype)
+    n = raw.shape[0]
+    if n <= 0:
+        raise ValueError(f"both buffer length ({n}) and count ({count}) must not be 0")
+    if not 0 <= offset < n:
+        raise ValueError(
+            f"offset ({offset} bytes) must be non-negative and no greater than buffer length "
+            f"({n} bytes) minus 1"
+        )
+    if count < 0:
+        if (n - offset) % dt.itemsize:
+            raise ValueError(
+                f"buffer length ({n - offset} bytes) after offset ({offset} bytes) must be a "
+                f"multiple of element size ({dt.itemsize})"
+            )
+        count = (n - offset) // dt.itemsize
+    elif count == 0 or offset + count * dt.itemsize > n:
+        raise ValueError(
+            f"requested buffer length ({count} * {dt.itemsize} bytes) after offset ({offset} "
+            f"bytes) must not be greater than actual buffer length ({n} bytes)"
+        )
+    out = raw[offset : offset + count * dt.itemsize].view(dt)
+    return _finish(out, None, requires_grad)
+
+
+# ----- tensor facts at torch level -----
+def is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def is_storage(obj: Any) -> bool:
+    """False: asyncgrad has no storage objects."""
+    return False
+
+
+def is_floating_point(input: Tensor) -> bool:
+    return input.is_floating_point()
+
+
+def is_nonzero(input: Tensor) -> bool:
+    """The truth of ``input``'s single element."""
+    n = input.numel()
+    if n == 0:
+        raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+    if n > 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return bool(input.item())
+
+
+def is_same_size(input: Tensor, other: Tensor) -> bool:
+    return tuple(input.shape) == tuple(other.shape)
+
+
+def numel(input: Tensor) -> int:
+    return input.numel()
 
 
 def eye(

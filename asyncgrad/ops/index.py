@@ -19,6 +19,8 @@ def _norm_index(index: Any) -> tuple[tuple[Any, ...], bool]:
     out = []
     advanced = False
     for i in index:
+        if isinstance(i, range):  # as torch: a range indexes like the list of its values
+            i = list(i)
         if isinstance(i, Tensor):
             i = i._array
             if i.dtype.kind not in "biu":
@@ -142,6 +144,10 @@ def getitem(input: Tensor, index: Any) -> Tensor:
 
 def getitem_for(op: str, input: Tensor, index: Any) -> Tensor:
     """``input[index]``, for ``op`` (which an index out of range names)."""
+    if isinstance(index, _Strided):  # See NOTE [Strided views] in ops/views.py
+        from .views import as_strided
+
+        return as_strided(input, index.size, index.stride, index.offset)
     idx, advanced = _norm_index(index)
     xa = input._array
     if advanced:
@@ -159,6 +165,23 @@ def getitem_for(op: str, input: Tensor, index: Any) -> Tensor:
     else:
         keeps_for_backward(t._grad_fn)  # torch's IndexBackward0 saves the indices
     return t
+
+
+class _Strided:
+    """The view chain's step of an ``as_strided`` view (``("getitem", {"index": this})``): a
+    replay on a Tensor goes through ``getitem``, which makes the view again (See NOTE [Strided
+    views] in ops/views.py)."""
+
+    __slots__ = ("offset", "size", "stride")
+
+    def __init__(self, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> None:
+        self.size, self.stride, self.offset = size, stride, offset
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "asyncgrad cannot differentiate an in-place op on an as_strided or unfold view (torch "
+            "can): clone() the view first"
+        )
 
 
 def index_add_zeros(g: Tensor, index: tuple[Any, ...], shape: tuple[int, ...]) -> Tensor:
@@ -249,8 +272,18 @@ def _check_bounds(ia: Any, n: int, dim: int) -> None:
 def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
     xa = input._array
     ia = _index_array(index, "gather", xa)
-    if ia.ndim != xa.ndim:
+    if builtins.max(ia.ndim, 1) != builtins.max(xa.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    if ia.ndim != xa.ndim:
+        # As torch's: a 0-d input or index counts as 1-d of one element.
+        x1 = getitem(input, (None,)) if xa.ndim == 0 else input
+        out = _gather(x1, norm_dim(dim, 1), ia.reshape(1) if ia.ndim == 0 else ia)
+        return getitem(out, 0) if ia.ndim == 0 else out
+    return _gather(input, dim, ia)
+
+
+def _gather(input: Tensor, dim: int, ia: Any) -> Tensor:
+    xa = input._array
     d = norm_dim(dim, xa.ndim)
     for k in range(xa.ndim):
         if k != d and ia.shape[k] > xa.shape[k]:

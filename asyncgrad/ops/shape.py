@@ -190,13 +190,28 @@ def broadcast_to(input: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- join and split
+def join_dtype(arrs: Sequence[Any]) -> Any:
+    """torch's result dtype of joining ``arrs`` (cat, stack): the widest floating dtype among
+    them if any (an int64 with a float32 gives float32, where NumPy widens to float64), else
+    NumPy's promotion of the integer and bool dtypes."""
+    xp = namespace(arrs[0])
+    dts = [a.dtype for a in arrs]
+    floats = [d for d in dts if d.kind in "fc"]
+    return xp.result_type(*(floats or dts))
+
+
+def _joined(arrs: list[Any]) -> list[Any]:
+    dt = join_dtype(arrs)
+    return [a if a.dtype == dt else a.astype(dt) for a in arrs]
+
+
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     nd = tensors[0].ndim
     d = dim % builtins.max(nd, 1)
-    arrs = [arr(x) for x in tensors]
+    arrs = _joined([arr(x) for x in tensors])
     try:
         out = namespace(arrs[0]).concatenate(arrs, axis=d)
     except ValueError as e:
@@ -211,7 +226,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
-    arrs = [arr(x) for x in tensors]
+    arrs = _joined([arr(x) for x in tensors])
     if len({a.shape for a in arrs}) > 1:
         raise RuntimeError(
             f"stack expects each tensor to be equal size, but got {[list(a.shape) for a in arrs]}"
