@@ -107,6 +107,9 @@ __all__ += _layers_all
 # ----- end of section H6 -----
 
 # ----- section H7: recurrent, transformer, normalization and other layers -----
+from .rnn import RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402
+
+__all__ += ["RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 # ----- end of section H7 -----
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----
