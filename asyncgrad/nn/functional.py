@@ -125,19 +125,65 @@ def layer_norm(
     return out
 
 
-def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """Rows of ``weight`` picked by integer ``input``; rows at ``padding_idx`` get no gradient."""
+def embedding(
+    input: Any,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of ``weight`` picked by integer ``input``, as torch's: rows at ``padding_idx`` get
+    no gradient; ``max_norm`` first renormalises (in place) the rows looked up whose
+    ``norm_type``-norm exceeds it; ``scale_grad_by_freq`` divides each row's gradient by how
+    often it occurs in ``input``. ``sparse=True`` (sparse gradients) is not supported."""
     idx = input if isinstance(input, Tensor) else ops.tensor(input)
     if idx.dtype.kind not in "iu":
+        # torch raises RuntimeError; TypeError is kept here, as before (tests rely on it).
         raise TypeError(
             f"embedding indices must be an integer tensor, got a tensor of dtype {idx.dtype}"
         )
-    out = getitem_for("embedding", weight, idx)
+    if sparse:
+        raise NotImplementedError("embedding: sparse=True (sparse gradients) is not supported")
     if padding_idx is not None:
-        padding_idx %= weight.shape[0]
+        n = weight.shape[0]
+        if not -n <= padding_idx < n:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        padding_idx %= n
+    if max_norm is not None:
+        embedding_renorm_(weight, idx, max_norm, norm_type)
+    out = getitem_for("embedding", weight, idx)
+    if scale_grad_by_freq:
+        # The value stays exactly weight[idx]; the gradient of each row is scaled by
+        # 1 / count(row) (as torch's), through ``(out - out.detach()) * scale``.
+        ia = idx._array
+        xp = backend.namespace(ia)
+        _, inverse, counts = xp.unique(ia.reshape(-1), return_inverse=True, return_counts=True)
+        scale = (1.0 / counts[inverse.reshape(-1)]).reshape((*ia.shape, 1)).astype(weight.dtype)
+        base = out.detach()
+        out = ops.add(base, ops.mul(ops.sub(out, base), ops.wrap(scale)))
+    if padding_idx is not None:
         keep = ops.unsqueeze(ops.ne(idx, padding_idx), -1)
         out = ops.where(keep, out, out.detach())
     return out
+
+
+def embedding_renorm_(weight: Tensor, input: Any, max_norm: float, norm_type: float) -> Tensor:
+    """Scale in place (without recording) each row of ``weight`` indexed by ``input`` whose
+    ``norm_type``-norm exceeds ``max_norm`` to norm ``max_norm`` (by ``max_norm / (norm +
+    1e-7)``, as torch's)."""
+    idx = input if isinstance(input, Tensor) else ops.tensor(input)
+    with no_grad():
+        xp = backend.namespace(weight._array)
+        rows_idx = xp.unique(xp.asarray(idx._array).reshape(-1))
+        if rows_idx.size == 0:
+            return weight
+        rows = weight._array[rows_idx]
+        norms = xp.linalg.norm(rows, ord=norm_type, axis=1)
+        scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(weight.dtype)
+        ops.setitem(weight, ops.wrap(rows_idx), ops.wrap(rows * scale[:, None]))
+    return weight
 
 
 def l1_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:

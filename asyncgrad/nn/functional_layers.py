@@ -8,12 +8,13 @@ come from the ops' rules.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from .. import ops
+from .. import backend, ops
 from .._tensor import Tensor
 
-__all__: list[str] = []
+__all__ = ["bilinear", "embedding_bag", "rms_norm"]
 
 
 # ----------------------------------------------------------------------------- recurrent cells
@@ -103,3 +104,209 @@ def gru_cell(
 ) -> Tensor:
     """One GRU step, as ``torch.gru_cell``."""
     return gru_step(ops.linear(input, w_ih, b_ih), hx, w_hh, b_hh)
+
+
+# ----------------------------------------------------------------------------- bilinear, rms_norm
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``y = x1^T A x2 + b`` over the last dims: ``input1`` (*, in1), ``input2`` (*, in2),
+    ``weight`` (out, in1, in2), ``bias`` (out); as ``torch.nn.functional.bilinear``."""
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(
+            f"bilinear(): input dimensions do not match: got {input1.ndim} and {input2.ndim}"
+        )
+    for d in range(input1.ndim - 1):
+        if input1.shape[d] != input2.shape[d]:
+            raise RuntimeError(
+                f"bilinear(): input batch dimensions do not match at dim {d}: got "
+                f"{input1.shape[d]} and {input2.shape[d]}"
+            )
+    if weight.ndim != 3:
+        raise RuntimeError(f"bilinear(): weight must be three-dimensional, got {weight.ndim}D")
+    if input1.shape[-1] != weight.shape[1]:
+        raise RuntimeError(
+            f"bilinear(): input1 size does not match weight size: got {input1.shape[-1]} but "
+            f"expected {weight.shape[1]}"
+        )
+    if input2.shape[-1] != weight.shape[2]:
+        raise RuntimeError(
+            f"bilinear(): input2 size does not match weight size: got {input2.shape[-1]} but "
+            f"expected {weight.shape[2]}"
+        )
+    o, i, j = weight.shape
+    lead = tuple(input1.shape[:-1])
+    # x1 @ A_o for every o at once: (*, in1) @ (in1, out * in2), then the dot with x2.
+    t = ops.matmul(input1, ops.reshape(ops.transpose(weight, 0, 1), (i, o * j)))
+    t = ops.reshape(t, (*lead, o, j))
+    out = ops.sum(ops.mul(t, ops.unsqueeze(input2, -2)), dim=-1)
+    return out if bias is None else ops.add(out, bias)
+
+
+def rms_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> Tensor:
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the trailing ``normalized_shape`` dims;
+    ``eps=None``: the machine epsilon of the input's dtype, as torch."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
+        raise RuntimeError(
+            f"Given normalized_shape={list(shape)}, expected input with shape "
+            f"[*{', '.join(map(str, shape))}], but got input of size{list(input.shape)}"
+        )
+    if weight is not None and tuple(weight.shape) != shape:
+        raise RuntimeError(
+            f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
+            f"{list(weight.shape)} and normalized_shape = {list(shape)}"
+        )
+    if eps is None:
+        eps = float(backend.namespace(input._array).finfo(input.dtype).eps)
+    dims = tuple(range(-k, 0))
+    ms = ops.mean(ops.mul(input, input), dim=dims, keepdim=True) if k else ops.mul(input, input)
+    out = ops.mul(input, ops.rsqrt(ops.add(ms, eps)))
+    return out if weight is None else ops.mul(out, weight)
+
+
+# ----------------------------------------------------------------------------- embedding_bag
+def embedding_bag(
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
+    """Sums, means or maxima of bags of embeddings, as ``torch.nn.functional.embedding_bag``:
+    ``input`` 2-D (B, N) is B bags of N indices; 1-D, its bags start at ``offsets``. Entries
+    equal to ``padding_idx`` are left out of their bag; an empty bag gives zeros.
+    ``per_sample_weights`` (``mode="sum"`` only) scales each looked-up row. In ``max`` mode the
+    gradient goes to the row that gave each maximum, as torch's."""
+    from .functional import embedding, embedding_renorm_
+
+    if not isinstance(input, Tensor):
+        input = ops.tensor(input)
+    if input.dtype.kind not in "iu":
+        raise RuntimeError(
+            "Expected tensor for argument #1 'indices' to have one of the following scalar "
+            f"types: Long, Int; but got {input.dtype} instead (while checking arguments for "
+            "embedding_bag)"
+        )
+    if weight.ndim != 2:
+        raise ValueError(f"weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
+    if per_sample_weights is not None and tuple(input.shape) != tuple(per_sample_weights.shape):
+        raise ValueError(
+            f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not "
+            f"None, then it must have the same shape as the input ({list(input.shape)})"
+        )
+    if sparse:
+        raise NotImplementedError("embedding_bag: sparse=True (sparse gradients) is not supported")
+    n_rows = weight.shape[0]
+    if padding_idx is not None:
+        if not -n_rows <= padding_idx < n_rows:
+            raise AssertionError("padding_idx must be within the number of embeddings")
+        padding_idx %= n_rows
+    ia = input._array
+    xp = backend.namespace(ia)
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError(
+                "if input is 2D, then offsets has to be None, as input is treated is a "
+                "mini-batch of fixed length sequences. However, found offsets of type "
+                f"{type(offsets).__name__}"
+            )
+        b, length = input.shape
+        off = xp.arange(0, b * length, length, dtype=ia.dtype) if length else xp.zeros(b, ia.dtype)
+        ia = ia.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = ops.reshape(per_sample_weights, (-1,))
+    elif input.ndim == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        if offsets.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+        off = xp.asarray(offsets._array)
+        if off.size and int(off[0]) != 0:
+            raise RuntimeError(
+                "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to "
+                f"start from position 0. However, got {int(off[0])}"
+            )
+        if off.size and int(off[-1]) > ia.shape[0]:
+            raise RuntimeError(
+                f"offsets[-1] can not be greater than input's length ({ia.shape[0]}), but got "
+                f"offsets[-1] of {int(off[-1])}"
+            )
+        if include_last_offset:
+            if off.size == 0:
+                raise RuntimeError("include_last_offset: number of offsets should be at least 1")
+            off = off[:-1]
+    else:
+        raise ValueError(
+            f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}"
+        )
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(
+            "embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+            f"supported for mode='sum' (got mode='{mode}'). Please open a feature request on "
+            "GitHub."
+        )
+    m = ia.shape[0]
+    if m and (int(ia.min()) < 0 or int(ia.max()) >= n_rows):
+        bad = int(xp.argmax((ia < 0) | (ia >= n_rows)))
+        raise RuntimeError(
+            f"Index {bad} of input takes value {int(ia[bad])} which is not in the valid range "
+            f"[0, {n_rows})"
+        )
+    if max_norm is not None:
+        embedding_renorm_(weight, ops.wrap(ia), max_norm, norm_type)
+    n_bags = off.shape[0]
+    # Which bag each index belongs to (offsets need not be distinct: empty bags).
+    bag = xp.searchsorted(off, xp.arange(m), side="right") - 1
+    keep = xp.ones(m, dtype=bool) if padding_idx is None else ia != padding_idx
+    d = weight.shape[1]
+    if mode == "max":
+        return _bag_max(weight, ia, off, bag, keep, n_bags)
+    rows = embedding(ops.wrap(ia), weight, scale_grad_by_freq=scale_grad_by_freq)  # (m, d)
+    coef = keep.astype(weight.dtype)
+    if mode == "mean":
+        counts = xp.bincount(bag[keep], minlength=n_bags).astype(weight.dtype)
+        coef = coef / xp.maximum(counts, 1)[bag]
+    rows = ops.mul(rows, ops.wrap(coef[:, None]))
+    if per_sample_weights is not None:
+        rows = ops.mul(rows, ops.unsqueeze(per_sample_weights, 1))
+    zeros = Tensor._wrap(backend.zeros((n_bags, d), rows.dtype, weight.device))
+    if m == 0:
+        return ops.add(zeros, ops.mul(ops.sum(weight), 0.0)) if n_bags else zeros
+    index = ops.wrap(xp.broadcast_to(bag[:, None], (m, d)).astype(xp.int64))
+    return ops.scatter_add(zeros, 0, index, rows)
+
+
+def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int) -> Tensor:
+    """Each bag's elementwise maximum, picked with ``gather`` so that the gradient goes to the
+    one row that gave it (the first, on ties)."""
+    xp = backend.namespace(ia)
+    m, d = ia.shape[0], weight.shape[1]
+    wa = weight._array
+    if m == 0 or n_bags == 0:
+        out = Tensor._wrap(backend.zeros((n_bags, d), weight.dtype, weight.device))
+        return out if m == 0 else ops.add(out, ops.mul(ops.sum(weight), 0.0))
+    pos = xp.arange(m) - off[bag]
+    width = int(pos.max()) + 1
+    vals = xp.full((n_bags, width, d), -xp.inf, dtype=wa.dtype)
+    idx = xp.zeros((n_bags, width), dtype=xp.int64)
+    vals[bag[keep], pos[keep]] = wa[ia[keep]]
+    idx[bag, pos] = ia
+    arg = xp.argmax(vals, axis=1)  # (n_bags, d): the position of each maximum in its bag
+    picked = xp.take_along_axis(idx, arg, axis=1)  # the row index of each maximum
+    nonempty = xp.zeros(n_bags, dtype=bool)
+    nonempty[bag[keep]] = True
+    out = ops.gather(weight, 0, ops.wrap(picked))
+    return ops.where(ops.wrap(nonempty[:, None]), out, ops.mul(out, 0.0))

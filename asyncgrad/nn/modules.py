@@ -39,6 +39,78 @@ class Parameter(Tensor):
         return p
 
 
+class UninitializedParameter(Parameter):
+    """A parameter whose shape is not known yet (a lazy module's, until its first call), as
+    ``torch.nn.UninitializedParameter``: it holds no data; ``materialize`` gives it its
+    shape in place, turning it into a plain Parameter (so optimisers given it keep it)."""
+
+    __slots__ = ()
+
+    def __init__(self, requires_grad: bool = True, device: Any = None, dtype: Any = None) -> None:
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+        super().__init__(backend.empty((0,), dt), requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        return "<UninitializedParameter>"
+
+
+class UninitializedBuffer(Tensor):
+    """A buffer whose shape is not known yet, as ``torch.nn.UninitializedBuffer``."""
+
+    __slots__ = ()
+
+    def __init__(self, requires_grad: bool = False, device: Any = None, dtype: Any = None) -> None:
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+        super().__init__(backend.empty((0,), dt), requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        return "<UninitializedBuffer>"
+
+
+def materialize(t: Tensor, shape: tuple[int, ...], device: Any = None, fill: float = 0.0) -> Any:
+    """Give an uninitialized parameter (in place) or buffer (a new tensor, returned) its
+    ``shape``, filled with ``fill``, on ``device`` (the CPU by default)."""
+    dev = ops.creation._device(device)
+    arr = backend.full(shape, fill, t.dtype, dev)
+    if isinstance(t, UninitializedParameter):
+        _replace_array(t, Tensor._wrap(arr))
+        t.__class__ = Parameter
+        return t
+    return Tensor._wrap(arr)
+
+
+class LazyModuleMixin:
+    """For modules whose parameters' shapes are inferred from the first input, as torch's
+    ``LazyModuleMixin``: on the first call ``initialize_parameters(*args, **kwargs)``
+    materializes them, and the module becomes ``cls_to_become`` (when set)."""
+
+    cls_to_become: type | None = None
+
+    def has_uninitialized_params(self) -> bool:
+        """Whether a parameter or buffer still waits for its shape."""
+        params: dict[str, Any] = self.__dict__.get("_parameters", {})
+        buffers: dict[str, Any] = self.__dict__.get("_buffers", {})
+        return any(
+            isinstance(t, (UninitializedParameter, UninitializedBuffer))
+            for t in (*params.values(), *buffers.values())
+        )
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            f"initialize_parameters is not implemented for {type(self).__name__}"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.has_uninitialized_params():
+            with no_grad():
+                self.initialize_parameters(*args, **kwargs)
+            if self.has_uninitialized_params():
+                raise RuntimeError(f"module {type(self).__name__} has not been fully initialized")
+            if self.cls_to_become is not None:
+                self.__class__ = self.cls_to_become
+        return Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
+
+
 class IncompatibleKeys(NamedTuple):
     """What ``load_state_dict(..., strict=False)`` could not match."""
 
@@ -510,10 +582,10 @@ class Sequential(Module):
         for i, m in enumerate(mods):
             setattr(self, str(i), m)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, input: Any) -> Any:
         for m in self._modules.values():
-            x = m(x)
-        return x
+            input = m(input)
+        return input
 
     def __getitem__(self, i: int | slice) -> Any:
         mods = list(self._modules.values())
@@ -758,8 +830,8 @@ class Linear(Module):
         if device is not None:
             self.to(device)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.linear(x, self.weight, self.bias)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (
@@ -769,13 +841,21 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch."""
+    """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch. ``max_norm``,
+    ``norm_type`` and ``scale_grad_by_freq`` as ``F.embedding``'s; ``sparse=True`` is not
+    supported."""
 
     def __init__(
         self,
         num_embeddings: int,
         embedding_dim: int,
         padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
         device: Any = None,
         dtype: Any = None,
     ) -> None:
@@ -787,23 +867,88 @@ class Embedding(Module):
                     f"got {padding_idx}"
                 )
             padding_idx %= num_embeddings
+        if sparse:
+            raise NotImplementedError("Embedding: sparse=True (sparse gradients) is not supported")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
-        rng = ops.default_generator._rng
-        w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
-        if padding_idx is not None:
-            w[padding_idx] = 0
-        self.weight = Parameter(w.astype(dtypes.to_dtype(dtype or dtypes.get_default_dtype())))
+        self.max_norm = max_norm
+        self.norm_type = norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.sparse = sparse
+        if _weight is not None:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError(
+                    "Shape of weight does not match num_embeddings and embedding_dim"
+                )
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+        else:
+            rng = ops.default_generator._rng
+            w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
+            if padding_idx is not None:
+                w[padding_idx] = 0
+            dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+            self.weight = Parameter(w.astype(dt), requires_grad=not _freeze)
         if device is not None:
             self.to(device)
 
-    def forward(self, indices: Any) -> Tensor:
-        return F.embedding(indices, self.weight, self.padding_idx)
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0
+
+    def forward(self, input: Any) -> Tensor:
+        return F.embedding(
+            input,
+            self.weight,
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
+        )
 
     def extra_repr(self) -> str:
-        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
-        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq is not False:
+            s += ", scale_grad_by_freq=True"
+        if self.sparse is not False:
+            s += ", sparse=True"
+        return s
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding holding ``embeddings`` (2-D) as its weight, frozen by default."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(
+            rows,
+            cols,
+            padding_idx,
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            sparse,
+            _weight=embeddings,
+            _freeze=freeze,
+        )
 
 
 class LayerNorm(Module):
@@ -833,8 +978,8 @@ class LayerNorm(Module):
         if device is not None:
             self.to(device)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (
@@ -855,16 +1000,16 @@ class Dropout(Module):
         self.p = p
         self.inplace = inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, self.inplace)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
 
 
 class ReLU(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.relu(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.relu(input)
 
 
 class GELU(Module):
@@ -874,21 +1019,21 @@ class GELU(Module):
             raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.gelu(x, approximate=self.approximate)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.gelu(input, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.tanh(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.tanh(input)
 
 
 class Sigmoid(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.sigmoid(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.sigmoid(input)
 
 
 # ----- containers, reshaping and losses (torch's nn.Identity, Flatten, ModuleDict, *Loss) -----
@@ -1247,10 +1392,10 @@ class _ConvNd(Module):
         if device is not None:
             self.to(device)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         conv = F.conv1d if self._n == 1 else F.conv2d
         return conv(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
         )
 
     def extra_repr(self) -> str:
@@ -1308,9 +1453,9 @@ class MaxPool2d(Module):
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
-    def forward(self, x: Tensor) -> Any:
+    def forward(self, input: Tensor) -> Any:
         return F.max_pool2d(
-            x,
+            input,
             self.kernel_size,
             self.stride,
             self.padding,
@@ -1346,9 +1491,9 @@ class AvgPool2d(Module):
         self.count_include_pad = count_include_pad
         self.divisor_override = divisor_override
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool2d(
-            x,
+            input,
             self.kernel_size,
             self.stride,
             self.padding,

@@ -206,8 +206,7 @@ class RNNBase(Module):
             raise TypeError(f"{type(self).__name__}: input must be a Tensor")
         if input.ndim not in (2, 3):
             raise ValueError(
-                f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D "
-                "instead"
+                f"{type(self).__name__}: Expected input to be 2D or 3D, got {input.ndim}D instead"
             )
         batched = input.ndim == 3
         x = input if batched else ops.unsqueeze(input, 1)
