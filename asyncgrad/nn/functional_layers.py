@@ -8,13 +8,14 @@ come from the ops' rules.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from .. import backend, ops
+from .. import backend, dtypes, ops
 from .._tensor import Tensor
 
-__all__ = ["bilinear", "embedding_bag", "rms_norm"]
+__all__ = ["bilinear", "embedding_bag", "multi_head_attention_forward", "rms_norm"]
 
 
 # ----------------------------------------------------------------------------- recurrent cells
@@ -310,3 +311,254 @@ def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int
     nonempty[bag[keep]] = True
     out = ops.gather(weight, 0, ops.wrap(picked))
     return ops.where(ops.wrap(nonempty[:, None]), out, ops.mul(out, 0.0))
+
+
+# ----------------------------------------------------------------------------- attention
+def _canonical_mask(mask: Tensor | None, name: str, like: Tensor) -> Tensor | None:
+    """torch's MultiheadAttention masks as one float mask: a bool mask's True (a position that
+    may not be attended to) becomes -inf, its False 0; a float mask is kept."""
+    if mask is None:
+        return None
+    if mask.dtype == dtypes.bool_:
+        zeros = ops.zeros(tuple(mask.shape), dtype=like.dtype, device=like.device)
+        return ops.masked_fill(zeros, mask, float("-inf"))
+    if mask.dtype.kind != "f":
+        raise AssertionError(f"only bool and floating types of {name} are supported")
+    return mask
+
+
+def _mha_shape_check(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor | None,
+    attn_mask: Tensor | None,
+    num_heads: int,
+) -> bool:
+    """torch's checks of the shapes; whether the input is batched."""
+    if query.ndim == 3:
+        if key.ndim != 3 or value.ndim != 3:
+            raise AssertionError(
+                "For batched (3-D) `query`, expected `key` and `value` to be 3-D but found "
+                f"{key.ndim}-D and {value.ndim}-D tensors respectively"
+            )
+        if key_padding_mask is not None and key_padding_mask.ndim != 2:
+            raise AssertionError(
+                "For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D but "
+                f"found {key_padding_mask.ndim}-D tensor instead"
+            )
+        if attn_mask is not None and attn_mask.ndim not in (2, 3):
+            raise AssertionError(
+                "For batched (3-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D but "
+                f"found {attn_mask.ndim}-D tensor instead"
+            )
+        return True
+    if query.ndim == 2:
+        if key.ndim != 2 or value.ndim != 2:
+            raise AssertionError(
+                "For unbatched (2-D) `query`, expected `key` and `value` to be 2-D but found "
+                f"{key.ndim}-D and {value.ndim}-D tensors respectively"
+            )
+        if key_padding_mask is not None and key_padding_mask.ndim != 1:
+            raise AssertionError(
+                "For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or 1-D "
+                f"but found {key_padding_mask.ndim}-D tensor instead"
+            )
+        if attn_mask is not None:
+            if attn_mask.ndim not in (2, 3):
+                raise AssertionError(
+                    "For unbatched (2-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D "
+                    f"but found {attn_mask.ndim}-D tensor instead"
+                )
+            want = (num_heads, query.shape[0], key.shape[0])
+            if attn_mask.ndim == 3 and tuple(attn_mask.shape) != want:
+                raise AssertionError(
+                    f"Expected `attn_mask` shape to be {want} but got {tuple(attn_mask.shape)}"
+                )
+        return False
+    raise AssertionError(
+        "query should be unbatched 2D or batched 3D tensor but received "
+        f"{query.ndim}-D query tensor"
+    )
+
+
+def _pad_last(mask: Tensor) -> Tensor:
+    """``mask`` with one more (zero: allowed) column, for an added key."""
+    zeros = ops.zeros((*tuple(mask.shape[:-1]), 1), dtype=mask.dtype, device=mask.device)
+    return ops.cat([mask, zeros], dim=-1)
+
+
+def multi_head_attention_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    embed_dim_to_check: int,
+    num_heads: int,
+    in_proj_weight: Tensor | None,
+    in_proj_bias: Tensor | None,
+    bias_k: Tensor | None,
+    bias_v: Tensor | None,
+    add_zero_attn: bool,
+    dropout_p: float,
+    out_proj_weight: Tensor,
+    out_proj_bias: Tensor | None,
+    training: bool = True,
+    key_padding_mask: Tensor | None = None,
+    need_weights: bool = True,
+    attn_mask: Tensor | None = None,
+    use_separate_proj_weight: bool = False,
+    q_proj_weight: Tensor | None = None,
+    k_proj_weight: Tensor | None = None,
+    v_proj_weight: Tensor | None = None,
+    static_k: Tensor | None = None,
+    static_v: Tensor | None = None,
+    average_attn_weights: bool = True,
+    is_causal: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """torch's ``F.multi_head_attention_forward`` over (L, N, E) inputs (unbatched: (L, E)):
+    project, attend per head, concatenate, project. Masks follow torch's MultiheadAttention
+    convention: a bool mask's True forbids a position; a float mask is added to the scores.
+    Returns ``(output, weights)``; the weights (averaged over heads with
+    ``average_attn_weights``) only with ``need_weights``."""
+    from .functional import dropout, softmax
+
+    batched = _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if not batched:
+        query, key, value = (ops.unsqueeze(t, 1) for t in (query, key, value))
+        if key_padding_mask is not None:
+            key_padding_mask = ops.unsqueeze(key_padding_mask, 0)
+    tgt_len, bsz, embed_dim = query.shape
+    src_len = key.shape[0]
+    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask", query)
+    if is_causal and attn_mask is None:
+        raise RuntimeError(
+            "Need attn_mask if specifying the is_causal hint. You may use the Transformer "
+            "module method `generate_square_subsequent_mask` to create this mask."
+        )
+    causal = False
+    if is_causal and key_padding_mask is None and not need_weights:
+        # As torch: the mask is only a hint here; attention is causal without it.
+        attn_mask = None
+        causal = True
+    else:
+        attn_mask = _canonical_mask(attn_mask, "attn_mask", query)
+    if embed_dim != embed_dim_to_check:
+        raise AssertionError(
+            f"was expecting embedding dimension of {embed_dim_to_check}, but got {embed_dim}"
+        )
+    head_dim = embed_dim // num_heads
+    if head_dim * num_heads != embed_dim:
+        raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
+    if use_separate_proj_weight:
+        if key.shape[:2] != value.shape[:2]:
+            raise AssertionError(
+                f"key's sequence and batch dims {tuple(key.shape[:2])} do not match value's "
+                f"{tuple(value.shape[:2])}"
+            )
+        if q_proj_weight is None or k_proj_weight is None or v_proj_weight is None:
+            raise AssertionError("use_separate_proj_weight is True but a proj weight is None")
+        ws = [q_proj_weight, k_proj_weight, v_proj_weight]
+    else:
+        if tuple(key.shape) != tuple(value.shape):
+            raise AssertionError(
+                f"key shape {tuple(key.shape)} does not match value shape {tuple(value.shape)}"
+            )
+        if in_proj_weight is None:
+            raise AssertionError("use_separate_proj_weight is False but in_proj_weight is None")
+        ws = [in_proj_weight[i * embed_dim : (i + 1) * embed_dim] for i in range(3)]
+    bs: list[Tensor | None] = [None, None, None]
+    if in_proj_bias is not None:
+        bs = [in_proj_bias[i * embed_dim : (i + 1) * embed_dim] for i in range(3)]
+    q = ops.linear(query, ws[0], bs[0])
+    k = ops.linear(key, ws[1], bs[1])
+    v = ops.linear(value, ws[2], bs[2])
+    if attn_mask is not None:
+        if attn_mask.ndim == 2:
+            if tuple(attn_mask.shape) != (tgt_len, src_len):
+                raise RuntimeError(
+                    f"The shape of the 2D attn_mask is {tuple(attn_mask.shape)}, but should be "
+                    f"{(tgt_len, src_len)}."
+                )
+            attn_mask = ops.unsqueeze(attn_mask, 0)
+        elif tuple(attn_mask.shape) != (bsz * num_heads, tgt_len, src_len):
+            raise RuntimeError(
+                f"The shape of the 3D attn_mask is {tuple(attn_mask.shape)}, but should be "
+                f"{(bsz * num_heads, tgt_len, src_len)}."
+            )
+    if bias_k is not None and bias_v is not None:
+        if static_k is not None or static_v is not None:
+            raise AssertionError("bias cannot be added to static key/value.")
+        k = ops.cat([k, ops.expand(bias_k, (1, bsz, embed_dim))], dim=0)
+        v = ops.cat([v, ops.expand(bias_v, (1, bsz, embed_dim))], dim=0)
+        if attn_mask is not None:
+            attn_mask = _pad_last(attn_mask)
+        if key_padding_mask is not None:
+            key_padding_mask = _pad_last(key_padding_mask)
+    elif (bias_k is None) != (bias_v is None):
+        raise AssertionError("bias_k and bias_v must both be given or both be None")
+    q = ops.transpose(ops.reshape(q, (tgt_len, bsz * num_heads, head_dim)), 0, 1)
+    if static_k is None:
+        k = ops.transpose(ops.reshape(k, (k.shape[0], bsz * num_heads, head_dim)), 0, 1)
+    else:
+        if static_k.shape[0] != bsz * num_heads or static_k.shape[2] != head_dim:
+            raise AssertionError(
+                f"expecting static_k of size ({bsz * num_heads}, *, {head_dim}), but got "
+                f"{tuple(static_k.shape)}"
+            )
+        k = static_k
+    if static_v is None:
+        v = ops.transpose(ops.reshape(v, (v.shape[0], bsz * num_heads, head_dim)), 0, 1)
+    else:
+        if static_v.shape[0] != bsz * num_heads or static_v.shape[2] != head_dim:
+            raise AssertionError(
+                f"expecting static_v of size ({bsz * num_heads}, *, {head_dim}), but got "
+                f"{tuple(static_v.shape)}"
+            )
+        v = static_v
+    if add_zero_attn:
+        zeros = ops.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype, device=k.device)
+        k = ops.cat([k, zeros], dim=1)
+        v = ops.cat([v, zeros], dim=1)
+        if attn_mask is not None:
+            attn_mask = _pad_last(attn_mask)
+        if key_padding_mask is not None:
+            key_padding_mask = _pad_last(key_padding_mask)
+    src_len = k.shape[1]
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (bsz, src_len):
+            raise AssertionError(
+                f"expecting key_padding_mask shape of {(bsz, src_len)}, but got "
+                f"{tuple(key_padding_mask.shape)}"
+            )
+        kpm = ops.reshape(
+            ops.expand(
+                ops.reshape(key_padding_mask, (bsz, 1, 1, src_len)), (bsz, num_heads, 1, src_len)
+            ),
+            (bsz * num_heads, 1, src_len),
+        )
+        attn_mask = kpm if attn_mask is None else ops.add(attn_mask, kpm)
+    if not training:
+        dropout_p = 0.0
+    scores = ops.matmul(ops.mul(q, 1.0 / math.sqrt(head_dim)), ops.transpose(k, -2, -1))
+    if attn_mask is not None:
+        scores = ops.add(scores, attn_mask)
+    if causal:
+        rows = ops.unsqueeze(ops.arange(tgt_len, device=scores.device), 1)
+        future = ops.gt(ops.arange(src_len, device=scores.device), rows)
+        scores = ops.masked_fill(scores, future, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, p=dropout_p)
+    out = ops.matmul(weights, v)  # (bsz * num_heads, tgt_len, head_dim)
+    out = ops.reshape(ops.transpose(out, 0, 1), (tgt_len * bsz, embed_dim))
+    out = ops.reshape(ops.linear(out, out_proj_weight, out_proj_bias), (tgt_len, bsz, -1))
+    if not batched:
+        out = ops.squeeze(out, 1)
+    if not need_weights:
+        return out, None
+    w = ops.reshape(weights, (bsz, num_heads, tgt_len, src_len))
+    if average_attn_weights:
+        w = ops.mean(w, dim=1)
+    if not batched:
+        w = ops.squeeze(w, 0)
+    return out, w

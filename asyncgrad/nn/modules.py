@@ -12,6 +12,7 @@ from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 from . import functional as F
+from . import functional_layers as FL
 from . import init
 from ._backward_hooks import call_with_backward_hooks
 
@@ -1194,14 +1195,22 @@ class BCEWithLogitsLoss(_Loss):
 
 
 # ----- attention (torch's nn.MultiheadAttention) -----
+class NonDynamicallyQuantizableLinear(Linear):
+    """torch's name for MultiheadAttention's ``out_proj`` (a Linear), kept so reprs match."""
+
+
 class MultiheadAttention(Module):
-    """torch's ``nn.MultiheadAttention``: project, attend per head, concatenate, project.
+    """torch's ``nn.MultiheadAttention``: project, attend per head, concatenate, project
+    (``F.multi_head_attention_forward``).
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
     average_attn_weights=True, is_causal=False)`` returns ``(output, weights or None)``.
     Masks follow torch's convention here (NOT scaled_dot_product_attention's): a bool mask marks
     with True the positions that may NOT be attended to; a float mask is added to the scores.
-    Parameter names match torch's, so a torch state dict loads as it is."""
+    ``add_bias_kv`` appends learned ``bias_k``/``bias_v`` to the keys and values,
+    ``add_zero_attn`` a zero key and value; ``kdim``/``vdim`` other than ``embed_dim`` give
+    separate ``q/k/v_proj_weight``. Parameter names match torch's, so a torch state dict loads
+    as it is."""
 
     def __init__(
         self,
@@ -1225,8 +1234,6 @@ class MultiheadAttention(Module):
             )
         if embed_dim % num_heads:
             raise AssertionError("embed_dim must be divisible by num_heads")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("add_bias_kv and add_zero_attn are not supported")
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
         self.vdim = vdim if vdim is not None else embed_dim
@@ -1242,29 +1249,36 @@ class MultiheadAttention(Module):
             self.q_proj_weight: Parameter | None = None
             self.k_proj_weight: Parameter | None = None
             self.v_proj_weight: Parameter | None = None
-            init.xavier_uniform_(self.in_proj_weight)
         else:
             self.in_proj_weight = None
             self.q_proj_weight = Parameter(backend.empty((e, e), dt))
             self.k_proj_weight = Parameter(backend.empty((e, self.kdim), dt))
             self.v_proj_weight = Parameter(backend.empty((e, self.vdim), dt))
-            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
-                init.xavier_uniform_(w)
         self.in_proj_bias = Parameter(backend.zeros((3 * e,), dt)) if bias else None
-        self.out_proj = Linear(e, e, bias=bias, dtype=dt)
-        if self.out_proj.bias is not None:
-            init.zeros_(self.out_proj.bias)
+        self.out_proj = NonDynamicallyQuantizableLinear(e, e, bias=bias, dtype=dt)
+        if add_bias_kv:
+            self.bias_k: Parameter | None = Parameter(backend.empty((1, 1, e), dt))
+            self.bias_v: Parameter | None = Parameter(backend.empty((1, 1, e), dt))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        self._reset_parameters()
         if device is not None:
             self.to(device)
 
-    def _project(self, x: Tensor, i: int) -> Tensor:
-        e = self.embed_dim
+    def _reset_parameters(self) -> None:
         if self.in_proj_weight is not None:
-            w = self.in_proj_weight[i * e : (i + 1) * e]
-        else:
-            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]  # type: ignore[assignment]
-        b = None if self.in_proj_bias is None else self.in_proj_bias[i * e : (i + 1) * e]
-        return ops.linear(x, w, b)
+            init.xavier_uniform_(self.in_proj_weight)
+        for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if w is not None:
+                init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            init.zeros_(self.in_proj_bias)
+        if self.out_proj.bias is not None:
+            init.zeros_(self.out_proj.bias)
+        for b in (self.bias_k, self.bias_v):
+            if b is not None:
+                init.xavier_normal_(b)
 
     def forward(
         self,
@@ -1277,61 +1291,40 @@ class MultiheadAttention(Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        if is_causal and attn_mask is None:
-            raise RuntimeError(
-                "Need attn_mask if specifying the is_causal hint. You may use the Transformer "
-                "module method `generate_square_subsequent_mask` to create this mask."
-            )
         batched = query.ndim == 3
-        if not batched:
-            query, key, value = (ops.unsqueeze(t, 0) for t in (query, key, value))
-            if key_padding_mask is not None:
-                key_padding_mask = ops.unsqueeze(key_padding_mask, 0)
-        elif not self.batch_first:
+        if self.batch_first and batched:
             query, key, value = (ops.transpose(t, 0, 1) for t in (query, key, value))
-        n, n_q, _ = query.shape
-        n_k = key.shape[1]
-        h, hd = self.num_heads, self.head_dim
-
-        def heads(x: Tensor, length: int) -> Tensor:
-            return ops.transpose(ops.reshape(x, (n, length, h, hd)), 1, 2)
-
-        q = heads(self._project(query, 0), n_q)
-        k = heads(self._project(key, 1), n_k)
-        v = heads(self._project(value, 2), n_k)
-        scores = ops.mul(ops.matmul(q, ops.transpose(k, -2, -1)), 1.0 / math.sqrt(hd))
-        if attn_mask is not None:
-            if attn_mask.ndim == 3:  # (N * num_heads, L, S)
-                attn_mask = ops.reshape(attn_mask, (n, h, n_q, n_k))
-            scores = _apply_mask(scores, attn_mask)
-        if key_padding_mask is not None:
-            scores = _apply_mask(scores, ops.reshape(key_padding_mask, (n, 1, 1, n_k)))
-        weights = F.softmax(scores, dim=-1)
-        if self.training and self.dropout > 0.0:
-            weights = F.dropout(weights, self.dropout)
-        out = ops.reshape(ops.transpose(ops.matmul(weights, v), 1, 2), (n, n_q, self.embed_dim))
-        out = self.out_proj(out)
-        if not batched:
-            out = ops.squeeze(out, 0)
-        elif not self.batch_first:
+        out, weights = FL.multi_head_attention_forward(
+            query,
+            key,
+            value,
+            self.embed_dim,
+            self.num_heads,
+            self.in_proj_weight,
+            self.in_proj_bias,
+            self.bias_k,
+            self.bias_v,
+            self.add_zero_attn,
+            self.dropout,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            training=self.training,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            use_separate_proj_weight=not self._qkv_same_embed_dim,
+            q_proj_weight=self.q_proj_weight,
+            k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+        )
+        if self.batch_first and batched:
             out = ops.transpose(out, 0, 1)
-        if not need_weights:
-            return out, None
-        if average_attn_weights:
-            weights = ops.mean(weights, dim=1)
-        if not batched:
-            weights = ops.squeeze(weights, 0)
         return out, weights
 
     def extra_repr(self) -> str:
         return ""
-
-
-def _apply_mask(scores: Tensor, mask: Tensor) -> Tensor:
-    """torch's MultiheadAttention masks: True (bool) forbids a position; floats are added."""
-    if mask.dtype == dtypes.bool_:
-        return ops.masked_fill(scores, mask, float("-inf"))
-    return ops.add(scores, mask)
 
 
 # ============================================================================ convolution, pooling
