@@ -95,11 +95,21 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 
 def _standardize(x: Tensor, dims: Any, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """``(mean, var, (x - mean) / sqrt(var + eps))`` over ``dims`` (kept), with the biased
-    variance: the normalisation layer_norm, batch_norm, instance_norm and group_norm share."""
+    variance: the normalisation layer_norm, batch_norm, instance_norm and group_norm share.
+    An empty ``x`` (e.g. an empty batch) normalises to itself, with NaN statistics, as torch's
+    (without NumPy's warnings about empty means)."""
+    if x.numel() == 0:
+        keep = tuple(1 if d in _dims(dims, x.ndim) else n for d, n in enumerate(x.shape))
+        nan = ops.full(keep, float("nan"), dtype=x.dtype, device=x.device)
+        return nan, nan, ops.mul(x, 1.0)
     mean = ops.mean(x, dim=dims, keepdim=True)
     centred = ops.sub(x, mean)
     var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
     return mean, var, ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
+
+
+def _dims(dims: Any, ndim: int) -> set[int]:
+    return {d % ndim for d in ((dims,) if isinstance(dims, int) else dims)}
 
 
 def layer_norm(
@@ -112,7 +122,12 @@ def layer_norm(
     """Normalise over the trailing ``normalized_shape`` dims (biased variance), as torch."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
+    if k == 0:
+        raise RuntimeError(
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
+            "one element, but got normalized_shape = []"
+        )
+    if input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape "
             f"[*, {', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
@@ -577,13 +592,15 @@ def batch_norm(
     shape = (1, c) + (1,) * (input.ndim - 2)
     dims = (0, *tuple(range(2, input.ndim)))
     if training:
-        n = input.numel() // c if c else 0
-        if n <= 1:
+        n = input.shape[0] * math.prod(input.shape[2:])
+        if n == 1:
             raise ValueError(
                 f"Expected more than 1 value per channel when training, got input size "
                 f"{input.shape}"
             )
         mean, var, out = _standardize(input, dims, eps)
+        if input.numel() == 0:  # As torch: an empty batch leaves the running statistics.
+            return _affine(out, weight, bias, shape)
         with no_grad():
             _update_running(running_mean, ops.reshape(mean, (c,)), momentum)
             unbiased = ops.mul(ops.reshape(var, (c,)), n / (n - 1))
@@ -620,16 +637,22 @@ def instance_norm(
     dims = tuple(range(2, input.ndim))
     if use_input_stats:
         n = math.prod(input.shape[2:])
-        if n <= 1:
+        if n == 1:
             raise ValueError(
                 f"Expected more than 1 spatial element when training, got input size {input.shape}"
             )
         mean, var, out = _standardize(input, dims, eps)
         with no_grad():
-            flat = (input.shape[0], c)
-            _update_running(running_mean, ops.mean(ops.reshape(mean, flat), dim=0), momentum)
-            unbiased = ops.mul(ops.reshape(var, flat), n / (n - 1))
-            _update_running(running_var, ops.mean(unbiased, dim=0), momentum)
+            if input.shape[0] == 0:  # as torch: an empty batch's statistics are NaN
+                nan = ops.full((c,), float("nan"), dtype=input.dtype, device=input.device)
+                _update_running(running_mean, nan, momentum)
+                _update_running(running_var, nan, momentum)
+            else:
+                flat = (input.shape[0], c)
+                batch_mean = ops.mean(ops.reshape(mean, flat), dim=0)
+                _update_running(running_mean, batch_mean, momentum)
+                unbiased = ops.mul(ops.reshape(var, flat), n / (n - 1) if n > 1 else math.nan)
+                _update_running(running_var, ops.mean(unbiased, dim=0), momentum)
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError(
@@ -662,7 +685,7 @@ def group_norm(
             f"Expected number of channels in input to be divisible by num_groups, but got input "
             f"of shape {list(input.shape)} and num_groups={num_groups}"
         )
-    grouped = ops.reshape(input, (n, num_groups, -1))
+    grouped = ops.reshape(input, (n, num_groups, c // num_groups * math.prod(input.shape[2:])))
     out = ops.reshape(_standardize(grouped, 2, eps)[2], tuple(input.shape))
     return _affine(out, weight, bias, (1, c) + (1,) * (input.ndim - 2))
 

@@ -164,6 +164,9 @@ def rms_norm(
         )
     if eps is None:
         eps = float(backend.namespace(input._array).finfo(input.dtype).eps)
+    if input.numel() == 0:  # an empty input (batch or normalized dims) stays empty
+        out = ops.mul(input, 1.0)
+        return out if weight is None else ops.mul(out, weight)
     dims = tuple(range(-k, 0))
     ms = ops.mean(ops.mul(input, input), dim=dims, keepdim=True) if k else ops.mul(input, input)
     out = ops.mul(input, ops.rsqrt(ops.add(ms, eps)))
@@ -562,3 +565,94 @@ def multi_head_attention_forward(
     if not batched:
         w = ops.squeeze(w, 0)
     return out, w
+
+
+# ----------------------------------------------------------------------------- torch-level forms
+# torch's own (``torch.batch_norm``, ...) signatures, which differ from ``F``'s; exported by
+# asyncgrad/__init__.py under torch's names. The ``cudnn_enabled`` flags are accepted and unused.
+def torch_batch_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+) -> Tensor:
+    """``torch.batch_norm``: ``F.batch_norm`` with torch's positional order."""
+    from .functional import batch_norm
+
+    return batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def torch_instance_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    use_input_stats: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+) -> Tensor:
+    """``torch.instance_norm``: ``F.instance_norm`` with torch's positional order."""
+    from .functional import instance_norm
+
+    return instance_norm(
+        input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps
+    )
+
+
+def torch_layer_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    cudnn_enable: bool = True,
+) -> Tensor:
+    """``torch.layer_norm``."""
+    from .functional import layer_norm
+
+    return layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def torch_group_norm(
+    input: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> Tensor:
+    """``torch.group_norm``."""
+    from .functional import group_norm
+
+    return group_norm(input, num_groups, weight, bias, eps)
+
+
+def torch_embedding(
+    weight: Tensor,
+    indices: Any,
+    padding_idx: int = -1,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """``torch.embedding`` (weight first; a negative ``padding_idx`` means none)."""
+    from .functional import embedding
+
+    pad = padding_idx if padding_idx >= 0 else None
+    return embedding(indices, weight, pad, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
+
+
+def torch_embedding_renorm_(
+    input: Tensor, indices: Any, max_norm: float, norm_type: float
+) -> Tensor:
+    """``torch.embedding_renorm_``: rows of ``input`` indexed by ``indices`` renormalised in
+    place to at most ``max_norm``."""
+    from .functional import embedding_renorm_
+
+    return embedding_renorm_(input, indices, max_norm, norm_type)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from .. import backend, dtypes, ops
@@ -193,14 +194,6 @@ class RNNBase(Module):
             c = self._check_hidden(hx[1], n, batched, "hidden[1]", self.hidden_size)
         return [(h[k], c[k]) for k in range(h.shape[0])]
 
-    def _step(self, xw: Tensor, state: Any, w: dict[str, Tensor]) -> Any:
-        b_hh = w.get("bias_hh")
-        if self.mode == "LSTM":
-            return lstm_step(xw, state[0], state[1], w["weight_hh"], b_hh, w.get("weight_hr"))
-        if self.mode == "GRU":
-            return gru_step(xw, state, w["weight_hh"], b_hh)
-        return rnn_step(xw, state, w["weight_hh"], b_hh, self.mode == "RNN_RELU")
-
     def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:
         if not isinstance(input, Tensor):
             raise TypeError(f"{type(self).__name__}: input must be a Tensor")
@@ -217,30 +210,18 @@ class RNNBase(Module):
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got "
                 f"{x.shape[-1]}"
             )
-        seq_len, n = x.shape[0], x.shape[1]
-        states = self._initial(hx, n, x, batched)
-        finals: list[Any] = []
-        for layer in range(self.num_layers):
-            outs = []
-            for d in range(self.num_directions):
-                k = layer * self.num_directions + d
-                w = self._weights(k)
-                xw = ops.linear(x, w["weight_ih"], w.get("bias_ih"))  # all steps at once
-                state = states[k]
-                steps: list[Tensor] = [x] * seq_len
-                order = range(seq_len - 1, -1, -1) if d else range(seq_len)
-                for t in order:
-                    state = self._step(xw[t], state, w)
-                    steps[t] = state[0] if isinstance(state, tuple) else state
-                finals.append(state)
-                outs.append(
-                    ops.stack(steps, 0)
-                    if seq_len
-                    else _zeros_like_out(x, n, self.proj_size or self.hidden_size)
-                )
-            x = outs[0] if len(outs) == 1 else ops.cat(outs, dim=2)
-            if self.dropout and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout)
+        states = self._initial(hx, x.shape[1], x, batched)
+        weights = [self._weights(k) for k in range(len(self._all_weights))]
+        x, finals = _run(
+            self.mode,
+            x,
+            states,
+            weights,
+            self.num_layers,
+            self.num_directions,
+            self.dropout if self.training else 0.0,
+            self.proj_size or self.hidden_size,
+        )
         out = x
         if batched and self.batch_first:
             out = ops.transpose(out, 0, 1)
@@ -274,6 +255,205 @@ class RNNBase(Module):
         if self.bidirectional:
             s += ", bidirectional=True"
         return s
+
+
+def _step(mode: str, xw: Tensor, state: Any, w: dict[str, Tensor]) -> Any:
+    b_hh = w.get("bias_hh")
+    if mode == "LSTM":
+        return lstm_step(xw, state[0], state[1], w["weight_hh"], b_hh, w.get("weight_hr"))
+    if mode == "GRU":
+        return gru_step(xw, state, w["weight_hh"], b_hh)
+    return rnn_step(xw, state, w["weight_hh"], b_hh, mode == "RNN_RELU")
+
+
+def _run(
+    mode: str,
+    x: Tensor,
+    states: list[Any],
+    weights: list[dict[str, Tensor]],
+    num_layers: int,
+    num_directions: int,
+    dropout: float,
+    out_size: int,
+) -> tuple[Tensor, list[Any]]:
+    """The recurrence over (L, N, H_in) ``x``: each layer and direction ``k`` from
+    ``states[k]`` with ``weights[k]`` (``weight_ih``, ``weight_hh``, optional ``bias_ih``,
+    ``bias_hh``, ``weight_hr``); dropout between layers. Returns the last layer's output and
+    every final state."""
+    seq_len, n = x.shape[0], x.shape[1]
+    finals: list[Any] = []
+    for layer in range(num_layers):
+        outs = []
+        for d in range(num_directions):
+            k = layer * num_directions + d
+            w = weights[k]
+            xw = ops.linear(x, w["weight_ih"], w.get("bias_ih"))  # all steps at once
+            state = states[k]
+            steps: list[Tensor] = [x] * seq_len
+            order = range(seq_len - 1, -1, -1) if d else range(seq_len)
+            for t in order:
+                state = _step(mode, xw[t], state, w)
+                steps[t] = state[0] if isinstance(state, tuple) else state
+            finals.append(state)
+            outs.append(ops.stack(steps, 0) if seq_len else _zeros_like_out(x, n, out_size))
+        x = outs[0] if len(outs) == 1 else ops.cat(outs, dim=2)
+        if dropout and layer < num_layers - 1:
+            x = F.dropout(x, dropout)
+    return x, finals
+
+
+def _flat_rnn(
+    mode: str,
+    input: Tensor,
+    hx: list[Tensor],
+    params: Sequence[Tensor],
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, list[Tensor]]:
+    """torch's ``torch.lstm``/``gru``/``rnn_tanh``/``rnn_relu`` over flat ``params`` (per
+    layer and direction: w_ih, w_hh, then b_ih, b_hh with ``has_biases``, then w_hr with
+    projections)."""
+    dirs = 2 if bidirectional else 1
+    groups = num_layers * dirs
+    if groups == 0 or len(params) % groups:
+        raise RuntimeError(f"{mode.lower()}: got {len(params)} params for {groups} weight groups")
+    per = len(params) // groups
+    names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if has_biases else [])
+    if per == len(names) + 1:
+        names.append("weight_hr")
+    elif per != len(names):
+        raise RuntimeError(f"{mode.lower()}: expected {len(names)} params per layer, got {per}")
+    weights = [
+        dict(zip(names, params[k * per : (k + 1) * per], strict=True)) for k in range(groups)
+    ]
+    if input.ndim != 3:
+        raise RuntimeError(f"{mode.lower()}: expected a 3-D input, got {input.ndim}-D")
+    x = ops.transpose(input, 0, 1) if batch_first else input
+    if mode == "LSTM":
+        states: list[Any] = [(hx[0][k], hx[1][k]) for k in range(groups)]
+    else:
+        states = [hx[0][k] for k in range(groups)]
+    out_size = hx[0].shape[-1]
+    out, finals = _run(
+        mode, x, states, weights, num_layers, dirs, dropout if train else 0.0, out_size
+    )
+    if batch_first:
+        out = ops.transpose(out, 0, 1)
+    if mode == "LSTM":
+        return out, [ops.stack([f[0] for f in finals], 0), ops.stack([f[1] for f in finals], 0)]
+    return out, [ops.stack(finals, 0)]
+
+
+def lstm(
+    input: Tensor,
+    hx: Sequence[Tensor],
+    params: Sequence[Tensor],
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``torch.lstm``: returns ``(output, h_n, c_n)``."""
+    out, (h, c) = _flat_rnn(
+        "LSTM",
+        input,
+        list(hx),
+        params,
+        has_biases,
+        num_layers,
+        dropout,
+        train,
+        bidirectional,
+        batch_first,
+    )
+    return out, h, c
+
+
+def gru(
+    input: Tensor,
+    hx: Tensor,
+    params: Sequence[Tensor],
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, Tensor]:
+    """``torch.gru``: returns ``(output, h_n)``."""
+    out, (h,) = _flat_rnn(
+        "GRU",
+        input,
+        [hx],
+        params,
+        has_biases,
+        num_layers,
+        dropout,
+        train,
+        bidirectional,
+        batch_first,
+    )
+    return out, h
+
+
+def rnn_tanh(
+    input: Tensor,
+    hx: Tensor,
+    params: Sequence[Tensor],
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, Tensor]:
+    """``torch.rnn_tanh``: returns ``(output, h_n)``."""
+    out, (h,) = _flat_rnn(
+        "RNN_TANH",
+        input,
+        [hx],
+        params,
+        has_biases,
+        num_layers,
+        dropout,
+        train,
+        bidirectional,
+        batch_first,
+    )
+    return out, h
+
+
+def rnn_relu(
+    input: Tensor,
+    hx: Tensor,
+    params: Sequence[Tensor],
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, Tensor]:
+    """``torch.rnn_relu``: returns ``(output, h_n)``."""
+    out, (h,) = _flat_rnn(
+        "RNN_RELU",
+        input,
+        [hx],
+        params,
+        has_biases,
+        num_layers,
+        dropout,
+        train,
+        bidirectional,
+        batch_first,
+    )
+    return out, h
 
 
 def _reset_uniform(m: Module, hidden_size: int) -> None:
