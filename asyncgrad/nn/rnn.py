@@ -210,6 +210,8 @@ class RNNBase(Module):
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, got "
                 f"{x.shape[-1]}"
             )
+        if x.shape[0] == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         states = self._initial(hx, x.shape[1], x, batched)
         weights = [self._weights(k) for k in range(len(self._all_weights))]
         x, finals = _run(
@@ -295,7 +297,7 @@ def _run(
                 state = _step(mode, xw[t], state, w)
                 steps[t] = state[0] if isinstance(state, tuple) else state
             finals.append(state)
-            outs.append(ops.stack(steps, 0) if seq_len else _zeros_like_out(x, n, out_size))
+            outs.append(ops.stack(steps, 0))
         x = outs[0] if len(outs) == 1 else ops.cat(outs, dim=2)
         if dropout and layer < num_layers - 1:
             x = F.dropout(x, dropout)
@@ -332,6 +334,8 @@ def _flat_rnn(
     ]
     if input.ndim != 3:
         raise RuntimeError(f"{mode.lower()}: expected a 3-D input, got {input.ndim}-D")
+    if input.shape[1 if batch_first else 0] == 0:
+        raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
     x = ops.transpose(input, 0, 1) if batch_first else input
     if mode == "LSTM":
         states: list[Any] = [(hx[0][k], hx[1][k]) for k in range(groups)]
@@ -465,10 +469,6 @@ def _reset_uniform(m: Module, hidden_size: int) -> None:
 def _zeros(m: RNNBase, n: int, size: int, like: Tensor) -> Tensor:
     shape = (m.num_layers * m.num_directions, n, size)
     return Tensor._wrap(backend.zeros(shape, like.dtype, like.device))
-
-
-def _zeros_like_out(x: Tensor, n: int, size: int) -> Tensor:
-    return Tensor._wrap(backend.zeros((0, n, size), x.dtype, x.device))
 
 
 class RNN(RNNBase):
