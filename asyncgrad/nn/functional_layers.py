@@ -9,6 +9,7 @@ come from the ops' rules.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -317,11 +318,25 @@ def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int
 
 
 # ----------------------------------------------------------------------------- attention
-def _canonical_mask(mask: Tensor | None, name: str, like: Tensor) -> Tensor | None:
+def _canonical_mask(
+    mask: Tensor | None,
+    name: str,
+    like: Tensor,
+    other: Tensor | None = None,
+    other_name: str = "",
+) -> Tensor | None:
     """torch's MultiheadAttention masks as one float mask: a bool mask's True (a position that
-    may not be attended to) becomes -inf, its False 0; a float mask is kept."""
+    may not be attended to) becomes -inf, its False 0; a float mask is kept. As torch, warns
+    when ``other`` (the mask it is combined with) has another dtype."""
     if mask is None:
         return None
+    if other is not None and other.dtype != mask.dtype:
+        warnings.warn(
+            f"Support for mismatched {name} and {other_name} is deprecated. Use same type for "
+            "both instead.",
+            UserWarning,
+            stacklevel=3,
+        )
     if mask.dtype == dtypes.bool_:
         zeros = ops.zeros(tuple(mask.shape), dtype=like.dtype, device=like.device)
         return ops.masked_fill(zeros, mask, float("-inf"))
@@ -432,7 +447,9 @@ def multi_head_attention_forward(
             key_padding_mask = ops.unsqueeze(key_padding_mask, 0)
     tgt_len, bsz, embed_dim = query.shape
     src_len = key.shape[0]
-    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask", query)
+    key_padding_mask = _canonical_mask(
+        key_padding_mask, "key_padding_mask", query, attn_mask, "attn_mask"
+    )
     if is_causal and attn_mask is None:
         raise RuntimeError(
             "Need attn_mask if specifying the is_causal hint. You may use the Transformer "

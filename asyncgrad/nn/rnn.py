@@ -282,7 +282,7 @@ def _run(
     ``states[k]`` with ``weights[k]`` (``weight_ih``, ``weight_hh``, optional ``bias_ih``,
     ``bias_hh``, ``weight_hr``); dropout between layers. Returns the last layer's output and
     every final state."""
-    seq_len, n = x.shape[0], x.shape[1]
+    seq_len = x.shape[0]
     finals: list[Any] = []
     for layer in range(num_layers):
         outs = []

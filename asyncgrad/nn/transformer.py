@@ -114,7 +114,9 @@ class TransformerEncoderLayer(Module):
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
     ) -> Tensor:
-        src_key_padding_mask = _canonical_mask(src_key_padding_mask, "src_key_padding_mask", src)
+        src_key_padding_mask = _canonical_mask(
+            src_key_padding_mask, "src_key_padding_mask", src, src_mask, "src_mask"
+        )
         src_mask = _canonical_mask(src_mask, "src_mask", src)
         x = src
         if self.norm_first:
@@ -274,7 +276,9 @@ class TransformerEncoder(Module):
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool | None = None,
     ) -> Tensor:
-        src_key_padding_mask = _canonical_mask(src_key_padding_mask, "src_key_padding_mask", src)
+        src_key_padding_mask = _canonical_mask(
+            src_key_padding_mask, "src_key_padding_mask", src, mask, "mask"
+        )
         mask = _canonical_mask(mask, "mask", src)
         first = self.layers[0]
         batch_first = bool(getattr(getattr(first, "self_attn", None), "batch_first", False))
