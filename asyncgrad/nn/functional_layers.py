@@ -289,9 +289,20 @@ def embedding_bag(
         rows = ops.mul(rows, ops.unsqueeze(per_sample_weights, 1))
     zeros = Tensor._wrap(backend.zeros((n_bags, d), rows.dtype, weight.device))
     if m == 0:
-        return ops.add(zeros, ops.mul(ops.sum(weight), 0.0)) if n_bags else zeros
+        return _zero_bags(weight, n_bags)
     index = ops.wrap(xp.broadcast_to(bag[:, None], (m, d)).astype(xp.int64))
     return ops.scatter_add(zeros, 0, index, rows)
+
+
+def _zero_bags(weight: Tensor, n_bags: int) -> Tensor:
+    """Zeros for bags with nothing in them, still a function of ``weight`` (its gradient zero),
+    as torch's output."""
+    d = weight.shape[1]
+    xp = backend.namespace(weight._array)
+    if weight.shape[0] == 0:
+        return Tensor._wrap(backend.zeros((n_bags, d), weight.dtype, weight.device))
+    rows = ops.gather(weight, 0, ops.wrap(xp.zeros((n_bags, d), dtype=xp.int64)))
+    return ops.where(ops.wrap(xp.zeros((n_bags, 1), dtype=bool)), rows, 0.0)
 
 
 def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int) -> Tensor:
@@ -301,8 +312,7 @@ def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int
     m, d = ia.shape[0], weight.shape[1]
     wa = weight._array
     if m == 0 or n_bags == 0:
-        out = Tensor._wrap(backend.zeros((n_bags, d), weight.dtype, weight.device))
-        return out if m == 0 else ops.add(out, ops.mul(ops.sum(weight), 0.0))
+        return _zero_bags(weight, n_bags)
     pos = xp.arange(m) - off[bag]
     width = int(pos.max()) + 1
     vals = xp.full((n_bags, width, d), -xp.inf, dtype=wa.dtype)

@@ -329,8 +329,9 @@ class AdaptiveLogSoftmaxWithLoss(Module):
                 )
             )
 
-    def forward(self, input: Tensor, target: Tensor) -> _ASMoutput:
-        t = target if isinstance(target, Tensor) else ops.tensor(target)
+    def forward(self, input_: Tensor, target_: Tensor) -> _ASMoutput:
+        input = input_
+        t = target_ if isinstance(target_, Tensor) else ops.tensor(target_)
         if t.ndim == 1:
             if input.shape[0] != t.shape[0]:
                 raise RuntimeError(

@@ -1009,8 +1009,17 @@ class Dropout(Module):
 
 
 class ReLU(Module):
+    """``max(x, 0)``; with ``inplace``, the input overwritten with it, as ``torch.nn.ReLU``."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, input: Tensor) -> Tensor:
-        return ops.relu(input)
+        return F.relu(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class GELU(Module):
@@ -1028,11 +1037,17 @@ class GELU(Module):
 
 
 class Tanh(Module):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
     def forward(self, input: Tensor) -> Tensor:
         return ops.tanh(input)
 
 
 class Sigmoid(Module):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
     def forward(self, input: Tensor) -> Tensor:
         return ops.sigmoid(input)
 

@@ -190,8 +190,11 @@ class SyncBatchNorm(_BatchNorm):
         process_group: Any = None,
         device: Any = None,
         dtype: Any = None,
+        bias: bool = True,
     ) -> None:
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias
+        )
         self.process_group = process_group
 
     def _check_input_dim(self, input: Tensor) -> None:
@@ -212,6 +215,7 @@ class SyncBatchNorm(_BatchNorm):
                 module.affine,
                 module.track_running_stats,
                 process_group,
+                bias=module.bias is not None,
             )
             if module.affine:
                 with no_grad():
@@ -379,8 +383,8 @@ class RMSNorm(Module):
             with no_grad():
                 ops.fill_(self.weight, 1)
 
-    def forward(self, input: Tensor) -> Tensor:
-        return FL.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+    def forward(self, x: Tensor) -> Tensor:
+        return FL.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return (
@@ -401,13 +405,15 @@ class _LazyNorm(LazyModuleMixin, _NormBase):
         track_running_stats: bool = True,
         device: Any = None,
         dtype: Any = None,
+        bias: bool = True,
     ) -> None:
-        _NormBase.__init__(self, 0, eps, momentum, affine, track_running_stats, None, dtype)
+        _NormBase.__init__(self, 0, eps, momentum, affine, track_running_stats, None, dtype, bias)
         self._lazy_device = device
         dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
         if affine:
             self.weight = UninitializedParameter(dtype=dt)
-            self.bias = UninitializedParameter(dtype=dt)
+            if bias:
+                self.bias = UninitializedParameter(dtype=dt)
         if track_running_stats:
             self.running_mean = UninitializedBuffer(dtype=dt)
             self.running_var = UninitializedBuffer(dtype=dt)
@@ -417,10 +423,9 @@ class _LazyNorm(LazyModuleMixin, _NormBase):
             return
         self.num_features = c = input.shape[1]
         dev = self._lazy_device
-        if self.affine:
-            assert self.weight is not None
-            assert self.bias is not None
+        if self.weight is not None:
             materialize(self.weight, (c,), dev, fill=1.0)
+        if self.bias is not None:
             materialize(self.bias, (c,), dev, fill=0.0)
         if self.track_running_stats:
             assert self.running_mean is not None
