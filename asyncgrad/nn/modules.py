@@ -75,7 +75,7 @@ def materialize(t: Tensor, shape: tuple[int, ...], device: Any = None, fill: flo
     arr = backend.full(shape, fill, t.dtype, dev)
     if isinstance(t, UninitializedParameter):
         _replace_array(t, Tensor._wrap(arr))
-        t.__class__ = Parameter
+        t.__class__ = Parameter  # type: ignore[assignment]
         return t
     return Tensor._wrap(arr)
 

@@ -68,13 +68,13 @@ class RNNBase(Module):
         if (
             not isinstance(dropout, numbers.Number)
             or isinstance(dropout, bool)
-            or not 0 <= dropout <= 1  # type: ignore[operator]
+            or not 0 <= dropout <= 1
         ):
             raise ValueError(
                 "dropout should be a number in range [0, 1] representing the probability of an "
                 "element being zeroed"
             )
-        if dropout > 0 and num_layers == 1:  # type: ignore[operator]
+        if dropout > 0 and num_layers == 1:
             warnings.warn(
                 "dropout option adds dropout after all but last recurrent layer, so non-zero "
                 f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
@@ -99,7 +99,7 @@ class RNNBase(Module):
         self.num_layers = num_layers
         self.bias = bias
         self.batch_first = batch_first
-        self.dropout = float(dropout)  # type: ignore[arg-type]
+        self.dropout = float(dropout)
         self.bidirectional = bidirectional
         self.proj_size = proj_size
         dt = _dtype(dtype)
