@@ -508,6 +508,7 @@ from .nn.functional_layers import (  # noqa: E402
 )
 from .nn.functional_layers import torch_batch_norm as batch_norm  # noqa: E402
 from .nn.functional_layers import torch_embedding as embedding  # noqa: E402
+from .nn.functional_layers import torch_embedding_bag as embedding_bag  # noqa: E402
 from .nn.functional_layers import torch_embedding_renorm_ as embedding_renorm_  # noqa: E402
 from .nn.functional_layers import torch_group_norm as group_norm  # noqa: E402
 from .nn.functional_layers import torch_instance_norm as instance_norm  # noqa: E402
@@ -518,6 +519,7 @@ __all__ += [
     "batch_norm",
     "bilinear",
     "embedding",
+    "embedding_bag",
     "embedding_renorm_",
     "group_norm",
     "gru",

@@ -535,3 +535,41 @@ def test_adaptive_log_softmax_matches_torch(head_bias: bool, batched: bool) -> N
 def test_modules_take_input_by_keyword_as_torch(make: Any, arg: tuple[int, ...]) -> None:
     am, tm = make(ag), make(torch)
     assert tuple(am(input=ag.zeros(arg)).shape) == tuple(tm(input=torch.zeros(arg)).shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("padding_idx", [None, 2, -1])
+@pytest.mark.parametrize(
+    ("indices", "offsets", "include_last_offset"),
+    [([1, 2, 4, 5, 4, 3, 2, 0], [0, 3, 3, 5], False), ([1, 2, 4, 5], [0, 2, 2, 4], True)],
+)
+def test_torch_level_embedding_bag_matches_torch(
+    dtype: str,
+    mode: int,
+    padding_idx: int | None,
+    indices: Any,
+    offsets: Any,
+    include_last_offset: bool,
+) -> None:
+    w = RNG.standard_normal((6, 3)).astype(dtype)
+    psw = None if mode else RNG.standard_normal(len(indices)).astype(dtype)
+    res = []
+    for lib in (ag, torch):
+        res.append(
+            lib.embedding_bag(
+                lib.tensor(w),
+                lib.tensor(indices),
+                lib.tensor(offsets),
+                False,
+                mode,
+                False,
+                None if psw is None else lib.tensor(psw),
+                include_last_offset,
+                padding_idx,
+            )
+        )
+    for a, t in zip(*res, strict=True):
+        assert tuple(a.shape) == tuple(t.shape)
+        assert str(a.dtype) == str(t.dtype).replace("torch.", "")
+        np.testing.assert_allclose(_np(a), _np(t), rtol=1e-6)

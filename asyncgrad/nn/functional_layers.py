@@ -308,11 +308,21 @@ def _zero_bags(weight: Tensor, n_bags: int) -> Tensor:
 def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int) -> Tensor:
     """Each bag's elementwise maximum, picked with ``gather`` so that the gradient goes to the
     one row that gave it (the first, on ties)."""
-    xp = backend.namespace(ia)
-    m, d = ia.shape[0], weight.shape[1]
-    wa = weight._array
-    if m == 0 or n_bags == 0:
+    if ia.shape[0] == 0 or n_bags == 0:
         return _zero_bags(weight, n_bags)
+    picked, nonempty = _max_picks(weight._array, ia, off, bag, keep, n_bags)
+    out = ops.gather(weight, 0, ops.wrap(picked))
+    return ops.where(ops.wrap(nonempty[:, None]), out, 0.0)
+
+
+def _max_picks(wa: Any, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int) -> tuple[Any, Any]:
+    """For each bag and column the row index of the maximum (0 for an empty bag), and which
+    bags are not empty."""
+    xp = backend.namespace(ia)
+    m, d = ia.shape[0], wa.shape[1]
+    nonempty = xp.zeros(n_bags, dtype=bool)
+    if m == 0:
+        return xp.zeros((n_bags, d), dtype=xp.int64), nonempty
     pos = xp.arange(m) - off[bag]
     width = int(pos.max()) + 1
     vals = xp.full((n_bags, width, d), -xp.inf, dtype=wa.dtype)
@@ -320,11 +330,66 @@ def _bag_max(weight: Tensor, ia: Any, off: Any, bag: Any, keep: Any, n_bags: int
     vals[bag[keep], pos[keep]] = wa[ia[keep]]
     idx[bag, pos] = ia
     arg = xp.argmax(vals, axis=1)  # (n_bags, d): the position of each maximum in its bag
-    picked = xp.take_along_axis(idx, arg, axis=1)  # the row index of each maximum
-    nonempty = xp.zeros(n_bags, dtype=bool)
     nonempty[bag[keep]] = True
-    out = ops.gather(weight, 0, ops.wrap(picked))
-    return ops.where(ops.wrap(nonempty[:, None]), out, ops.mul(out, 0.0))
+    picked = xp.where(nonempty[:, None], xp.take_along_axis(idx, arg, axis=1), 0)
+    return picked, nonempty
+
+
+def torch_embedding_bag(
+    weight: Tensor,
+    indices: Tensor,
+    offsets: Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``torch.embedding_bag`` (``mode`` 0 sum, 1 mean, 2 max): ``(output, offset2bag,
+    bag_size, max_indices)`` with the values torch's CPU kernel gives: ``offset2bag`` each
+    index's bag (empty for a float32 sum without padding), ``bag_size`` each bag's count
+    (zeros for sums), ``max_indices`` each maximum's row (mode 2), the bag sizes (mode 1) or
+    zeros. A negative ``padding_idx`` counts from the end."""
+    names = {0: "sum", 1: "mean", 2: "max"}
+    if mode not in names:
+        raise RuntimeError(f"embedding_bag: unknown mode {mode}")
+    if indices.ndim != 1 or offsets.ndim != 1:
+        raise RuntimeError("embedding_bag: expected 1-D indices and offsets")
+    pad = None if padding_idx is None else padding_idx % max(weight.shape[0], 1)
+    out = embedding_bag(
+        indices,
+        weight,
+        offsets,
+        scale_grad_by_freq=scale_grad_by_freq,
+        mode=names[mode],
+        sparse=sparse,
+        per_sample_weights=per_sample_weights,
+        include_last_offset=include_last_offset,
+        padding_idx=pad,
+    )
+    ia = indices._array
+    xp = backend.namespace(ia)
+    off = xp.asarray(offsets._array)
+    n_offsets = off.shape[0]
+    if include_last_offset:
+        off = off[:-1]
+    n_bags, m = off.shape[0], ia.shape[0]
+    bag = (xp.searchsorted(off, xp.arange(m), side="right") - 1).astype(xp.int64)
+    keep = xp.ones(m, dtype=bool) if pad is None else ia != pad
+    counts = xp.bincount(bag[keep], minlength=n_bags).astype(xp.int64)
+    # torch's CPU sum of float32 rows without padding takes a fast path that fills no
+    # offset2bag; its sums report zero bag sizes, one per offset.
+    fast = mode == 0 and pad is None and weight.dtype == dtypes.float32
+    offset2bag = xp.zeros(0, dtype=xp.int64) if fast else bag
+    bag_size = counts if mode != 0 else xp.zeros(n_offsets, dtype=xp.int64)
+    if mode == 2:
+        max_indices = _max_picks(weight._array, ia, off, bag, keep, n_bags)[0]
+    elif mode == 1:
+        max_indices = counts.copy()
+    else:
+        max_indices = xp.zeros(n_offsets, dtype=xp.int64)
+    return out, ops.wrap(offset2bag), ops.wrap(bag_size), ops.wrap(max_indices)
 
 
 # ----------------------------------------------------------------------------- attention
