@@ -573,3 +573,48 @@ def test_torch_level_embedding_bag_matches_torch(
         assert tuple(a.shape) == tuple(t.shape)
         assert str(a.dtype) == str(t.dtype).replace("torch.", "")
         np.testing.assert_allclose(_np(a), _np(t), rtol=1e-5, atol=1e-6)
+
+
+def _cuda_cases() -> list[Any]:
+    idx, off = [1, 2, 4, 5, 1], [0, 2, 2]
+    return [
+        lambda m, dev: m(ag.tensor(np.arange(24.0).reshape(2, 3, 4) / 7, device=dev)),
+        lambda m, dev: m(ag.tensor(idx, device=dev), ag.tensor(off, device=dev)),
+        lambda m, dev: m(ag.tensor(np.ones((3, 2, 4)), device=dev))[0],
+        lambda m, dev: m(
+            *(ag.tensor(np.linspace(0, 1, 24).reshape(3, 2, 4), device=dev),) * 3,
+            key_padding_mask=ag.tensor(np.eye(2, 3, dtype=bool), device=dev),
+        )[0],
+    ]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("make", "case"),
+    [
+        (lambda: nn.InstanceNorm1d(3, affine=True, track_running_stats=True), 0),
+        (lambda: nn.RMSNorm(4), 0),
+        (lambda: nn.LazyBatchNorm1d(), 0),
+        (lambda: nn.EmbeddingBag(6, 3, mode="max", padding_idx=2, max_norm=1.0), 1),
+        (lambda: nn.EmbeddingBag(6, 3, mode="mean"), 1),
+        (lambda: nn.LSTM(4, 3, proj_size=2, bidirectional=True), 2),
+        (lambda: nn.MultiheadAttention(4, 2, add_bias_kv=True, add_zero_attn=True), 3),
+    ],
+)
+def test_layers_on_a_cuda_device_match_the_cpu(make: Any, case: int) -> None:
+    if not ag.cuda.is_available():
+        pytest.skip("no CUDA device")
+    ag.manual_seed(0)
+    cpu = make().double()
+    dev = make().double()
+    if not isinstance(dev, nn.LazyBatchNorm1d):
+        dev.load_state_dict(cpu.state_dict())
+    dev.to("cuda")  # a lazy module moved before its first call materializes there
+    call = _cuda_cases()[case]
+    out_c, out_d = call(cpu, None), call(dev, "cuda")
+    assert out_d.device.type == "cuda"
+    np.testing.assert_allclose(_np(out_d.cpu()), _np(out_c), atol=1e-12)
+    out_c.sum().backward()
+    out_d.sum().backward()
+    for (n, pc), pd in zip(cpu.named_parameters(), dev.parameters(), strict=True):
+        np.testing.assert_allclose(pd.grad.cpu().numpy(), pc.grad.numpy(), atol=1e-12, err_msg=n)

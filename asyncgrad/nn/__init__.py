@@ -147,6 +147,10 @@ from .transformer import (  # noqa: E402
 )
 
 __all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder"]
+
+from .modules import UninitializedBuffer, UninitializedParameter  # noqa: E402
+
+__all__ += ["UninitializedBuffer", "UninitializedParameter"]
 # ----- end of section H7 -----
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----

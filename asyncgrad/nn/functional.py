@@ -195,7 +195,11 @@ def embedding_renorm_(weight: Tensor, input: Any, max_norm: float, norm_type: fl
         if rows_idx.size == 0:
             return weight
         rows = weight._array[rows_idx]
-        norms = xp.linalg.norm(rows, ord=norm_type, axis=1)
+        mags = xp.abs(rows)
+        if norm_type == float("inf"):
+            norms = mags.max(axis=1)
+        else:
+            norms = (mags**norm_type).sum(axis=1) ** (1.0 / norm_type)
         scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(weight.dtype)
         ops.setitem(weight, ops.wrap(rows_idx), ops.wrap(rows * scale[:, None]))
     return weight

@@ -67,11 +67,19 @@ class UninitializedBuffer(Tensor):
     def __repr__(self) -> str:
         return "<UninitializedBuffer>"
 
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        # Still uninitialized after a move or a cast (Module.to), so materialize sees it.
+        out = super().to(*args, **kwargs)
+        if out is not self:
+            out.__class__ = UninitializedBuffer
+        return out
+
 
 def materialize(t: Tensor, shape: tuple[int, ...], device: Any = None, fill: float = 0.0) -> Any:
     """Give an uninitialized parameter (in place) or buffer (a new tensor, returned) its
-    ``shape``, filled with ``fill``, on ``device`` (the CPU by default)."""
-    dev = ops.creation._device(device)
+    ``shape``, filled with ``fill``, on ``device`` (by default where ``t`` is: a lazy module
+    moved with ``.to()`` materializes there)."""
+    dev = ops.creation._device(device) if device is not None else t.device
     arr = backend.full(shape, fill, t.dtype, dev)
     if isinstance(t, UninitializedParameter):
         _replace_array(t, Tensor._wrap(arr))
