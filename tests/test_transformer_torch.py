@@ -401,3 +401,28 @@ def test_transformer_dropout_in_training_and_eval() -> None:
 def test_transformer_errors_as_torch(make: Any, exc: type[Exception], match: str) -> None:
     with pytest.raises(exc, match=match):
         make()
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_scaled_dot_product_attention_gqa_matches_torch(kv_heads: int, is_causal: bool) -> None:
+    arrays = [
+        RNG.standard_normal((2, 4, 3, 5)),
+        RNG.standard_normal((2, kv_heads, 6, 5)),
+        RNG.standard_normal((2, kv_heads, 6, 5)),
+    ]
+    ins_a = [ag.tensor(a, requires_grad=True) for a in arrays]
+    ins_t = [torch.tensor(a, requires_grad=True) for a in arrays]
+    oa = F.scaled_dot_product_attention(*ins_a, is_causal=is_causal, enable_gqa=True)
+    ot = TF_sdpa(*ins_t, is_causal=is_causal, enable_gqa=True)
+    np.testing.assert_allclose(_np(oa), _np(ot), atol=1e-12)
+    oa.sum().backward()
+    ot.sum().backward()
+    for a, t in zip(ins_a, ins_t, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), atol=1e-12)
+    bad = ag.zeros(2, 3, 6, 5, dtype=ag.float64)
+    with pytest.raises(RuntimeError, match="Number of heads in key and value must divide"):
+        F.scaled_dot_product_attention(ins_a[0], bad, bad, enable_gqa=True)
+
+
+TF_sdpa = torch.nn.functional.scaled_dot_product_attention

@@ -237,9 +237,12 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """``softmax(q @ k^T * scale + mask) @ v``. A bool ``attn_mask`` marks the positions that
-    take part (True); a float one is added to the scores. ``is_causal`` masks the future."""
+    take part (True); a float one is added to the scores. ``is_causal`` masks the future.
+    ``enable_gqa``: grouped-query attention, each key/value head shared by consecutive
+    query heads (dim -3), as torch's."""
     if is_causal and attn_mask is not None:
         raise RuntimeError(
             "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
@@ -250,6 +253,13 @@ def scaled_dot_product_attention(
             "Expected attn_mask dtype to be bool or float or to match query dtype, but got "
             f"attn_mask.dtype: {attn_mask.dtype} and  query.dtype: {query.dtype} instead."
         )
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+        if hk == 0 or hv == 0 or hq % hk or hq % hv:
+            raise RuntimeError(
+                "Number of heads in key and value must divide the number of heads in query"
+            )
+        key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hv)
     n_q, n_k = query.shape[-2], key.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
@@ -267,6 +277,16 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
     return ops.matmul(attn, value)
+
+
+def _repeat_heads(x: Tensor, r: int) -> Tensor:
+    """Each head (dim -3) repeated ``r`` times in place, as ``repeat_interleave``."""
+    if r == 1:
+        return x
+    shape = tuple(x.shape)
+    lead, (h, s, e) = shape[:-3], shape[-3:]
+    wide = ops.expand(ops.unsqueeze(x, -3), (*lead, h, r, s, e))
+    return ops.reshape(wide, (*lead, h * r, s, e))
 
 
 # ----------------------------------------------------------------------------- losses
