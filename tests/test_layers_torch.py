@@ -618,3 +618,36 @@ def test_layers_on_a_cuda_device_match_the_cpu(make: Any, case: int) -> None:
     out_d.sum().backward()
     for (n, pc), pd in zip(cpu.named_parameters(), dev.parameters(), strict=True):
         np.testing.assert_allclose(pd.grad.cpu().numpy(), pc.grad.numpy(), atol=1e-12, err_msg=n)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("group_norm", lambda lib, f: f.group_norm(lib.zeros(2, 4, 3), 2, lib.ones(3))),
+        ("group_norm", lambda lib, f: f.group_norm(lib.zeros(2, 4, 3), 2, None, lib.ones(3))),
+        ("batch_norm", lambda lib, f: f.batch_norm(lib.zeros(2, 4, 3), lib.zeros(3), lib.ones(3))),
+        (
+            "batch_norm",
+            lambda lib, f: f.batch_norm(lib.zeros(2, 4, 3), lib.zeros(4), lib.ones(4), lib.ones(3)),
+        ),
+        (
+            "batch_norm",
+            lambda lib, f: f.batch_norm(
+                lib.zeros(2, 4, 3), lib.zeros(4), lib.ones(3), training=True
+            ),
+        ),
+        ("layer_norm", lambda lib, f: f.layer_norm(lib.zeros(2, 3), (3,), lib.ones(4))),
+        ("layer_norm", lambda lib, f: f.layer_norm(lib.zeros(2, 3), (3,), None, lib.ones(4))),
+        ("instance_norm", lambda lib, f: f.instance_norm(lib.zeros(2, 4, 3), weight=lib.ones(3))),
+        (
+            "instance_norm",
+            lambda lib, f: f.instance_norm(lib.zeros(2, 4, 3), lib.zeros(3), lib.ones(3)),
+        ),
+    ],
+)
+def test_norm_size_errors_as_torch(name: str, call: Any) -> None:
+    with pytest.raises(RuntimeError) as want:
+        call(torch, TF)
+    with pytest.raises(RuntimeError) as got:
+        call(ag, F)
+    assert str(got.value) == str(want.value), name

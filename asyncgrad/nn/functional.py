@@ -132,6 +132,12 @@ def layer_norm(
             f"Given normalized_shape={list(shape)}, expected input with shape "
             f"[*, {', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
         )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != shape:
+            raise RuntimeError(
+                f"Expected {name} to be of same shape as normalized_shape, but got {name} of "
+                f"shape {list(t.shape)} and normalized_shape = {list(shape)}"
+            )
     out = _standardize(input, tuple(range(-k, 0)), eps)[2]
     if weight is not None:
         out = ops.mul(out, weight)
@@ -595,6 +601,16 @@ def _affine(
     return out
 
 
+def _check_sizes(c: int, scale: int = 1, **tensors: Tensor | None) -> None:
+    """torch's message for a per-channel tensor of the wrong size (``scale``: how many times
+    torch's kernel repeats it, as instance_norm's does per sample)."""
+    for name, t in tensors.items():
+        if t is not None and t.numel() != c:
+            raise RuntimeError(
+                f"{name} should contain {c * scale} elements not {t.numel() * scale}"
+            )
+
+
 def batch_norm(
     input: Tensor,
     running_mean: Tensor | None,
@@ -613,6 +629,7 @@ def batch_norm(
             f"shape {list(input.shape)}"
         )
     c = input.shape[1]
+    _check_sizes(c, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
     shape = (1, c) + (1,) * (input.ndim - 2)
     dims = (0, *tuple(range(2, input.ndim)))
     if training:
@@ -657,6 +674,14 @@ def instance_norm(
             f"instance_norm: expected an input of shape (N, C, *spatial), got {list(input.shape)}"
         )
     c = input.shape[1]
+    _check_sizes(
+        c,
+        input.shape[0],
+        weight=weight,
+        bias=bias,
+        running_mean=running_mean,
+        running_var=running_var,
+    )
     shape = (1, c) + (1,) * (input.ndim - 2)
     dims = tuple(range(2, input.ndim))
     if use_input_stats:
@@ -709,6 +734,13 @@ def group_norm(
             f"Expected number of channels in input to be divisible by num_groups, but got input "
             f"of shape {list(input.shape)} and num_groups={num_groups}"
         )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t.numel() != c):
+            raise RuntimeError(
+                f"Expected {name} to be a vector of size equal to the number of channels in "
+                f"input, but got {name} of shape {list(t.shape)} and input of shape "
+                f"{list(input.shape)}"
+            )
     grouped = ops.reshape(input, (n, num_groups, c // num_groups * math.prod(input.shape[2:])))
     out = ops.reshape(_standardize(grouped, 2, eps)[2], tuple(input.shape))
     return _affine(out, weight, bias, (1, c) + (1,) * (input.ndim - 2))
