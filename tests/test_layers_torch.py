@@ -650,3 +650,29 @@ def test_norm_size_errors_as_torch(name: str, call: Any) -> None:
     with pytest.raises(RuntimeError) as got:
         call(ag, F)
     assert str(got.value) == str(want.value), name
+
+
+@pytest.mark.parametrize(
+    ("lazy", "full", "shape"),
+    [
+        ("LazyLinear", ("Linear", (4, 3)), (2, 4)),
+        ("LazyBatchNorm2d", ("BatchNorm2d", (4,)), (2, 4, 2, 2)),
+    ],
+)
+def test_lazy_modules_load_a_state_dict_before_their_first_call(
+    lazy: str, full: tuple[str, tuple[int, ...]], shape: tuple[int, ...]
+) -> None:
+    src = getattr(torch.nn, full[0])(*full[1]).double()
+    if lazy.startswith("LazyBatch"):
+        src(torch.tensor(RNG.standard_normal(shape)))  # running statistics away from 0 and 1
+        src.eval()
+    args = (3,) if lazy == "LazyLinear" else ()
+    am, tm = getattr(nn, lazy)(*args).double(), getattr(torch.nn, lazy)(*args).double()
+    am.load_state_dict({k: ag.tensor(v.numpy()) for k, v in src.state_dict().items()})
+    tm.load_state_dict(src.state_dict())
+    am.train(src.training)
+    tm.train(src.training)
+    x = RNG.standard_normal(shape)
+    _compare(am, tm, [x], [True])
+    # torch's lazy norm keeps num_features=0 when a state_dict gave its shapes; ours reads it.
+    assert repr(am) == repr(tm).replace("BatchNorm2d(0,", "BatchNorm2d(4,")

@@ -263,6 +263,7 @@ class LazyLinear(LazyModuleMixin, Linear):
 
     def initialize_parameters(self, input: Tensor, *args: Any, **kwargs: Any) -> None:
         if not self.has_uninitialized_params():
+            self.in_features = self.weight.shape[1]  # given by a loaded state_dict
             return
         self.in_features = input.shape[-1]
         materialize(self.weight, (self.out_features, self.in_features), self._lazy_device)

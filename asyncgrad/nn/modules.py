@@ -88,6 +88,10 @@ def materialize(t: Tensor, shape: tuple[int, ...], device: Any = None, fill: flo
     return Tensor._wrap(arr)
 
 
+def _is_initialized(v: Any) -> bool:
+    return v is not None and not isinstance(v, (UninitializedParameter, UninitializedBuffer))
+
+
 class LazyModuleMixin:
     """For modules whose parameters' shapes are inferred from the first input, as torch's
     ``LazyModuleMixin``: on the first call ``initialize_parameters(*args, **kwargs)``
@@ -109,14 +113,29 @@ class LazyModuleMixin:
             f"initialize_parameters is not implemented for {type(self).__name__}"
         )
 
+    def _materialize_from(self, state_dict: Mapping[str, Any], prefix: str) -> None:
+        """Give the uninitialized parameters and buffers that ``state_dict`` holds values for
+        those values' shapes (as torch's lazy modules do on ``load_state_dict``)."""
+        params: dict[str, Any] = self.__dict__["_parameters"]
+        buffers: dict[str, Any] = self.__dict__["_buffers"]
+        for name, p in list(params.items()):
+            v = state_dict.get(prefix + name)
+            if isinstance(p, UninitializedParameter) and _is_initialized(v):
+                materialize(p, tuple(v.shape))
+        for name, b in list(buffers.items()):
+            v = state_dict.get(prefix + name)
+            if isinstance(b, UninitializedBuffer) and _is_initialized(v):
+                setattr(self, name, materialize(b, tuple(v.shape)))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The first call: infer what is still unknown, then become cls_to_become (also when a
+        # loaded state_dict gave every shape already, as torch's).
+        with no_grad():
+            self.initialize_parameters(*args, **kwargs)
         if self.has_uninitialized_params():
-            with no_grad():
-                self.initialize_parameters(*args, **kwargs)
-            if self.has_uninitialized_params():
-                raise RuntimeError(f"module {type(self).__name__} has not been fully initialized")
-            if self.cls_to_become is not None:
-                self.__class__ = self.cls_to_become
+            raise RuntimeError(f"module {type(self).__name__} has not been fully initialized")
+        if self.cls_to_become is not None:
+            self.__class__ = self.cls_to_become
         return Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
 
 
@@ -462,7 +481,11 @@ class Module:
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters. Shapes must match; with ``strict`` (the default),
-        so must the keys. Nothing is copied when an error is raised."""
+        so must the keys. Nothing is copied when an error is raised. A lazy module's
+        uninitialized parameters take the shapes of the values given."""
+        for mprefix, m in self.named_modules():
+            if isinstance(m, LazyModuleMixin):
+                m._materialize_from(state_dict, mprefix + "." if mprefix else "")
         own = self._named_state()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]

@@ -419,7 +419,12 @@ class _LazyNorm(LazyModuleMixin, _NormBase):
             self.running_var = UninitializedBuffer(dtype=dt)
 
     def initialize_parameters(self, input: Tensor, *args: Any, **kwargs: Any) -> None:
-        if not self.has_uninitialized_params() or input.ndim < 2:
+        if not self.has_uninitialized_params():
+            known = self.weight if self.weight is not None else self.running_mean
+            if known is not None:  # given by a loaded state_dict
+                self.num_features = known.shape[0]
+            return
+        if input.ndim < 2:
             return
         self.num_features = c = input.shape[1]
         dev = self._lazy_device
