@@ -89,7 +89,7 @@ def materialize(t: Tensor, shape: tuple[int, ...], device: Any = None, fill: flo
 
 
 def _is_initialized(v: Any) -> bool:
-    return v is not None and not isinstance(v, (UninitializedParameter, UninitializedBuffer))
+    return not isinstance(v, (UninitializedParameter, UninitializedBuffer))
 
 
 class LazyModuleMixin:
@@ -120,11 +120,11 @@ class LazyModuleMixin:
         buffers: dict[str, Any] = self.__dict__["_buffers"]
         for name, p in list(params.items()):
             v = state_dict.get(prefix + name)
-            if isinstance(p, UninitializedParameter) and _is_initialized(v):
+            if isinstance(p, UninitializedParameter) and v is not None and _is_initialized(v):
                 materialize(p, tuple(v.shape))
         for name, b in list(buffers.items()):
             v = state_dict.get(prefix + name)
-            if isinstance(b, UninitializedBuffer) and _is_initialized(v):
+            if isinstance(b, UninitializedBuffer) and v is not None and _is_initialized(v):
                 setattr(self, name, materialize(b, tuple(v.shape)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
