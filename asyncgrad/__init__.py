@@ -504,6 +504,42 @@ __all__ += _activations.__all__
 # ----- end of section H6 -----
 
 # ----- section H7: recurrent, transformer, normalization and other layers -----
+from .nn.functional_layers import (  # noqa: E402
+    bilinear,
+    gru_cell,
+    lstm_cell,
+    rms_norm,
+    rnn_relu_cell,
+    rnn_tanh_cell,
+)
+from .nn.functional_layers import torch_batch_norm as batch_norm  # noqa: E402
+from .nn.functional_layers import torch_embedding as embedding  # noqa: E402
+from .nn.functional_layers import torch_embedding_bag as embedding_bag  # noqa: E402
+from .nn.functional_layers import torch_embedding_renorm_ as embedding_renorm_  # noqa: E402
+from .nn.functional_layers import torch_group_norm as group_norm  # noqa: E402
+from .nn.functional_layers import torch_instance_norm as instance_norm  # noqa: E402
+from .nn.functional_layers import torch_layer_norm as layer_norm  # noqa: E402
+from .nn.rnn import gru, lstm, rnn_relu, rnn_tanh  # noqa: E402
+
+__all__ += [
+    "batch_norm",
+    "bilinear",
+    "embedding",
+    "embedding_bag",
+    "embedding_renorm_",
+    "group_norm",
+    "gru",
+    "gru_cell",
+    "instance_norm",
+    "layer_norm",
+    "lstm",
+    "lstm_cell",
+    "rms_norm",
+    "rnn_relu",
+    "rnn_relu_cell",
+    "rnn_tanh",
+    "rnn_tanh_cell",
+]
 # ----- end of section H7 -----
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----

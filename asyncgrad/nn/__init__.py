@@ -164,6 +164,50 @@ __all__ += [
 # ----- end of section H6 -----
 
 # ----- section H7: recurrent, transformer, normalization and other layers -----
+from .rnn import RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402
+
+__all__ += ["RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
+
+from .normalization import (  # noqa: E402
+    BatchNorm3d,
+    InstanceNorm1d,
+    InstanceNorm3d,
+    LazyBatchNorm1d,
+    LazyBatchNorm2d,
+    LazyBatchNorm3d,
+    LazyInstanceNorm1d,
+    LazyInstanceNorm2d,
+    LazyInstanceNorm3d,
+    RMSNorm,
+    SyncBatchNorm,
+)
+
+__all__ += [
+    "BatchNorm3d",
+    "InstanceNorm1d",
+    "InstanceNorm3d",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
+    "LazyInstanceNorm1d",
+    "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d",
+    "RMSNorm",
+    "SyncBatchNorm",
+]
+
+from .transformer import (  # noqa: E402
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+)
+
+__all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder"]
+
+from .modules import UninitializedBuffer, UninitializedParameter  # noqa: E402
+
+__all__ += ["UninitializedBuffer", "UninitializedParameter"]
 # ----- end of section H7 -----
 
 # ----- section H8: start-up modules, legacy tensor types, init, optimizers, torch files -----

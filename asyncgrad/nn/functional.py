@@ -95,11 +95,21 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 
 def _standardize(x: Tensor, dims: Any, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """``(mean, var, (x - mean) / sqrt(var + eps))`` over ``dims`` (kept), with the biased
-    variance: the normalisation layer_norm, batch_norm, instance_norm and group_norm share."""
+    variance: the normalisation layer_norm, batch_norm, instance_norm and group_norm share.
+    An empty ``x`` (e.g. an empty batch) normalises to itself, with NaN statistics, as torch's
+    (without NumPy's warnings about empty means)."""
+    if x.numel() == 0:
+        keep = tuple(1 if d in _dims(dims, x.ndim) else n for d, n in enumerate(x.shape))
+        nan = ops.full(keep, float("nan"), dtype=x.dtype, device=x.device)
+        return nan, nan, ops.mul(x, 1.0)
     mean = ops.mean(x, dim=dims, keepdim=True)
     centred = ops.sub(x, mean)
     var = ops.mean(ops.mul(centred, centred), dim=dims, keepdim=True)
     return mean, var, ops.mul(centred, ops.rsqrt(ops.add(var, eps)))
+
+
+def _dims(dims: Any, ndim: int) -> set[int]:
+    return {d % ndim for d in ((dims,) if isinstance(dims, int) else dims)}
 
 
 def layer_norm(
@@ -112,11 +122,22 @@ def layer_norm(
     """Normalise over the trailing ``normalized_shape`` dims (biased variance), as torch."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
+    if k == 0:
+        raise RuntimeError(
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
+            "one element, but got normalized_shape = []"
+        )
+    if input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape "
             f"[*, {', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
         )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != shape:
+            raise RuntimeError(
+                f"Expected {name} to be of same shape as normalized_shape, but got {name} of "
+                f"shape {list(t.shape)} and normalized_shape = {list(shape)}"
+            )
     out = _standardize(input, tuple(range(-k, 0)), eps)[2]
     if weight is not None:
         out = ops.mul(out, weight)
@@ -125,19 +146,69 @@ def layer_norm(
     return out
 
 
-def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """Rows of ``weight`` picked by integer ``input``; rows at ``padding_idx`` get no gradient."""
+def embedding(
+    input: Any,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """Rows of ``weight`` picked by integer ``input``, as torch's: rows at ``padding_idx`` get
+    no gradient; ``max_norm`` first renormalises (in place) the rows looked up whose
+    ``norm_type``-norm exceeds it; ``scale_grad_by_freq`` divides each row's gradient by how
+    often it occurs in ``input``. ``sparse=True`` (sparse gradients) is not supported."""
     idx = input if isinstance(input, Tensor) else ops.tensor(input)
     if idx.dtype.kind not in "iu":
+        # torch raises RuntimeError; TypeError is kept here, as before (tests rely on it).
         raise TypeError(
             f"embedding indices must be an integer tensor, got a tensor of dtype {idx.dtype}"
         )
-    out = getitem_for("embedding", weight, idx)
+    if sparse:
+        raise NotImplementedError("embedding: sparse=True (sparse gradients) is not supported")
     if padding_idx is not None:
-        padding_idx %= weight.shape[0]
+        n = weight.shape[0]
+        if not -n <= padding_idx < n:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        padding_idx %= n
+    if max_norm is not None:
+        embedding_renorm_(weight, idx, max_norm, norm_type)
+    out = getitem_for("embedding", weight, idx)
+    if scale_grad_by_freq:
+        # The value stays exactly weight[idx]; the gradient of each row is scaled by
+        # 1 / count(row) (as torch's), through ``(out - out.detach()) * scale``.
+        ia = idx._array
+        xp = backend.namespace(ia)
+        _, inverse, counts = xp.unique(ia.reshape(-1), return_inverse=True, return_counts=True)
+        scale = (1.0 / counts[inverse.reshape(-1)]).reshape((*ia.shape, 1)).astype(weight.dtype)
+        base = out.detach()
+        out = ops.add(base, ops.mul(ops.sub(out, base), ops.wrap(scale)))
+    if padding_idx is not None:
         keep = ops.unsqueeze(ops.ne(idx, padding_idx), -1)
         out = ops.where(keep, out, out.detach())
     return out
+
+
+def embedding_renorm_(weight: Tensor, input: Any, max_norm: float, norm_type: float) -> Tensor:
+    """Scale in place (without recording) each row of ``weight`` indexed by ``input`` whose
+    ``norm_type``-norm exceeds ``max_norm`` to norm ``max_norm`` (by ``max_norm / (norm +
+    1e-7)``, as torch's)."""
+    idx = input if isinstance(input, Tensor) else ops.tensor(input)
+    with no_grad():
+        xp = backend.namespace(weight._array)
+        rows_idx = xp.unique(xp.asarray(idx._array).reshape(-1))
+        if rows_idx.size == 0:
+            return weight
+        rows = weight._array[rows_idx]
+        mags = xp.abs(rows)
+        if norm_type == float("inf"):
+            norms = mags.max(axis=1)
+        else:
+            norms = (mags**norm_type).sum(axis=1) ** (1.0 / norm_type)
+        scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(weight.dtype)
+        ops.setitem(weight, ops.wrap(rows_idx), ops.wrap(rows * scale[:, None]))
+    return weight
 
 
 def l1_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:
@@ -172,9 +243,12 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """``softmax(q @ k^T * scale + mask) @ v``. A bool ``attn_mask`` marks the positions that
-    take part (True); a float one is added to the scores. ``is_causal`` masks the future."""
+    take part (True); a float one is added to the scores. ``is_causal`` masks the future.
+    ``enable_gqa``: grouped-query attention, each key/value head shared by consecutive
+    query heads (dim -3), as torch's."""
     if is_causal and attn_mask is not None:
         raise RuntimeError(
             "_scaled_dot_product_attention: Explicit attn_mask should not be set when "
@@ -185,6 +259,13 @@ def scaled_dot_product_attention(
             "Expected attn_mask dtype to be bool or float or to match query dtype, but got "
             f"attn_mask.dtype: {attn_mask.dtype} and  query.dtype: {query.dtype} instead."
         )
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+        if hk == 0 or hv == 0 or hq % hk or hq % hv:
+            raise RuntimeError(
+                "Number of heads in key and value must divide the number of heads in query"
+            )
+        key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hv)
     n_q, n_k = query.shape[-2], key.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
@@ -202,6 +283,16 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p)
     return ops.matmul(attn, value)
+
+
+def _repeat_heads(x: Tensor, r: int) -> Tensor:
+    """Each head (dim -3) repeated ``r`` times in place, as ``repeat_interleave``."""
+    if r == 1:
+        return x
+    shape = tuple(x.shape)
+    lead, (h, s, e) = shape[:-3], shape[-3:]
+    wide = ops.expand(ops.unsqueeze(x, -3), (*lead, h, r, s, e))
+    return ops.reshape(wide, (*lead, h * r, s, e))
 
 
 # ----------------------------------------------------------------------------- losses
@@ -510,6 +601,16 @@ def _affine(
     return out
 
 
+def _check_sizes(c: int, scale: int = 1, **tensors: Tensor | None) -> None:
+    """torch's message for a per-channel tensor of the wrong size (``scale``: how many times
+    torch's kernel repeats it, as instance_norm's does per sample)."""
+    for name, t in tensors.items():
+        if t is not None and t.numel() != c:
+            raise RuntimeError(
+                f"{name} should contain {c * scale} elements not {t.numel() * scale}"
+            )
+
+
 def batch_norm(
     input: Tensor,
     running_mean: Tensor | None,
@@ -528,16 +629,19 @@ def batch_norm(
             f"shape {list(input.shape)}"
         )
     c = input.shape[1]
+    _check_sizes(c, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
     shape = (1, c) + (1,) * (input.ndim - 2)
     dims = (0, *tuple(range(2, input.ndim)))
     if training:
-        n = input.numel() // c if c else 0
-        if n <= 1:
+        n = input.shape[0] * math.prod(input.shape[2:])
+        if n == 1:
             raise ValueError(
                 f"Expected more than 1 value per channel when training, got input size "
                 f"{input.shape}"
             )
         mean, var, out = _standardize(input, dims, eps)
+        if input.numel() == 0:  # As torch: an empty batch leaves the running statistics.
+            return _affine(out, weight, bias, shape)
         with no_grad():
             _update_running(running_mean, ops.reshape(mean, (c,)), momentum)
             unbiased = ops.mul(ops.reshape(var, (c,)), n / (n - 1))
@@ -570,20 +674,34 @@ def instance_norm(
             f"instance_norm: expected an input of shape (N, C, *spatial), got {list(input.shape)}"
         )
     c = input.shape[1]
+    _check_sizes(
+        c,
+        input.shape[0],
+        weight=weight,
+        bias=bias,
+        running_mean=running_mean,
+        running_var=running_var,
+    )
     shape = (1, c) + (1,) * (input.ndim - 2)
     dims = tuple(range(2, input.ndim))
     if use_input_stats:
         n = math.prod(input.shape[2:])
-        if n <= 1:
+        if n == 1:
             raise ValueError(
                 f"Expected more than 1 spatial element when training, got input size {input.shape}"
             )
         mean, var, out = _standardize(input, dims, eps)
         with no_grad():
-            flat = (input.shape[0], c)
-            _update_running(running_mean, ops.mean(ops.reshape(mean, flat), dim=0), momentum)
-            unbiased = ops.mul(ops.reshape(var, flat), n / (n - 1))
-            _update_running(running_var, ops.mean(unbiased, dim=0), momentum)
+            if input.shape[0] == 0:  # as torch: an empty batch's statistics are NaN
+                nan = ops.full((c,), float("nan"), dtype=input.dtype, device=input.device)
+                _update_running(running_mean, nan, momentum)
+                _update_running(running_var, nan, momentum)
+            else:
+                flat = (input.shape[0], c)
+                batch_mean = ops.mean(ops.reshape(mean, flat), dim=0)
+                _update_running(running_mean, batch_mean, momentum)
+                unbiased = ops.mul(ops.reshape(var, flat), n / (n - 1) if n > 1 else math.nan)
+                _update_running(running_var, ops.mean(unbiased, dim=0), momentum)
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError(
@@ -616,7 +734,14 @@ def group_norm(
             f"Expected number of channels in input to be divisible by num_groups, but got input "
             f"of shape {list(input.shape)} and num_groups={num_groups}"
         )
-    grouped = ops.reshape(input, (n, num_groups, -1))
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t.numel() != c):
+            raise RuntimeError(
+                f"Expected {name} to be a vector of size equal to the number of channels in "
+                f"input, but got {name} of shape {list(t.shape)} and input of shape "
+                f"{list(input.shape)}"
+            )
+    grouped = ops.reshape(input, (n, num_groups, c // num_groups * math.prod(input.shape[2:])))
     out = ops.reshape(_standardize(grouped, 2, eps)[2], tuple(input.shape))
     return _affine(out, weight, bias, (1, c) + (1,) * (input.ndim - 2))
 

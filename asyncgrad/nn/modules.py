@@ -12,6 +12,7 @@ from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
 from . import functional as F
+from . import functional_layers as FL
 from . import init
 from ._backward_hooks import call_with_backward_hooks
 
@@ -37,6 +38,105 @@ class Parameter(Tensor):
             p._grad = Tensor._wrap(backend.copy(self._grad._array))
         memo[id(self)] = p
         return p
+
+
+class UninitializedParameter(Parameter):
+    """A parameter whose shape is not known yet (a lazy module's, until its first call), as
+    ``torch.nn.UninitializedParameter``: it holds no data; ``materialize`` gives it its
+    shape in place, turning it into a plain Parameter (so optimisers given it keep it)."""
+
+    __slots__ = ()
+
+    def __init__(self, requires_grad: bool = True, device: Any = None, dtype: Any = None) -> None:
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+        super().__init__(backend.empty((0,), dt), requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        return "<UninitializedParameter>"
+
+
+class UninitializedBuffer(Tensor):
+    """A buffer whose shape is not known yet, as ``torch.nn.UninitializedBuffer``."""
+
+    __slots__ = ()
+
+    def __init__(self, requires_grad: bool = False, device: Any = None, dtype: Any = None) -> None:
+        dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+        super().__init__(backend.empty((0,), dt), requires_grad=requires_grad)
+
+    def __repr__(self) -> str:
+        return "<UninitializedBuffer>"
+
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        # Still uninitialized after a move or a cast (Module.to), so materialize sees it.
+        out = super().to(*args, **kwargs)
+        if out is not self:
+            out.__class__ = UninitializedBuffer
+        return out
+
+
+def materialize(t: Tensor, shape: tuple[int, ...], device: Any = None, fill: float = 0.0) -> Any:
+    """Give an uninitialized parameter (in place) or buffer (a new tensor, returned) its
+    ``shape``, filled with ``fill``, on ``device`` (by default where ``t`` is: a lazy module
+    moved with ``.to()`` materializes there)."""
+    dev = ops.creation._device(device) if device is not None else t.device
+    arr = backend.full(shape, fill, t.dtype, dev)
+    if isinstance(t, UninitializedParameter):
+        _replace_array(t, Tensor._wrap(arr))
+        t.__class__ = Parameter  # type: ignore[assignment]
+        return t
+    return Tensor._wrap(arr)
+
+
+def _is_initialized(v: Any) -> bool:
+    return not isinstance(v, (UninitializedParameter, UninitializedBuffer))
+
+
+class LazyModuleMixin:
+    """For modules whose parameters' shapes are inferred from the first input, as torch's
+    ``LazyModuleMixin``: on the first call ``initialize_parameters(*args, **kwargs)``
+    materializes them, and the module becomes ``cls_to_become`` (when set)."""
+
+    cls_to_become: type | None = None
+
+    def has_uninitialized_params(self) -> bool:
+        """Whether a parameter or buffer still waits for its shape."""
+        params: dict[str, Any] = self.__dict__.get("_parameters", {})
+        buffers: dict[str, Any] = self.__dict__.get("_buffers", {})
+        return any(
+            isinstance(t, (UninitializedParameter, UninitializedBuffer))
+            for t in (*params.values(), *buffers.values())
+        )
+
+    def initialize_parameters(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            f"initialize_parameters is not implemented for {type(self).__name__}"
+        )
+
+    def _materialize_from(self, state_dict: Mapping[str, Any], prefix: str) -> None:
+        """Give the uninitialized parameters and buffers that ``state_dict`` holds values for
+        those values' shapes (as torch's lazy modules do on ``load_state_dict``)."""
+        params: dict[str, Any] = self.__dict__["_parameters"]
+        buffers: dict[str, Any] = self.__dict__["_buffers"]
+        for name, p in list(params.items()):
+            v = state_dict.get(prefix + name)
+            if isinstance(p, UninitializedParameter) and v is not None and _is_initialized(v):
+                materialize(p, tuple(v.shape))
+        for name, b in list(buffers.items()):
+            v = state_dict.get(prefix + name)
+            if isinstance(b, UninitializedBuffer) and v is not None and _is_initialized(v):
+                setattr(self, name, materialize(b, tuple(v.shape)))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The first call: infer what is still unknown, then become cls_to_become (also when a
+        # loaded state_dict gave every shape already, as torch's).
+        with no_grad():
+            self.initialize_parameters(*args, **kwargs)
+        if self.has_uninitialized_params():
+            raise RuntimeError(f"module {type(self).__name__} has not been fully initialized")
+        if self.cls_to_become is not None:
+            self.__class__ = self.cls_to_become
+        return Module.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
 
 
 class IncompatibleKeys(NamedTuple):
@@ -381,7 +481,11 @@ class Module:
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters. Shapes must match; with ``strict`` (the default),
-        so must the keys. Nothing is copied when an error is raised."""
+        so must the keys. Nothing is copied when an error is raised. A lazy module's
+        uninitialized parameters take the shapes of the values given."""
+        for mprefix, m in self.named_modules():
+            if isinstance(m, LazyModuleMixin):
+                m._materialize_from(state_dict, mprefix + "." if mprefix else "")
         own = self._named_state()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
@@ -510,10 +614,10 @@ class Sequential(Module):
         for i, m in enumerate(mods):
             setattr(self, str(i), m)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, input: Any) -> Any:
         for m in self._modules.values():
-            x = m(x)
-        return x
+            input = m(input)
+        return input
 
     def __getitem__(self, i: int | slice) -> Any:
         mods = list(self._modules.values())
@@ -758,8 +862,8 @@ class Linear(Module):
         if device is not None:
             self.to(device)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.linear(x, self.weight, self.bias)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (
@@ -769,13 +873,21 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch."""
+    """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch. ``max_norm``,
+    ``norm_type`` and ``scale_grad_by_freq`` as ``F.embedding``'s; ``sparse=True`` is not
+    supported."""
 
     def __init__(
         self,
         num_embeddings: int,
         embedding_dim: int,
         padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
         device: Any = None,
         dtype: Any = None,
     ) -> None:
@@ -787,23 +899,88 @@ class Embedding(Module):
                     f"got {padding_idx}"
                 )
             padding_idx %= num_embeddings
+        if sparse:
+            raise NotImplementedError("Embedding: sparse=True (sparse gradients) is not supported")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
-        rng = ops.default_generator._rng
-        w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
-        if padding_idx is not None:
-            w[padding_idx] = 0
-        self.weight = Parameter(w.astype(dtypes.to_dtype(dtype or dtypes.get_default_dtype())))
+        self.max_norm = max_norm
+        self.norm_type = norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.sparse = sparse
+        if _weight is not None:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError(
+                    "Shape of weight does not match num_embeddings and embedding_dim"
+                )
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+        else:
+            rng = ops.default_generator._rng
+            w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
+            if padding_idx is not None:
+                w[padding_idx] = 0
+            dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+            self.weight = Parameter(w.astype(dt), requires_grad=not _freeze)
         if device is not None:
             self.to(device)
 
-    def forward(self, indices: Any) -> Tensor:
-        return F.embedding(indices, self.weight, self.padding_idx)
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0
+
+    def forward(self, input: Any) -> Tensor:
+        return F.embedding(
+            input,
+            self.weight,
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
+        )
 
     def extra_repr(self) -> str:
-        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
-        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq is not False:
+            s += ", scale_grad_by_freq=True"
+        if self.sparse is not False:
+            s += ", sparse=True"
+        return s
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding holding ``embeddings`` (2-D) as its weight, frozen by default."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(
+            rows,
+            cols,
+            padding_idx,
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            sparse,
+            _weight=embeddings,
+            _freeze=freeze,
+        )
 
 
 class LayerNorm(Module):
@@ -833,8 +1010,8 @@ class LayerNorm(Module):
         if device is not None:
             self.to(device)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (
@@ -855,16 +1032,25 @@ class Dropout(Module):
         self.p = p
         self.inplace = inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, self.inplace)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
 
 
 class ReLU(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.relu(x)
+    """``max(x, 0)``; with ``inplace``, the input overwritten with it, as ``torch.nn.ReLU``."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.relu(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class GELU(Module):
@@ -874,21 +1060,27 @@ class GELU(Module):
             raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.gelu(x, approximate=self.approximate)
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.gelu(input, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.tanh(x)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.tanh(input)
 
 
 class Sigmoid(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.sigmoid(x)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.sigmoid(input)
 
 
 # ----- containers, reshaping and losses (torch's nn.Identity, Flatten, ModuleDict, *Loss) -----
@@ -1049,14 +1241,22 @@ class BCEWithLogitsLoss(_Loss):
 
 
 # ----- attention (torch's nn.MultiheadAttention) -----
+class NonDynamicallyQuantizableLinear(Linear):
+    """torch's name for MultiheadAttention's ``out_proj`` (a Linear), kept so reprs match."""
+
+
 class MultiheadAttention(Module):
-    """torch's ``nn.MultiheadAttention``: project, attend per head, concatenate, project.
+    """torch's ``nn.MultiheadAttention``: project, attend per head, concatenate, project
+    (``F.multi_head_attention_forward``).
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
     average_attn_weights=True, is_causal=False)`` returns ``(output, weights or None)``.
     Masks follow torch's convention here (NOT scaled_dot_product_attention's): a bool mask marks
     with True the positions that may NOT be attended to; a float mask is added to the scores.
-    Parameter names match torch's, so a torch state dict loads as it is."""
+    ``add_bias_kv`` appends learned ``bias_k``/``bias_v`` to the keys and values,
+    ``add_zero_attn`` a zero key and value; ``kdim``/``vdim`` other than ``embed_dim`` give
+    separate ``q/k/v_proj_weight``. Parameter names match torch's, so a torch state dict loads
+    as it is."""
 
     def __init__(
         self,
@@ -1080,8 +1280,6 @@ class MultiheadAttention(Module):
             )
         if embed_dim % num_heads:
             raise AssertionError("embed_dim must be divisible by num_heads")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("add_bias_kv and add_zero_attn are not supported")
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
         self.vdim = vdim if vdim is not None else embed_dim
@@ -1097,29 +1295,36 @@ class MultiheadAttention(Module):
             self.q_proj_weight: Parameter | None = None
             self.k_proj_weight: Parameter | None = None
             self.v_proj_weight: Parameter | None = None
-            init.xavier_uniform_(self.in_proj_weight)
         else:
             self.in_proj_weight = None
             self.q_proj_weight = Parameter(backend.empty((e, e), dt))
             self.k_proj_weight = Parameter(backend.empty((e, self.kdim), dt))
             self.v_proj_weight = Parameter(backend.empty((e, self.vdim), dt))
-            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
-                init.xavier_uniform_(w)
         self.in_proj_bias = Parameter(backend.zeros((3 * e,), dt)) if bias else None
-        self.out_proj = Linear(e, e, bias=bias, dtype=dt)
-        if self.out_proj.bias is not None:
-            init.zeros_(self.out_proj.bias)
+        self.out_proj = NonDynamicallyQuantizableLinear(e, e, bias=bias, dtype=dt)
+        if add_bias_kv:
+            self.bias_k: Parameter | None = Parameter(backend.empty((1, 1, e), dt))
+            self.bias_v: Parameter | None = Parameter(backend.empty((1, 1, e), dt))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        self._reset_parameters()
         if device is not None:
             self.to(device)
 
-    def _project(self, x: Tensor, i: int) -> Tensor:
-        e = self.embed_dim
+    def _reset_parameters(self) -> None:
         if self.in_proj_weight is not None:
-            w = self.in_proj_weight[i * e : (i + 1) * e]
-        else:
-            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]  # type: ignore[assignment]
-        b = None if self.in_proj_bias is None else self.in_proj_bias[i * e : (i + 1) * e]
-        return ops.linear(x, w, b)
+            init.xavier_uniform_(self.in_proj_weight)
+        for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if w is not None:
+                init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            init.zeros_(self.in_proj_bias)
+        if self.out_proj.bias is not None:
+            init.zeros_(self.out_proj.bias)
+        for b in (self.bias_k, self.bias_v):
+            if b is not None:
+                init.xavier_normal_(b)
 
     def forward(
         self,
@@ -1132,61 +1337,40 @@ class MultiheadAttention(Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        if is_causal and attn_mask is None:
-            raise RuntimeError(
-                "Need attn_mask if specifying the is_causal hint. You may use the Transformer "
-                "module method `generate_square_subsequent_mask` to create this mask."
-            )
         batched = query.ndim == 3
-        if not batched:
-            query, key, value = (ops.unsqueeze(t, 0) for t in (query, key, value))
-            if key_padding_mask is not None:
-                key_padding_mask = ops.unsqueeze(key_padding_mask, 0)
-        elif not self.batch_first:
+        if self.batch_first and batched:
             query, key, value = (ops.transpose(t, 0, 1) for t in (query, key, value))
-        n, n_q, _ = query.shape
-        n_k = key.shape[1]
-        h, hd = self.num_heads, self.head_dim
-
-        def heads(x: Tensor, length: int) -> Tensor:
-            return ops.transpose(ops.reshape(x, (n, length, h, hd)), 1, 2)
-
-        q = heads(self._project(query, 0), n_q)
-        k = heads(self._project(key, 1), n_k)
-        v = heads(self._project(value, 2), n_k)
-        scores = ops.mul(ops.matmul(q, ops.transpose(k, -2, -1)), 1.0 / math.sqrt(hd))
-        if attn_mask is not None:
-            if attn_mask.ndim == 3:  # (N * num_heads, L, S)
-                attn_mask = ops.reshape(attn_mask, (n, h, n_q, n_k))
-            scores = _apply_mask(scores, attn_mask)
-        if key_padding_mask is not None:
-            scores = _apply_mask(scores, ops.reshape(key_padding_mask, (n, 1, 1, n_k)))
-        weights = F.softmax(scores, dim=-1)
-        if self.training and self.dropout > 0.0:
-            weights = F.dropout(weights, self.dropout)
-        out = ops.reshape(ops.transpose(ops.matmul(weights, v), 1, 2), (n, n_q, self.embed_dim))
-        out = self.out_proj(out)
-        if not batched:
-            out = ops.squeeze(out, 0)
-        elif not self.batch_first:
+        out, weights = FL.multi_head_attention_forward(
+            query,
+            key,
+            value,
+            self.embed_dim,
+            self.num_heads,
+            self.in_proj_weight,
+            self.in_proj_bias,
+            self.bias_k,
+            self.bias_v,
+            self.add_zero_attn,
+            self.dropout,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            training=self.training,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            use_separate_proj_weight=not self._qkv_same_embed_dim,
+            q_proj_weight=self.q_proj_weight,
+            k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+        )
+        if self.batch_first and batched:
             out = ops.transpose(out, 0, 1)
-        if not need_weights:
-            return out, None
-        if average_attn_weights:
-            weights = ops.mean(weights, dim=1)
-        if not batched:
-            weights = ops.squeeze(weights, 0)
         return out, weights
 
     def extra_repr(self) -> str:
         return ""
-
-
-def _apply_mask(scores: Tensor, mask: Tensor) -> Tensor:
-    """torch's MultiheadAttention masks: True (bool) forbids a position; floats are added."""
-    if mask.dtype == dtypes.bool_:
-        return ops.masked_fill(scores, mask, float("-inf"))
-    return ops.add(scores, mask)
 
 
 # ============================================================================ convolution, pooling
@@ -1247,10 +1431,10 @@ class _ConvNd(Module):
         if device is not None:
             self.to(device)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         conv = F.conv1d if self._n == 1 else F.conv2d
         return conv(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
         )
 
     def extra_repr(self) -> str:
@@ -1308,9 +1492,9 @@ class MaxPool2d(Module):
         self.return_indices = return_indices
         self.ceil_mode = ceil_mode
 
-    def forward(self, x: Tensor) -> Any:
+    def forward(self, input: Tensor) -> Any:
         return F.max_pool2d(
-            x,
+            input,
             self.kernel_size,
             self.stride,
             self.padding,
@@ -1346,9 +1530,9 @@ class AvgPool2d(Module):
         self.count_include_pad = count_include_pad
         self.divisor_override = divisor_override
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool2d(
-            x,
+            input,
             self.kernel_size,
             self.stride,
             self.padding,
