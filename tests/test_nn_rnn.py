@@ -131,10 +131,12 @@ def test_rnn_errors() -> None:
         nn.LSTM(2, 2)(ag.zeros(1, 1, 1, 2))
     with pytest.raises(RuntimeError, match=r"input\.size\(-1\) must be equal to input_size"):
         nn.GRU(2, 2)(ag.zeros(3, 1, 4))
-    with pytest.raises(RuntimeError, match=r"Expected hidden size \(1, 1, 2\), got \(1, 2\)"):
+    with pytest.raises(
+        RuntimeError, match="For batched 3-D input, hx should also be 3-D but got 2-D"
+    ):
         nn.GRU(2, 2)(ag.zeros(3, 1, 2), ag.zeros(1, 2))
-    with pytest.raises(NotImplementedError, match="LSTM: proj_size is not supported"):
-        nn.LSTM(2, 4, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):
+        nn.LSTM(2, 4, proj_size=4)
     with pytest.raises(ValueError, match="dropout should be a number in range"):
         nn.GRU(2, 2, dropout=1.5)
 
