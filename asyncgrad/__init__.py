@@ -489,6 +489,11 @@ from .ops.matrix import __all__ as _matrix_all  # noqa: E402
 
 __all__ += _matrix_all
 
+from .ops.sampling import *  # noqa: E402, F403
+from .ops.sampling import __all__ as _sampling_all  # noqa: E402
+
+__all__ += _sampling_all
+
 from . import fft, special  # noqa: E402
 
 __all__ += ["fft", "special"]
@@ -563,6 +568,19 @@ _LAZY_MODULES = _LAZY_MODULES | {"accelerator", "backends", "cpu", "onnx"}
 if TYPE_CHECKING:
     from . import accelerator, backends, cpu, onnx
 # ----- end of section H8 -----
+
+# ----- torch-level names of ops defined before the families -----
+from .ops import clamp_, fill_, floor_divide, logical_and, logical_not, logical_or, zero_  # noqa: E402
+
+__all__ += [
+    "clamp_",
+    "fill_",
+    "floor_divide",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "zero_",
+]
 
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
 from .ops.device_guard import guard_module as _guard_module  # noqa: E402

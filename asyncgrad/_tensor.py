@@ -27,6 +27,14 @@ _FLOAT_KINDS = dtypes.FLOAT_KINDS
 _object_new = object.__new__
 
 
+def _comparable(other: Any) -> _bool:
+    """Whether ``t == other`` compares elements: a tensor, a number or an array (NumPy's, CuPy's
+    or the simulated device's); torch treats anything else as unequal."""
+    return isinstance(other, (Tensor, _int, _float, complex, backend.generic)) or (
+        hasattr(other, "shape") and hasattr(other, "dtype")
+    )
+
+
 # ----- Size -----
 # NOTE [Size]
 # ``t.shape`` and ``t.size()`` are a ``Size``, as torch's: a tuple (equal to and hashed like the
@@ -831,7 +839,11 @@ class Tensor:
     def select(self, dim: _int, index: _int) -> Tensor:
         return _ops.select(self, dim, index)
 
-    def flip(self, *dims: Any) -> Tensor:
+    def flip(self, *dims: Any, **kwargs: Any) -> Tensor:
+        if kwargs:  # t.flip(dims=...)
+            if dims or set(kwargs) != {"dims"}:
+                raise TypeError(f"flip() got an unexpected keyword argument {next(iter(kwargs))!r}")
+            return _ops.flip(self, kwargs["dims"])
         return _ops.flip(self, dims[0] if len(dims) == 1 else dims)
 
     def roll(self, shifts: Any, dims: Any = None) -> Tensor:
@@ -998,10 +1010,16 @@ class Tensor:
         return _ops.abs(self)
 
     # Comparisons are elementwise and return Tensors, as torch's (object's return bool).
+    # ``t == other`` compares elements only with a tensor, an array or a number; anything else
+    # (None, a string, a list) is unequal, as torch's (Python's identity fallback).
     def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if not _comparable(other):
+            return NotImplemented
         return _ops.eq(self, other)
 
     def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+        if not _comparable(other):
+            return NotImplemented
         return _ops.ne(self, other)
 
     def __lt__(self, other: Any) -> Tensor:
@@ -1016,14 +1034,15 @@ class Tensor:
     def __ge__(self, other: Any) -> Tensor:
         return _ops.ge(self, other)
 
+    # ``&``, ``|`` and ``~`` are bitwise, as torch's: logical on bool tensors, bitwise on integers.
     def __and__(self, other: Any) -> Tensor:
-        return _ops.logical_and(self, other)
+        return _ops.bitwise_and(self, other)
 
     def __or__(self, other: Any) -> Tensor:
-        return _ops.logical_or(self, other)
+        return _ops.bitwise_or(self, other)
 
     def __invert__(self) -> Tensor:
-        return _ops.logical_not(self)
+        return _ops.bitwise_not(self)
 
     def __getitem__(self, index: Any) -> Tensor:
         return _ops.getitem(self, index)
@@ -2320,6 +2339,44 @@ class Tensor:
 
     # ----- section H8 -----
     # ----- end of section H8 -----
+
+    # ----- random draws (See NOTE [Random draws are constants] in asyncgrad/ops/sampling.py) -----
+    def bernoulli(self, p: Any = None, *, generator: Any = None) -> Tensor:
+        return _ops.bernoulli(self, p, generator=generator)
+
+    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Tensor:
+        return _ops.sampling.bernoulli_(self, p, generator=generator)
+
+    def normal_(self, mean: _float = 0.0, std: _float = 1.0, *, generator: Any = None) -> Tensor:
+        return _ops.sampling.normal_(self, mean, std, generator=generator)
+
+    def uniform_(
+        self, a: _float = 0.0, b: _float = 1.0, *, generator: Any = None, **kwargs: Any
+    ) -> Tensor:
+        """``t.uniform_(from=0, to=1)``: draws from [from, to) (``a``/``b`` by position)."""
+        return _ops.sampling.uniform_(self, a, b, generator=generator, **kwargs)
+
+    def cauchy_(
+        self, median: _float = 0.0, sigma: _float = 1.0, *, generator: Any = None
+    ) -> Tensor:
+        return _ops.sampling.cauchy_(self, median, sigma, generator=generator)
+
+    def exponential_(self, lambd: _float = 1.0, *, generator: Any = None) -> Tensor:
+        return _ops.sampling.exponential_(self, lambd, generator=generator)
+
+    def geometric_(self, p: _float, *, generator: Any = None) -> Tensor:
+        return _ops.sampling.geometric_(self, p, generator=generator)
+
+    def log_normal_(
+        self, mean: _float = 1.0, std: _float = 2.0, *, generator: Any = None
+    ) -> Tensor:
+        return _ops.sampling.log_normal_(self, mean, std, generator=generator)
+
+    def random_(
+        self, from_: Any = None, to: Any = None, *, generator: Any = None, **kwargs: Any
+    ) -> Tensor:
+        """``t.random_(from, to)``, ``t.random_(to)`` or ``t.random_()`` (``from=`` by keyword)."""
+        return _ops.sampling.random_(self, from_, to, generator=generator, **kwargs)
 
     if not TYPE_CHECKING:  # type checkers report a mistyped name (See NOTE [Names torch has])
 

@@ -393,6 +393,11 @@ from .matrix import __all__ as _matrix_all  # noqa: E402
 
 __all__ += _matrix_all
 
+from .sampling import *  # noqa: E402, F403
+from .sampling import __all__ as _sampling_all  # noqa: E402
+
+__all__ += _sampling_all
+
 from . import fft  # noqa: E402, F401, I001
 
 # Imported last: it guards the functions above once several CUDA devices are in use (See NOTE
