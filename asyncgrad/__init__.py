@@ -582,6 +582,19 @@ __all__ += [
     "zero_",
 ]
 
+
+def is_inference(input: Tensor) -> _builtins.bool:
+    """Whether ``input`` was made under ``inference_mode`` (``Tensor.is_inference``)."""
+    return input.is_inference()
+
+
+def rsub(input: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    """``other - alpha * input``: ``sub`` with its operands swapped."""
+    return sub(other, input, alpha=alpha)
+
+
+__all__ += ["is_inference", "rsub"]
+
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
 from .ops.device_guard import guard_module as _guard_module  # noqa: E402
 

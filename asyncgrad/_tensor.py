@@ -1087,6 +1087,15 @@ class Tensor:
         """The address of the first element (as torch's, for identity checks of storage)."""
         return _ops.data_ptr(self)
 
+    def const_data_ptr(self) -> _int:
+        """``data_ptr()``, for read-only use (torch's name)."""
+        return _ops.data_ptr(self)
+
+    @property
+    def layout(self) -> dtypes.layout:
+        """``ag.strided``: every asyncgrad tensor is dense and strided."""
+        return dtypes.strided
+
     def new(self, *args: Any) -> Tensor:
         return _ops.new(self, *args)
 

@@ -305,3 +305,44 @@ def result_type(tensor: Any, other: Any) -> np.dtype[Any]:
     out = _combine(ranks[0], _combine(ranks[1], ranks[2]))
     assert out is not None
     return out
+
+
+# ----- layouts and memory formats -----
+# NOTE [Layouts and memory formats]
+# asyncgrad's tensors are all dense and strided; a memory format changes only how torch lays out
+# a tensor's bytes, never its values or its indexing. The objects exist for code that names them
+# (``x.contiguous(memory_format=torch.channels_last)``, ``layout=torch.strided``), and the
+# functions that accept them compute the same values whichever is given.
+class layout:  # torch's name
+    """The type of ``ag.strided`` (and ``ag.sparse_coo``, which asyncgrad's ops do not take)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self._name}"
+
+    def __reduce__(self) -> str:
+        return self._name  # pickled by name: the module's object of that name
+
+
+class memory_format:  # torch's name
+    """The type of ``ag.contiguous_format``, ``preserve_format``, ``channels_last`` and
+    ``channels_last_3d`` (See NOTE [Layouts and memory formats])."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self._name}"
+
+    def __reduce__(self) -> str:
+        return self._name
+
+
+strided: Final = layout("strided")
+sparse_coo: Final = layout("sparse_coo")
+contiguous_format: Final = memory_format("contiguous_format")
+preserve_format: Final = memory_format("preserve_format")
+channels_last: Final = memory_format("channels_last")
+channels_last_3d: Final = memory_format("channels_last_3d")
