@@ -398,7 +398,8 @@ def _adaptive_avg(input: Tensor, output_size: Any, n: int) -> Tensor:
         rest = math.prod(shape[ax + 1 :])
         out = ops.matmul(avg, out.reshape(*shape[:ax], size, rest))
         out = out.reshape(*shape[:ax], o, *shape[ax + 1 :])
-    return out if input.ndim == n + 2 else out[0]
+    result: Tensor = out if input.ndim == n + 2 else out[0]
+    return result
 
 
 def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor:

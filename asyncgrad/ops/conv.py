@@ -724,7 +724,7 @@ def pool_geometry(
     padding: Any,
     dilation: Any,
     ceil_mode: bool,
-) -> tuple[Tensor, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
+) -> tuple[Tensor, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], Any, Any]:
     """Checked batched input (N, C, *spatial) and the geometry of an n-d pool: kernel, stride,
     padding, dilation, the output sizes, and the padding as (before, after) per axis (after
     grows for ceil_mode's last window)."""
@@ -804,7 +804,7 @@ def window_max(x: Tensor, windows: list[Any], op_name: str) -> tuple[Tensor, Any
         last_nan = win.shape[-1] - 1 - nan[..., ::-1].argmax(axis=-1)
         pos = mod.where(nan.any(axis=-1), last_nan, pos)
     # the window offset along each axis, then its coordinate
-    coords = []
+    coords: list[Any] = []
     rest = pos
     for a in range(nsp - 1, -1, -1):
         ka = rest % ks[a]
