@@ -1,9 +1,9 @@
 """Convolution transposes, pooling, padding, upsampling and patch functions of
 ``ag.nn.functional``.
 
-Most are compositions of differentiable ops (their gradients, and gradients of those, come from
-the ops' rules); the convolutions, the max pools and the patch ops are nodes of their own
-(asyncgrad/ops/conv.py).
+All are compositions of differentiable ops (their gradients, and gradients of those, come from
+the ops' rules): the convolutions, max pools and patch functions are built in
+asyncgrad/ops/conv.py.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from ..ops.conv import (
     _size,
     _tuple,
     avg_pool2d,
-    col2im_op,
+    col2im,
     conv3d,
     conv_transpose1d,
     conv_transpose2d,
     conv_transpose3d,
-    im2col_op,
+    im2col,
     max_pool2d,
     max_pool_nd,
     max_unpool_op,
@@ -434,7 +434,7 @@ def _adaptive_max(input: Tensor, output_size: Any, n: int) -> tuple[Tensor, Tens
         k = int((end - start).max()) if o else 1
         w = start.reshape(-1, 1) + mod.arange(k)
         wins.append(mod.minimum(w, (end - 1).reshape(-1, 1)).reshape(1, 1, o, k))
-    out, index = window_max(x, wins, f"adaptive_max_pool{max(n, 2)}d")
+    out, index = window_max(x, wins)
     if input.ndim == n + 1:
         out, index = out[0], index[0]
     return out, wrap(index)
@@ -536,7 +536,7 @@ def _fractional(
             i = mod.arange(o - 1).astype(xa.dtype)
             starts[:, :, :-1] = ((i + u) * alpha).astype(mod.int64) - (u * alpha).astype(mod.int64)
         wins.append(starts.reshape(nb, c, o, 1) + mod.arange(kk))
-    out, index = window_max(x, wins, name)
+    out, index = window_max(x, wins)
     if input.ndim == n + 1:
         out, index = out[0], index[0]
     return out, wrap(index)
@@ -803,7 +803,7 @@ def unfold(
     input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1
 ) -> Tensor:
     """Sliding local blocks of (N, C, H, W) (or (C, H, W)) as columns (N, C*kh*kw, L), as
-    ``torch.nn.functional.unfold`` (im2col): one node whose gradient is ``fold``.
+    ``torch.nn.functional.unfold`` (im2col): one gather, whose gradient is a fold.
 
     Example:
         >>> import asyncgrad as ag
@@ -828,7 +828,7 @@ def unfold(
             f"padding={p}, calculated shape of the array of sliding blocks as "
             f"({blocks[0]}, {blocks[1]}), but its components must be at least one."
         )
-    out = im2col_op(x, kernel=k, dilation=d, padding=p, stride=s, image=(h, w))
+    out = im2col(x, kernel=k, dilation=d, padding=p, stride=s, image=(h, w))
     return out if input.ndim == 4 else out[0]
 
 
@@ -841,7 +841,7 @@ def fold(
     stride: Any = 1,
 ) -> Tensor:
     """Columns (N, C*kh*kw, L) (or (C*kh*kw, L)) summed back into (N, C, H, W), as
-    ``torch.nn.functional.fold`` (col2im): one node whose gradient is ``unfold``.
+    ``torch.nn.functional.fold`` (col2im): one scatter-add, whose gradient is an ``unfold``.
 
     Example:
         >>> import asyncgrad as ag
@@ -874,7 +874,7 @@ def fold(
             f"blocks {blocks[0]} * {blocks[1]} = {blocks[0] * blocks[1]}, but got "
             f"input.size(2)={length}."
         )
-    out = col2im_op(x, kernel=k, dilation=d, padding=p, stride=s, image=hw)
+    out = col2im(x, kernel=k, dilation=d, padding=p, stride=s, image=hw)
     return out if input.ndim == 3 else out[0]
 
 

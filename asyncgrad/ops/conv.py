@@ -16,8 +16,8 @@ from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import silent_fp
 from ..rules import formulas, keeps_for_backward
-from ..rules.spatial import SPATIAL_OPS, col2im_array, im2col_array
 from ._record import OPS, check_devices, make, wrap
+from .index import _index_put, index_add_zeros
 from .shape import pad as _pad
 from .shape import stack
 
@@ -767,12 +767,13 @@ def pool_geometry(
     return x, k, st, pad, dil, tuple(out), tuple(pads)
 
 
-def window_max(x: Tensor, windows: list[Any], op_name: str) -> tuple[Tensor, Any]:
+def window_max(x: Tensor, windows: list[Any]) -> tuple[Tensor, Any]:
     """The maximum of x (N, C, *spatial) over windows given per spatial axis a as an int array
     (Nb, Cb, O_a, K_a) of coordinates (Nb in {1, N}, Cb in {1, C}; -1: padding, never chosen),
-    recorded as one gather node (op ``op_name``); and the flat in-plane int64 index of each
-    maximum, as torch's: the first maximum, the last NaN where a window has one, and the
-    window's first element of the input where it holds only -inf (or padding)."""
+    recorded as one gather node (max_pool2d's op, whose rule serves any rank); and the flat
+    in-plane int64 index of each maximum, as torch's: the first maximum, the last NaN where a
+    window has one, and the window's first element of the input where it holds only -inf (or
+    padding)."""
     xa = x._array
     mod = backend.namespace(xa)
     nb, c, *sizes = xa.shape
@@ -829,7 +830,7 @@ def window_max(x: Tensor, windows: list[Any], op_name: str) -> tuple[Tensor, Any
     flat = (index + (mod.arange(nb * c) * plane).reshape(nb, c, *(1,) * nsp)).reshape(-1)
     vals = xa.reshape(-1)[flat].reshape(nb, c, *outs)
     params = {"index": flat, "in_shape": xa.shape, "unique": False}
-    out = make(OPS[op_name], vals, (x,), params)
+    out = make(OPS["max_pool2d_with_indices"], vals, (x,), params)
     keeps_for_backward(out._grad_fn)  # torch's backward node saves the indices
     return out, index
 
@@ -857,30 +858,52 @@ def max_pool_nd(
     mod = backend.namespace(x._array)
     sizes = x.shape[2:]
     wins = [pool_windows(mod, sizes[a], outs[a], k[a], st[a], pad[a], dil[a]) for a in range(n)]
-    out, index = window_max(x, wins, f"max_pool{n}d_with_indices")
+    out, index = window_max(x, wins)
     if input.ndim == n + 1:
         out, index = out[0], index[0]
     return (out, wrap(index)) if return_indices else out
 
 
-# ----- im2col, col2im (See NOTE [Patches are two ops] in asyncgrad/rules/spatial.py) -----
-def im2col_op(x: Any, **p: Any) -> Tensor:
-    x = _tensor(x)
-    return make(OPS["im2col"], im2col_array(x._array, **p), (x,), p)
+# ----- im2col, col2im, max_unpool: indexing -----
+def _patch_index(mod: Any, p: dict[str, Any]) -> tuple[Any, int, int]:
+    """The flat positions (kh*kw*L,) in the padded (H + 2 ph) * (W + 2 pw) image of each
+    patch element, ordered (kh, kw, OH, OW) as torch's im2col columns."""
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (
+        p["image"], p["kernel"], p["dilation"], p["padding"], p["stride"],
+    )  # fmt: skip
+    hp, wp = h + 2 * ph, w + 2 * pw
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    rows = (mod.arange(kh) * dh).reshape(kh, 1, 1, 1) + (mod.arange(oh) * sh).reshape(1, 1, oh, 1)
+    cols = (mod.arange(kw) * dw).reshape(1, kw, 1, 1) + (mod.arange(ow) * sw).reshape(1, 1, 1, ow)
+    return (rows * wp + cols).reshape(-1), hp, wp
 
 
-def col2im_op(cols: Any, **p: Any) -> Tensor:
-    cols = _tensor(cols)
-    return make(OPS["col2im"], col2im_array(cols._array, **p), (cols,), p)
+def im2col(x: Tensor, **p: Any) -> Tensor:
+    """(N, C, H, W) -> (N, C*kh*kw, L): one gather (getitem) of the zero-padded image."""
+    n, c = x.shape[:2]
+    ph, pw = p["padding"]
+    xpad = _pad(x, (pw, pw, ph, ph)) if ph or pw else x
+    index, hp, wp = _patch_index(backend.namespace(x._array), p)
+    cols = xpad.reshape(n, c, hp * wp)[:, :, index]
+    return cols.reshape(n, c * p["kernel"][0] * p["kernel"][1], -1)
 
 
-SPATIAL_OPS.update(im2col=im2col_op, col2im=col2im_op)
+def col2im(cols: Tensor, **p: Any) -> Tensor:
+    """(N, C*kh*kw, L) -> (N, C, H, W): the columns summed into the padded image at their
+    positions (index_add_zeros), then the padding cropped."""
+    n = cols.shape[0]
+    (kh, kw), (h, w), (ph, pw) = p["kernel"], p["image"], p["padding"]
+    c = cols.shape[1] // (kh * kw)
+    index, hp, wp = _patch_index(backend.namespace(cols._array), p)
+    flat = cols.reshape(n * c, -1)
+    img = index_add_zeros(flat, (slice(None), index), (n * c, hp * wp)).reshape(n, c, hp, wp)
+    return img[:, :, ph : ph + h, pw : pw + w] if ph or pw else img
 
 
 def max_unpool_op(x: Tensor, index: Any, out_shape: tuple[int, ...]) -> Tensor:
-    """Each value of x written at its flat ``index`` into zeros of ``out_shape``."""
+    """Each value of x written at its flat ``index`` into zeros of ``out_shape`` (index_put:
+    every value's gradient is the output gradient at its index, repeats included, as torch)."""
     xa = x._array
-    out = backend.namespace(xa).zeros(math.prod(out_shape), dtype=xa.dtype)
-    out[index] = xa.reshape(-1)
-    params = {"index": index, "in_shape": xa.shape, "out_shape": out_shape}
-    return make(OPS["max_unpool"], out.reshape(out_shape), (x,), params)
+    zeros = wrap(backend.namespace(xa).zeros(math.prod(out_shape), dtype=xa.dtype))
+    return _index_put(zeros, (index,), x.reshape(-1)).reshape(out_shape)
