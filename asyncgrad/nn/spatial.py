@@ -174,7 +174,7 @@ class _ConvBase(Module):
             f"stride={self.stride}"
         )
         if self.padding != (0,) * n:
-            s += f", padding={self.padding!r}"
+            s += f", padding={self.padding}"
         if self.dilation != (1,) * n:
             s += f", dilation={self.dilation}"
         if self.output_padding != (0,) * n:

@@ -18,8 +18,8 @@ from ..backend import silent_fp
 from ..rules import formulas, keeps_for_backward
 from ._record import OPS, check_devices, make, wrap
 from .index import _index_put, index_add_zeros
+from .shape import cat, stack
 from .shape import pad as _pad
-from .shape import stack
 
 __all__ = ["avg_pool2d", "conv1d", "conv2d", "max_pool2d"]
 
@@ -87,6 +87,8 @@ def _conv(
         )
     if xa.ndim == n + 1:  # unbatched, as torch: a batch of one
         return _conv(input[None], weight, bias, stride, padding, dilation, groups, n)[0]
+    if xa.shape[0] == 0:  # an empty batch: one sample of zeros, then none (keeps the graph)
+        return _conv(_one_more(input), weight, bias, stride, padding, dilation, groups, n)[:0]
     if wa.ndim != n + 2:
         raise RuntimeError(
             f"weight should have at least three dimensions for {name}, but got weight of "
@@ -183,6 +185,12 @@ def conv_weight_grad_op(x: Any, gy: Any, **p: Any) -> Tensor:
     xa, ga = x._array, gy._array
     out = formulas.conv_weight_grad_array(xa, ga, **p)
     return make(OPS["conv_weight_grad"], out, (x, gy), p, (xa, ga))
+
+
+def _one_more(x: Tensor) -> Tensor:
+    """x with one sample of zeros after its batch."""
+    xa = x._array
+    return cat([x, wrap(backend.namespace(xa).zeros((1, *xa.shape[1:]), dtype=xa.dtype))])
 
 
 def _tensor(v: Any) -> Tensor:
@@ -490,6 +498,10 @@ def _conv_transpose(
         return _conv_transpose(
             input[None], weight, bias, stride, padding, output_padding, groups, dilation, n
         )[0]
+    if xa.shape[0] == 0:  # See _conv
+        return _conv_transpose(
+            _one_more(input), weight, bias, stride, padding, output_padding, groups, dilation, n
+        )[:0]
     if wa.ndim != n + 2:
         raise RuntimeError(
             f"Expected {n + 2}-dimensional weight for {n + 2}-dimensional input "
