@@ -521,8 +521,12 @@ def _fractional(
         )
     axes = ("height", "width") if n == 2 else ("time", "height", "width")
     for axis, s, o, kk in zip(axes, sizes, outs, k, strict=True):
-        if o + kk - 1 > s:
-            raise RuntimeError(f"{name}(): pool {axis} {kk} too large relative to input {axis} {s}")
+        # torch's bounds: o + k - 1 <= s in 2-D, < s in 3-D
+        if o + kk - 1 > s or (n == 3 and o + kk - 1 == s):
+            where = name if n == 2 else f"{name}_out"
+            raise RuntimeError(
+                f"{where}(): pool {axis} {kk} too large relative to input {axis} {s}"
+            )
     mod = backend.namespace(xa)
     ua = ua.astype(xa.dtype)
     # torch's samples: (w, h) for 2-D, (t, h, w) for 3-D

@@ -347,6 +347,15 @@ def max_pool2d(
     corner = (mod.arange(oh) * (st[0] * w) - pt * w).reshape(oh, 1) + (mod.arange(ow) * st[1] - pl)
     first = (mod.arange(n * c) * (h * w)).reshape(n, c, 1, 1)  # each plane's first element
     index = off + (corner + first)  # (N, C, OH, OW): into x.reshape(-1)
+    if pt or pb or pl or pr:  # a window of only -inf and padding: torch's first in-bounds element
+        hit = vals == fill
+        if type(xa) is not backend.ndarray or bool(hit.any()):
+            starts = []
+            for o, ss, p, d in zip((oh, ow), st, (pt, pl), dil, strict=True):
+                s0 = mod.arange(o) * ss - p
+                starts.append(s0 + (mod.maximum(-s0, 0) + d - 1) // d * d)
+            inside = starts[0].reshape(oh, 1) * w + starts[1] + first
+            index = mod.where(hit, inside, index)
     unique = all(s >= d * (kk - 1) + 1 for s, d, kk in zip(st, dil, k, strict=True))
     params = {"index": index.reshape(-1), "in_shape": xa.shape, "unique": unique}
     out = make(OPS["max_pool2d_with_indices"], vals, (x,), params)
