@@ -1147,8 +1147,12 @@ def _affine_grid_generator(theta: Tensor, size: Sequence[int], align_corners: bo
         if not align_corners and s > 1:
             r = r * dt.type((s - 1) / s)
         axes.append(r)
-    mesh = mod.meshgrid(*axes, indexing="ij")  # per axis (D, H, W) order
-    base = mod.stack([*mesh[::-1], mod.ones(tuple(spatial), dtype=dt)], axis=-1)  # (x, y, z, 1)
+    shape = tuple(spatial)
+    mesh = [  # per axis, in (D, H, W) order, broadcast over the others
+        mod.broadcast_to(ax.reshape([s if i == a else 1 for i in range(n)]), shape)
+        for a, (ax, s) in enumerate(zip(axes, spatial, strict=True))
+    ]
+    base = mod.stack([*mesh[::-1], mod.ones(shape, dtype=dt)], axis=-1)  # (x, y, z, 1)
     base_t = wrap(base.reshape(1, -1, n + 1))
     grid = ops.matmul(base_t, theta.transpose(1, 2))  # (N, prod(spatial), n)
     return grid.reshape(int(size[0]), *spatial, n)
