@@ -1165,8 +1165,8 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
     Example:
         >>> import asyncgrad as ag
         >>> theta = ag.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
-        >>> ag.nn.functional.affine_grid(theta, (1, 1, 1, 2), align_corners=True).tolist()
-        [[[[-1.0, 0.0], [1.0, 0.0]]]]
+        >>> ag.nn.functional.affine_grid(theta, (1, 1, 2, 2), align_corners=True).tolist()
+        [[[[-1.0, -1.0], [1.0, -1.0]], [[-1.0, 1.0], [1.0, 1.0]]]]
     """
     if align_corners is None:
         warnings.warn(_ALIGN_WARNING, stacklevel=2)
