@@ -349,6 +349,24 @@ def test_interpolate_matches_torch(shape: tuple[int, ...], mode: str, dtype: Any
             )
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_interpolate_antialias_matches_torch(mode: str, dtype: Any) -> None:
+    x = r(1, 2, 7, 9).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    for kw in ({"size": (3, 4)}, {"size": (2, 20)}, {"scale_factor": 0.37}, {"scale_factor": 2.3}):
+        for c in (True, False):
+            compare(
+                lambda F, t, kw=kw, c=c: F.interpolate(
+                    t, mode=mode, align_corners=c, antialias=True, **kw
+                ),
+                [x],
+                tol,
+            )
+    t = _ag(r(1, 1, 5, 4))
+    assert gradcheck(lambda u: AF.interpolate(u, size=(2, 3), mode=mode, antialias=True), [t])
+
+
 @pytest.mark.parametrize("mode", ["linear", "bicubic", "area", "trilinear"])
 def test_interpolate_gradcheck(mode: str) -> None:
     shape = {

@@ -638,7 +638,8 @@ def interpolate(
     """Resize the spatial dims of ``input`` (N, C, *spatial) as torch's ``F.interpolate``:
     ``mode`` "nearest", "nearest-exact", "area" (adaptive average pooling), "linear" (3-D
     input), "bilinear" or "bicubic" (4-D) or "trilinear" (5-D), with ``align_corners`` for the
-    interpolating modes. One separable pass per spatial dim, built from index_select and
+    interpolating modes and ``antialias`` (bilinear and bicubic, 4-D). One separable pass per
+    spatial dim, built from index_select and
     arithmetic with torch's source indices and weights (in its precision), so it is
     differentiable (twice as well).
 
@@ -703,7 +704,6 @@ def interpolate(
                 "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and "
                 "requires a 4-D tensor as input"
             )
-        raise NotImplementedError("interpolate: antialias=True is not supported")
     if input.ndim not in (3, 4, 5) or mode not in _INTERP_MODES:
         raise NotImplementedError(
             "Input Error: Only 3D, 4D and 5D input Tensors supported"
@@ -730,8 +730,54 @@ def interpolate(
     out = input
     for d in range(spatial):
         f = None if factors is None else factors[d]
-        out = _resize_dim(out, d + 2, in_sizes[d], out_sizes[d], f, mode, bool(align_corners))
+        resize = _resize_dim_aa if antialias else _resize_dim
+        out = resize(out, d + 2, in_sizes[d], out_sizes[d], f, mode, bool(align_corners))
     return out
+
+
+def _resize_dim_aa(
+    x: Tensor, dim: int, n_in: int, n_out: int, factor: float | None, mode: str, corners: bool
+) -> Tensor:
+    """Antialiased resizing along ``dim`` as torch's (and PIL's): each output averages the
+    inputs under the filter (triangle, or Keys' cubic with a = -0.5) stretched by the scale
+    when downsampling, the weights normalised; one matrix product (n_out, n_in)."""
+    xa = x._array
+    mod = backend.namespace(xa)
+    dt = backend.np_namespace.dtype("float64" if xa.dtype.itemsize == 8 else "float32")
+    if corners:
+        scale = dt.type(n_in - 1) / dt.type(n_out - 1) if n_out > 1 else dt.type(0)
+    else:
+        scale = _scale(dt, n_in, n_out, factor)
+    taps = 4 if mode == "bicubic" else 2
+    support = dt.type(taps * 0.5 * scale if scale >= 1.0 else taps * 0.5)
+    width = math.ceil(support) * 2 + 1
+    center = (scale * (mod.arange(n_out).astype(dt) + dt.type(0.5))).astype(dt)
+    lo = mod.maximum((center - support + dt.type(0.5)).astype(mod.int64), 0)
+    size = mod.clip(
+        mod.minimum((center + support + dt.type(0.5)).astype(mod.int64), n_in) - lo, 0, width
+    )
+    j = mod.arange(width)
+    inv = dt.type(1.0 / scale) if scale >= 1.0 else dt.type(1.0)
+    t = mod.abs(((j + lo.reshape(-1, 1)).astype(dt) - center.reshape(-1, 1) + dt.type(0.5)) * inv)
+    if mode == "bicubic":
+        a = -0.5
+        w = mod.where(
+            t < 1.0,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            mod.where(t < 2.0, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
+        )
+    else:
+        w = mod.maximum(1.0 - t, 0.0)
+    w = mod.where(j < size.reshape(-1, 1), w, 0.0).astype(dt)
+    total = w.sum(axis=1, keepdims=True)
+    w = mod.where(total != 0, w / mod.where(total != 0, total, 1), w)
+    cols = mod.minimum(j + lo.reshape(-1, 1), n_in - 1)
+    rows = mod.broadcast_to(mod.arange(n_out).reshape(-1, 1), cols.shape)
+    weights = mod.zeros((n_out, n_in), dtype=dt)
+    keep = j < size.reshape(-1, 1)
+    weights[rows[keep], cols[keep]] = w[keep]
+    out = ops.matmul(ops.transpose(x, dim, -1), wrap(weights.T.astype(xa.dtype)))
+    return ops.transpose(out, dim, -1)
 
 
 def _scale(dt: Any, n_in: int, n_out: int, factor: float | None) -> Any:
