@@ -514,3 +514,14 @@ def test_padding_module_errors() -> None:
         ag.nn.ReflectionPad1d(3)(ag.zeros(1, 1, 3))
     with pytest.raises(ValueError, match="CrossMapLRN2d: Expected input to be 4D, got 3D instead"):
         ag.nn.CrossMapLRN2d(3)(ag.zeros(1, 2, 3))
+
+
+def test_interpolate_uint8_images() -> None:
+    x = RNG.integers(0, 256, (1, 3, 7, 9)).astype(np.uint8)
+    for kw in ({"mode": "bilinear"}, {"mode": "bilinear", "antialias": True}, {"mode": "nearest"}):
+        got = AF.interpolate(ag.tensor(x), scale_factor=0.6, **kw)
+        want = torch.nn.functional.interpolate(torch.tensor(x), scale_factor=0.6, **kw)
+        assert got.dtype == ag.uint8
+        assert np.abs(got.numpy().astype(int) - want.numpy().astype(int)).max() <= 1
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        AF.interpolate(ag.tensor(x.astype(np.int64)), scale_factor=2, mode="bilinear")

@@ -536,3 +536,21 @@ def test_max_unpool_modules(n: int) -> None:
     got = mine(ag.tensor(y.numpy()), ag.tensor(i.numpy()))
     np.testing.assert_array_equal(got.numpy(), theirs(y, i).numpy())
     assert repr(mine) == repr(theirs)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda F, t: F.avg_pool1d(t[:, :, 0, 0], 3, 2, 1, True, False),
+        lambda F, t: F.avg_pool2d(t[:, :, 0], 3, 2, 1, True, False),
+        lambda F, t: F.avg_pool2d(t[:, :, 0], 2, divisor_override=3),
+        lambda F, t: F.avg_pool3d(t, 2),
+        lambda F, t: F.avg_pool3d(t, 3, 2, 1, True, False),
+        lambda F, t: F.avg_pool3d(t, 2, 1, 1, divisor_override=3),
+    ],
+)
+def test_integer_average_pools_truncate_as_torch(fn: Fn) -> None:
+    x = (np.arange(2 * 2 * 4 * 4 * 4).reshape(2, 2, 4, 4, 4) * 7) % 23 - 11
+    got, want = fn(AF, ag.tensor(x)), fn(torch.nn.functional, torch.tensor(x))
+    assert got.dtype == ag.int64
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -624,6 +624,7 @@ def group_norm(
 # ----------------------------------------------------------------------------- interpolate
 _INTERP_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 _INTERP_MODES = ("nearest", "nearest-exact", "area", *_INTERP_DIMS)
+_INT_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "bool": "Bool"}
 
 
 def interpolate(
@@ -728,6 +729,28 @@ def interpolate(
 
         return _adaptive_avg(input, out_sizes, spatial)
     out = input
+    kind = input._array.dtype.kind
+    if kind in "biu" and mode not in ("nearest", "nearest-exact"):
+        # torch interpolates uint8 images (bilinear, bicubic) in fixed point; here in float32,
+        # rounded back (within 1 of torch's bilinear values)
+        if str(input._array.dtype) != "uint8" or mode not in ("bilinear", "bicubic"):
+            kernel = "cubic" if mode == "bicubic" else "linear"
+            raise NotImplementedError(
+                f'"compute_indices_weights_{kernel}" not implemented for '
+                f"'{_INT_NAMES.get(str(input._array.dtype), str(input._array.dtype))}'"
+            )
+        with no_grad():
+            y = interpolate(
+                input.to(dtypes.float32),
+                size,
+                scale_factor,
+                mode,
+                align_corners,
+                recompute_scale_factor,
+                antialias,
+            )
+        mod = backend.namespace(y._array)
+        return wrap(mod.clip(mod.rint(y._array), 0, 255).astype(input._array.dtype))
     for d in range(spatial):
         f = None if factors is None else factors[d]
         resize = _resize_dim_aa if antialias else _resize_dim

@@ -269,18 +269,26 @@ def avg_pool3d(
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
     x, k, st, pad, _, outs, _ = pool_geometry(input, 3, kernel_size, stride, padding, 1, ceil_mode)
-    n, c, d, h, w = x.shape
+    n, c, d_, h, w = x.shape
     od, oh, ow = outs
-    y = avg_pool2d(x.reshape(n, c * d, h, w), k[1:], st[1:], pad[1:], ceil_mode, True, 1)
+    y = avg_pool2d(x.reshape(n, c * d_, h, w), k[1:], st[1:], pad[1:], ceil_mode, True, 1)
     y = avg_pool2d(
-        y.reshape(n, c, d, oh * ow), (k[0], 1), (st[0], 1), (pad[0], 0), ceil_mode, True, 1
+        y.reshape(n, c, d_, oh * ow), (k[0], 1), (st[0], 1), (pad[0], 0), ceil_mode, True, 1
     )
     y = y.reshape(n, c, od, oh, ow)
+    if x._array.dtype.kind in "biu":  # integers: truncating division, as torch's C++
+        mod = backend.namespace(x._array)
+        sa = y._array.astype(mod.int64)
+        d: Any = divisor_override
+        if d is None:
+            d = _pool_counts(mod, (d_, h, w), k, st, pad, outs, count_include_pad)
+        q = mod.where(sa < 0, -(-sa // d), sa // d).astype(x._array.dtype)
+        return wrap(q if input.ndim == 5 else q[0])
     if divisor_override is not None:
         y = y / divisor_override
     else:
         mod = backend.namespace(x._array)
-        counts = _pool_counts(mod, (d, h, w), k, st, pad, outs, count_include_pad)
+        counts = _pool_counts(mod, (d_, h, w), k, st, pad, outs, count_include_pad)
         y = y * wrap((1.0 / counts).astype(x._array.dtype))
     return y if input.ndim == 5 else y[0]
 

@@ -410,7 +410,6 @@ def avg_pool2d(
             counts.append(end - start)
         div = 1.0
         scale = (1.0 / (counts[0].reshape(-1, 1) * counts[1])).astype(xa.dtype)
-    weight = mod.full((1, 1, *k), 1.0 / div, dtype=xa.dtype)
     params = {
         "stride": st,
         "padding": pads,
@@ -419,6 +418,13 @@ def avg_pool2d(
         "x_hw": (h, w),
         "k_hw": k,
     }
+    if xa.dtype.kind in "biu":  # integers: the window sums, divided as torch's C++ (truncating)
+        ones = mod.ones((1, 1, *k), dtype=mod.int64)
+        sa = formulas.conv_array(xa.astype(mod.int64).reshape(n * c, 1, h, w), ones, None, **params)
+        d = int(div) if scale is None else (counts[0].reshape(-1, 1) * counts[1]).astype(mod.int64)
+        q = mod.where(sa < 0, -(-sa // d), sa // d).astype(xa.dtype).reshape(n, c, oh, ow)
+        return wrap(q if input.ndim == 4 else q[0])
+    weight = mod.full((1, 1, *k), 1.0 / div, dtype=xa.dtype)
     out = conv_op(x.reshape(n * c, 1, h, w), wrap(weight), None, **params).reshape(n, c, oh, ow)
     if scale is not None:
         out = out * wrap(scale)
