@@ -794,7 +794,7 @@ def pool_geometry(
     return x, k, st, pad, dil, tuple(out), tuple(pads)
 
 
-def window_max(x: Tensor, windows: list[Any]) -> tuple[Tensor, Any]:
+def window_max(x: Tensor, windows: list[Any], unique: bool = False) -> tuple[Tensor, Any]:
     """The maximum of x (N, C, *spatial) over windows given per spatial axis a as an int array
     (Nb, Cb, O_a, K_a) of coordinates (Nb in {1, N}, Cb in {1, C}; -1: padding, never chosen),
     recorded as one gather node (max_pool2d's op, whose rule serves any rank); and the flat
@@ -856,7 +856,7 @@ def window_max(x: Tensor, windows: list[Any]) -> tuple[Tensor, Any]:
     plane = math.prod(sizes)
     flat = (index + (mod.arange(nb * c) * plane).reshape(nb, c, *(1,) * nsp)).reshape(-1)
     vals = xa.reshape(-1)[flat].reshape(nb, c, *outs)
-    params = {"index": flat, "in_shape": xa.shape, "unique": False}
+    params = {"index": flat, "in_shape": xa.shape, "unique": unique}  # unique: disjoint windows
     out = make(OPS["max_pool2d_with_indices"], vals, (x,), params)
     keeps_for_backward(out._grad_fn)  # torch's backward node saves the indices
     return out, index
@@ -885,7 +885,8 @@ def max_pool_nd(
     mod = backend.namespace(x._array)
     sizes = x.shape[2:]
     wins = [pool_windows(mod, sizes[a], outs[a], k[a], st[a], pad[a], dil[a]) for a in range(n)]
-    out, index = window_max(x, wins)
+    disjoint = all(s >= d * (kk - 1) + 1 for s, d, kk in zip(st, dil, k, strict=True))
+    out, index = window_max(x, wins, disjoint)
     if input.ndim == n + 1:
         out, index = out[0], index[0]
     return (out, wrap(index)) if return_indices else out
