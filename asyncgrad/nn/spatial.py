@@ -368,13 +368,20 @@ class _LazyMixin:
         return self.weight is None
 
 
-def _lazy(base: type[_ConvBase], n: int, name: str) -> type[_ConvBase]:
+def _lazy(
+    base: type[_ConvBase], n: int, name: str, becomes: type[_ConvBase] | None
+) -> type[_ConvBase]:
+    """A lazy convolution class; once its parameters exist it ``becomes`` the eager class, as
+    torch's ``cls_to_become``."""
+
     def __init__(self: Any, out_channels: int, kernel_size: Any, *args: Any, **kw: Any) -> None:
         base.__init__(self, 0, out_channels, kernel_size, *args, **kw)
 
     def forward(self: Any, input: Tensor, *args: Any) -> Tensor:
         self._materialize(input)
         out: Tensor = base.forward(self, input, *args)
+        if becomes is not None:
+            self.__class__ = becomes
         return out
 
     doc = f"``torch.nn.{name}``: the {name[4:]} whose in_channels is the first input's."
@@ -387,12 +394,14 @@ def _lazy(base: type[_ConvBase], n: int, name: str) -> type[_ConvBase]:
     return cls
 
 
-LazyConv1d = _lazy(_Conv, 1, "LazyConv1d")
-LazyConv2d = _lazy(_Conv, 2, "LazyConv2d")
-LazyConv3d = _lazy(_Conv, 3, "LazyConv3d")
-LazyConvTranspose1d = _lazy(_ConvTranspose, 1, "LazyConvTranspose1d")
-LazyConvTranspose2d = _lazy(_ConvTranspose, 2, "LazyConvTranspose2d")
-LazyConvTranspose3d = _lazy(_ConvTranspose, 3, "LazyConvTranspose3d")
+# Conv1d and Conv2d (asyncgrad/nn/modules.py) take no padding_mode but zeros: their lazy forms
+# stay lazy classes, with padding_mode.
+LazyConv1d = _lazy(_Conv, 1, "LazyConv1d", None)
+LazyConv2d = _lazy(_Conv, 2, "LazyConv2d", None)
+LazyConv3d = _lazy(_Conv, 3, "LazyConv3d", Conv3d)
+LazyConvTranspose1d = _lazy(_ConvTranspose, 1, "LazyConvTranspose1d", ConvTranspose1d)
+LazyConvTranspose2d = _lazy(_ConvTranspose, 2, "LazyConvTranspose2d", ConvTranspose2d)
+LazyConvTranspose3d = _lazy(_ConvTranspose, 3, "LazyConvTranspose3d", ConvTranspose3d)
 
 
 # ----- pooling -----
