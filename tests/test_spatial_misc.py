@@ -525,3 +525,26 @@ def test_interpolate_uint8_images() -> None:
         assert np.abs(got.numpy().astype(int) - want.numpy().astype(int)).max() <= 1
     with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
         AF.interpolate(ag.tensor(x.astype(np.int64)), scale_factor=2, mode="bilinear")
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [
+        (lambda F, t: F.unfold(t, 2), (0, 2, 4, 4)),
+        (lambda F, t: F.fold(t, 3, 2), (0, 8, 4)),
+        (
+            lambda F, t: F.grid_sample(t, t[:, :2].permute(0, 2, 3, 1), align_corners=False),
+            (0, 2, 4, 4),
+        ),
+        (
+            lambda F, t: F.interpolate(t, scale_factor=0.5, mode="bilinear", antialias=True),
+            (0, 2, 4, 4),
+        ),
+        (lambda F, t: F.pixel_shuffle(t, 2), (0, 4, 2, 2)),
+        (lambda F, t: F.local_response_norm(t, 2), (0, 4, 2, 2)),
+    ],
+)
+def test_empty_batch(fn: Fn, shape: tuple[int, ...]) -> None:
+    x = np.zeros(shape)
+    got, want = fn(AF, _ag(x)), fn(torch.nn.functional, torch.tensor(x))
+    assert tuple(got.shape) == tuple(want.shape)

@@ -554,3 +554,25 @@ def test_integer_average_pools_truncate_as_torch(fn: Fn) -> None:
     got, want = fn(AF, ag.tensor(x)), fn(torch.nn.functional, torch.tensor(x))
     assert got.dtype == ag.int64
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [
+        (lambda F, t: F.max_pool1d(t, 2, return_indices=True), (0, 2, 4)),
+        (lambda F, t: F.max_pool2d(t, 2, return_indices=True), (0, 2, 4, 4)),
+        (lambda F, t: F.max_pool3d(t, 2, return_indices=True), (0, 2, 4, 4, 4)),
+        (lambda F, t: F.avg_pool1d(t, 2), (0, 2, 4)),
+        (lambda F, t: F.avg_pool2d(t, 2), (0, 2, 4, 4)),
+        (lambda F, t: F.avg_pool3d(t, 2), (0, 2, 4, 4, 4)),
+        (lambda F, t: F.adaptive_max_pool2d(t, 2, True), (0, 2, 4, 4)),
+        (lambda F, t: F.adaptive_avg_pool3d(t, 2), (0, 2, 4, 4, 4)),
+        (lambda F, t: F.fractional_max_pool2d(t, 2, 2), (0, 2, 4, 4)),
+        (lambda F, t: F.lp_pool2d(t, 2, 2), (0, 4, 2, 2)),
+        (lambda F, t: F.max_unpool2d(t, t.long(), 2), (0, 4, 2, 2)),
+    ],
+)
+def test_empty_batch(fn: Fn, shape: tuple[int, ...]) -> None:
+    x = np.zeros(shape)
+    got, want = _first(fn(AF, _ag(x))), _first(fn(torch.nn.functional, torch.tensor(x)))
+    assert tuple(got.shape) == tuple(want.shape)

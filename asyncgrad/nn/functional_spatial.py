@@ -18,6 +18,7 @@ from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..ops._record import wrap
 from ..ops.conv import (
+    _one_more,
     _size,
     _tuple,
     avg_pool2d,
@@ -517,6 +518,9 @@ def _fractional(
         outs = tuple(int(s * r) for s, r in zip(sizes, ratio, strict=True))
     else:
         outs = _tuple(output_size, n, "output_size")
+    if x.shape[0] == 0:  # an empty batch: one sample of zeros, then none
+        got, idx = _fractional(_one_more(x), k, outs, None, None, n)
+        return got[:0], idx[:0]
     xa = x._array
     nb, c = xa.shape[:2]
     if samples is None:
@@ -663,7 +667,8 @@ def _unpool(
             f"Found an invalid max index: {bad} (output volumes are of size "
             f"{'x'.join(map(str, outs))}"
         )
-    flat = (ia.reshape(nb * c, -1) + (mod.arange(nb * c) * plane).reshape(-1, 1)).reshape(-1)
+    flat = ia.reshape(nb * c, math.prod(ia.shape[2:])) + (mod.arange(nb * c) * plane).reshape(-1, 1)
+    flat = flat.reshape(-1)
     out = max_unpool_op(x, flat, (nb, c, *outs))
     return out if input.ndim == n + 2 else out[0]
 
@@ -1015,7 +1020,8 @@ def _gather_points(flat: Tensor, coords: list[Any], sizes: Sequence[int]) -> tup
     assert ok is not None
     n, c = flat.shape[:2]
     out_shape = tuple(index.shape[1:])
-    idx = mod.broadcast_to(index.reshape(n, 1, -1), (n, c, index[0].size)).astype(mod.int64)
+    q = math.prod(out_shape)
+    idx = mod.broadcast_to(index.reshape(n, 1, q), (n, c, q)).astype(mod.int64)
     vals = ops.gather(flat, 2, wrap(mod.ascontiguousarray(idx))).reshape(n, c, *out_shape)
     return vals, ok.reshape(n, 1, *out_shape)
 
@@ -1051,7 +1057,7 @@ def _grid_sampler(
     if mode not in (0, 1, 2) or padding_mode not in (0, 1, 2):
         raise RuntimeError("grid_sampler(): unknown interpolation or padding mode")
     nb, c, *sizes = input.shape
-    flat = input.reshape(nb, c, -1)
+    flat = input.reshape(nb, c, math.prod(sizes))
     mod = backend.namespace(grid._array)
     coords = []
     for a, size in enumerate(sizes):  # grid's last axis is (x, y[, z]): width first

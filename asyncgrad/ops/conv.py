@@ -269,7 +269,7 @@ def _pool_args(
                 "pad should be at most half of effective kernel size, but got "
                 f"pad={p}, kernel_size={kk} and dilation={d}"
             )
-    if input.ndim not in (3, 4) or input.numel() == 0:
+    if input.ndim not in (3, 4) or 0 in tuple(input.shape)[input.ndim - 3 :]:
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
     x = input if input.ndim == 4 else input[None]
     hw = x.shape[2:]
@@ -312,6 +312,9 @@ def max_pool2d(
     x, k, st, pads, dil, (oh, ow) = _pool_args(
         input, kernel_size, stride, padding, dilation, ceil_mode
     )
+    if x.shape[0] == 0:  # an empty batch: See _one_more
+        got = max_pool2d(_one_more(x), kernel_size, stride, padding, dilation, ceil_mode, True)
+        return (got[0][:0], got[1][:0]) if return_indices else got[0][:0]
     xa = x._array
     n, c, h, w = xa.shape
     mod = backend.namespace(xa)
@@ -389,6 +392,9 @@ def avg_pool2d(
     x, k, st, pads, _, (oh, ow) = _pool_args(input, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
+    if x.shape[0] == 0:  # an empty batch: See _one_more
+        args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        return avg_pool2d(_one_more(x), *args)[:0]
     n, c, h, w = x.shape
     xa = x._array
     mod = backend.namespace(xa)
@@ -772,7 +778,7 @@ def pool_geometry(
                 "pad should be at most half of effective kernel size, but got "
                 f"pad={p}, kernel_size={kk} and dilation={d}"
             )
-    if input.ndim not in (n + 1, n + 2) or input.numel() == 0:
+    if input.ndim not in (n + 1, n + 2) or 0 in tuple(input.shape)[input.ndim - n - 1 :]:
         raise RuntimeError(f"non-empty {n + 1}D or {n + 2}D (batch mode) tensor expected for input")
     x = input if input.ndim == n + 2 else input[None]
     sizes = tuple(x.shape[2:])
@@ -801,6 +807,10 @@ def window_max(x: Tensor, windows: list[Any], unique: bool = False) -> tuple[Ten
     in-plane int64 index of each maximum, as torch's: the first maximum, the last NaN where a
     window has one, and the window's first element of the input where it holds only -inf (or
     padding)."""
+    if x.shape[0] == 0:  # an empty batch: See _one_more
+        w1 = [w[:1] for w in windows]
+        got, index = window_max(_one_more(x), w1, unique)
+        return got[:0], index[:0]
     xa = x._array
     mod = backend.namespace(xa)
     nb, c, *sizes = xa.shape
@@ -882,6 +892,10 @@ def max_pool_nd(
     x, k, st, pad, dil, outs, _ = pool_geometry(
         input, n, kernel_size, stride, padding, dilation, ceil_mode
     )
+    if x.shape[0] == 0:  # an empty batch: See _one_more
+        args = (n, kernel_size, stride, padding, dilation, ceil_mode, True)
+        got = max_pool_nd(_one_more(x), *args)
+        return (got[0][:0], got[1][:0]) if return_indices else got[0][:0]
     mod = backend.namespace(x._array)
     sizes = x.shape[2:]
     wins = [pool_windows(mod, sizes[a], outs[a], k[a], st[a], pad[a], dil[a]) for a in range(n)]
@@ -909,6 +923,8 @@ def _patch_index(mod: Any, p: dict[str, Any]) -> tuple[Any, int, int]:
 
 def im2col(x: Tensor, **p: Any) -> Tensor:
     """(N, C, H, W) -> (N, C*kh*kw, L): one gather (getitem) of the zero-padded image."""
+    if x.shape[0] == 0:  # an empty batch: See _one_more
+        return im2col(_one_more(x), **p)[:0]
     n, c = x.shape[:2]
     ph, pw = p["padding"]
     xpad = _pad(x, (pw, pw, ph, ph)) if ph or pw else x
@@ -920,6 +936,8 @@ def im2col(x: Tensor, **p: Any) -> Tensor:
 def col2im(cols: Tensor, **p: Any) -> Tensor:
     """(N, C*kh*kw, L) -> (N, C, H, W): the columns summed into the padded image at their
     positions (index_add_zeros), then the padding cropped."""
+    if cols.shape[0] == 0:  # an empty batch: See _one_more
+        return col2im(_one_more(cols), **p)[:0]
     n = cols.shape[0]
     (kh, kw), (h, w), (ph, pw) = p["kernel"], p["image"], p["padding"]
     c = cols.shape[1] // (kh * kw)
