@@ -506,6 +506,60 @@ __all__ += _activations.__all__
 # ----- end of section H5 -----
 
 # ----- section H6: convolution, pooling, padding, upsampling -----
+# torch's top-level spellings of the nn.functional convolutions, pools and shuffles.
+from .nn import functional_spatial as _spatial  # noqa: E402
+from .nn.functional_spatial import (  # noqa: E402
+    adaptive_avg_pool1d,
+    affine_grid_generator,
+    channel_shuffle,
+    constant_pad_nd,
+    grid_sampler,
+    pixel_shuffle,
+    pixel_unshuffle,
+)
+from .ops.conv import (  # noqa: E402
+    conv1d,
+    conv2d,
+    conv3d,
+    conv_transpose1d,
+    conv_transpose2d,
+    conv_transpose3d,
+    convolution,
+)
+
+avg_pool1d = _spatial.torch_avg_pool1d
+adaptive_max_pool1d = _spatial.torch_adaptive_max_pool1d
+max_pool1d = _spatial.torch_max_pool(1)
+max_pool1d_with_indices = _spatial.torch_max_pool1d_with_indices
+max_pool2d = _spatial.torch_max_pool(2)
+max_pool3d = _spatial.torch_max_pool(3)
+grid_sampler_2d = grid_sampler
+grid_sampler_3d = grid_sampler
+
+__all__ += [
+    "adaptive_avg_pool1d",
+    "adaptive_max_pool1d",
+    "affine_grid_generator",
+    "avg_pool1d",
+    "channel_shuffle",
+    "constant_pad_nd",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "convolution",
+    "grid_sampler",
+    "grid_sampler_2d",
+    "grid_sampler_3d",
+    "max_pool1d",
+    "max_pool1d_with_indices",
+    "max_pool2d",
+    "max_pool3d",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+]
 # ----- end of section H6 -----
 
 # ----- section H7: recurrent, transformer, normalization and other layers -----
