@@ -12,6 +12,7 @@ with any one-sided choice. The tie conventions are checked in closed form in
 
 from __future__ import annotations
 
+import re
 import sys
 import zlib
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class Case:
     xfail_second: str = ""  # a known bug that breaks gradgradcheck only: the reason
     f32: bool = True  # float32 inputs give float32 outputs and gradients
     cuda: int = 0  # how many CUDA devices it needs
+    raises: str = ""  # torch does not differentiate the op: its backward raises this message
 
 
 # ----- input builders (float64 leaves; each case gets its own seeded generator) -----
@@ -1221,6 +1223,257 @@ case(
 
 
 # =====================================================================================
+# More pointwise math: inverse trigonometric and hyperbolic functions, exponentials and
+# logarithms, torch.special's functions, rounding, signs and comparisons
+# =====================================================================================
+def _open_unit(rng: Rng, *shape: int) -> ag.Tensor:
+    """In (-0.9, 0.9): inside the domains of acos, asin, atanh and erfinv."""
+    return uniform(rng, *shape, lo=-0.9, hi=0.9)
+
+
+def _prob(rng: Rng, *shape: int) -> ag.Tensor:
+    """In (0.05, 0.95): inside the domains of logit and ndtri."""
+    return uniform(rng, *shape, lo=0.05, hi=0.95)
+
+
+def _off_grid(rng: Rng, *shape: int) -> ag.Tensor:
+    """An integer in [-3, 3] plus 0.1 to 0.4: clear of the jumps of ceil, floor, trunc and round
+    (at integers and half-integers) and of frac."""
+    whole = rng.integers(-3, 4, shape)
+    return ag.tensor(whole + rng.uniform(0.1, 0.4, shape), dtype=ag.float64, requires_grad=True)
+
+
+def _pos_const(rng: Rng, *shape: int, lo: float = 0.5, hi: float = 3.0) -> ag.Tensor:
+    """A positive float64 tensor that does not require grad (the first argument of igamma,
+    igammac and zeta, whose derivative torch does not implement)."""
+    return ag.tensor(rng.uniform(lo, hi, shape), dtype=ag.float64)
+
+
+for _op, _fn, _mk in [
+    ("acos", ag.acos, _open_unit),
+    ("asin", ag.asin, _open_unit),
+    ("atan", ag.atan, randn),
+    ("acosh", ag.acosh, lambda r, *s: uniform(r, *s, lo=1.2, hi=3.0)),
+    ("asinh", ag.asinh, randn),
+    ("atanh", ag.atanh, _open_unit),
+    ("sinh", ag.sinh, randn),
+    ("cosh", ag.cosh, randn),
+    ("exp2", ag.exp2, randn),
+    ("log2", ag.log2, pos),
+    ("log10", ag.log10, pos),
+    ("erfc", ag.erfc, randn),
+    ("erfinv", ag.erfinv, _open_unit),
+    ("lgamma", ag.lgamma, pos),
+    ("digamma", ag.digamma, pos),
+    ("i0", ag.i0, randn),
+    ("sinc", ag.sinc, randn),
+    ("logit", ag.logit, _prob),
+    ("nan_to_num", ag.nan_to_num, randn),
+    ("frac", ag.frac, _off_grid),
+    ("erfcx", ag.special.erfcx, randn),
+    ("i0e", ag.special.i0e, away),  # sgn(x) in the derivative: clear of 0
+    ("i1", ag.special.i1, randn),
+    ("i1e", ag.special.i1e, away),
+    ("ndtr", ag.special.ndtr, randn),
+    ("ndtri", ag.special.ndtri, _prob),
+    ("log_ndtr", ag.special.log_ndtr, randn),
+    ("entr", ag.special.entr, pos),
+]:
+    case(_op, "2x3", _fn, lambda r, mk=_mk: (mk(r, 2, 3),))
+    case(_op, "0d", _fn, lambda r, mk=_mk: (mk(r),))
+case("acos", "method", lambda x: x.acos() * x, lambda r: (_open_unit(r, 4),))
+case("asin", "arcsin_alias", ag.arcsin, lambda r: (_open_unit(r, 4),))
+case("atanh", "arctanh_method", lambda x: x.arctanh(), lambda r: (_open_unit(r, 4),))
+case("lgamma", "negative_non_integer", ag.lgamma, lambda r: (uniform(r, 4, lo=-2.9, hi=-2.1),))
+case("lgamma", "gammaln", ag.special.gammaln, lambda r: (pos(r, 3),))
+case("digamma", "psi_negative", ag.special.psi, lambda r: (uniform(r, 4, lo=-0.9, hi=-0.1),))
+case("erfc", "large", ag.special.erfc, lambda r: (uniform(r, 4, lo=1.0, hi=4.0),))
+case(
+    "i1",
+    "at_zero",
+    ag.special.i1,
+    lambda r: (ag.tensor([0.0, 1.0], dtype=ag.float64, requires_grad=True),),
+)
+case("logit", "eps_inside", lambda x: ag.logit(x, eps=0.02), lambda r: (_prob(r, 2, 3),))
+case(
+    "logit",
+    "eps_clipped",  # below eps and above 1 - eps the derivative is 0
+    lambda x: ag.logit(x, eps=0.2) * x,
+    lambda r: (ag.tensor([0.05, 0.1, 0.5, 0.9, 0.95], dtype=ag.float64, requires_grad=True),),
+)
+case(
+    "nan_to_num",
+    "with_bounds",
+    lambda x: ag.nan_to_num(x, 0.0, 1.0, -1.0) * x,
+    lambda r: (randn(r, 4),),
+)
+for _n in (0, 1, 2, 3):
+    case("polygamma", f"n{_n}", lambda x, n=_n: ag.polygamma(n, x), lambda r: (pos(r, 2, 3),))
+case("polygamma", "method_0d", lambda x: x.polygamma(1), lambda r: (pos(r),))
+case("polygamma", "special", lambda x: ag.special.polygamma(2, x), lambda r: (pos(r, 3),))
+
+# ----- binary math -----
+for _op, _fn, _mx, _my in [
+    ("atan2", ag.atan2, away, away),
+    ("hypot", ag.hypot, away, away),
+    ("copysign", ag.copysign, away, away),  # d/dother is 0
+    ("logaddexp", ag.logaddexp, randn, randn),
+    ("logaddexp2", ag.logaddexp2, randn, randn),
+    ("fmax", ag.fmax, distinct, distinct),
+    ("fmin", ag.fmin, distinct, distinct),
+    ("nextafter", ag.nextafter, distinct, distinct),  # d/dinput 1 where input != other
+    ("xlogy", ag.xlogy, randn, pos),
+    ("xlog1py", ag.special.xlog1py, randn, lambda r, *s: uniform(r, *s, lo=-0.5, hi=2.0)),
+]:
+    case(_op, "same_shape", _fn, lambda r, mx=_mx, my=_my: (mx(r, 2, 3), my(r, 2, 3)))
+    case(_op, "broadcast", _fn, lambda r, mx=_mx, my=_my: (mx(r, 3, 1), my(r, 2)))
+case(
+    "atan2",
+    "method_scalar_other",
+    lambda y: y.atan2(ag.tensor(-0.5, dtype=ag.float64)),
+    lambda r: (away(r, 4),),
+    f32=False,
+)
+case("hypot", "const_other", ag.hypot, lambda r: (away(r, 3), const(r, 3)))
+case("copysign", "scalar_other", lambda x: ag.copysign(x, -1.0), lambda r: (away(r, 4),))
+case(
+    "logaddexp",
+    "large_values",
+    lambda x, y: ag.logaddexp(x * 50, y * 50),
+    lambda r: (randn(r, 3), randn(r, 3)),
+    atol=1e-4,
+)
+case("fmax", "scalar_other", lambda x: ag.fmax(x, 0.1), lambda r: (distinct(r, 5),))
+case("fmin", "const_other", ag.fmin, lambda r: (distinct(r, 5), const(r, 5) * 0.1 + 3.0))
+case(
+    "nextafter",
+    "scalar_like_other",
+    lambda x: ag.nextafter(x, ag.zeros_like(x)) * x,
+    lambda r: (away(r, 4),),
+)
+case("xlogy", "scalar_self", lambda y: ag.xlogy(2.0, y), lambda r: (pos(r, 3),))
+case("xlogy", "zero_self", lambda x, y: ag.xlogy(x * 0, y) + x, lambda r: (randn(r, 3), pos(r, 3)))
+case("xlog1py", "scalar_other", lambda x: ag.special.xlog1py(x, 0.5), lambda r: (randn(r, 3),))
+case(
+    "fmod",
+    "mixed_signs",  # x / y stays away from integers, where fmod jumps
+    ag.fmod,
+    lambda r: (
+        ag.tensor([[0.3, 1.7, -2.2], [2.9, -0.45, 1.15]], dtype=ag.float64, requires_grad=True),
+        ag.tensor([[0.7, 0.9, 1.3], [1.1, 0.8, -0.6]], dtype=ag.float64, requires_grad=True),
+    ),
+)
+case("fmod", "scalar_divisor", lambda x: ag.fmod(x, 0.75), lambda r: (distinct(r, 4),))
+# The first argument of igamma, igammac and zeta has no derivative in torch: a constant here
+for _op, _label, _fn, _lo in [
+    ("igamma", "same_shape", ag.igamma, 0.5),
+    ("igammac", "same_shape", ag.igammac, 0.5),
+    ("igamma", "gammainc", ag.special.gammainc, 0.5),
+    ("igammac", "gammaincc", ag.special.gammaincc, 0.5),
+    ("zeta", "same_shape", ag.special.zeta, 1.5),  # zeta(s, q) with s > 1
+]:
+    case(
+        _op,
+        _label,
+        _fn,
+        lambda r, lo=_lo: (_pos_const(r, 2, 3, lo=lo, hi=4.0), pos(r, 2, 3)),
+    )
+case("igamma", "broadcast_other", ag.igamma, lambda r: (_pos_const(r, 3, 1), pos(r, 2)))
+case("zeta", "scalar_s", lambda q: ag.special.zeta(3.0, q), lambda r: (pos(r, 3),))
+
+# ----- rounding, signs: a zero derivative (times x, so the second order is not all zero) -----
+for _op, _fn, _mk in [
+    ("ceil", ag.ceil, _off_grid),
+    ("floor", ag.floor, _off_grid),
+    ("trunc", ag.trunc, _off_grid),
+    ("round", ag.round, _off_grid),
+    ("sgn", ag.sgn, away),
+    ("angle", ag.angle, away),
+]:
+    case(_op, "times_x", lambda x, f=_fn: f(x) * x, lambda r, mk=_mk: (mk(r, 2, 3),))
+    case(_op, "alone_0d", _fn, lambda r, mk=_mk: (mk(r),))
+case("round", "decimals", lambda x: ag.round(x * 0.1, decimals=1) * x, lambda r: (_off_grid(r, 4),))
+case("trunc", "fix_alias", lambda x: ag.fix(x) * x, lambda r: (_off_grid(r, 4),))
+case("ceil", "method", lambda x: x.ceil() + x, lambda r: (_off_grid(r, 3),))
+case("floor", "method_inplace", lambda w: (w * 1).floor_() * w, lambda r: (_off_grid(r, 3),))
+
+# ----- comparisons written in place (t.eq_(other)), a zero derivative -----
+for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    case(
+        _op,
+        "scalar_times_x",
+        lambda w, o=_op: getattr(w * 1, f"{o}_")(0.1) * w,
+        lambda r: (distinct(r, 2, 3),),
+    )
+    case(
+        _op,
+        "const_tensor_other",
+        lambda w, c, o=_op: getattr(w * 1, f"{o}_")(c),
+        lambda r: (distinct(r, 4), const(r, 4)),
+    )
+
+# ----- ops torch does not differentiate: a backward raises torch's error -----
+case(
+    "heaviside",
+    "input",
+    ag.heaviside,
+    lambda r: (away(r, 3), ag.tensor(0.5, dtype=ag.float64)),
+    raises="derivative for aten::heaviside is not implemented",
+)
+case(
+    "heaviside",
+    "values",
+    lambda x, v: ag.heaviside(x, v),
+    lambda r: (const(r, 3), randn(r, 3)),
+    raises="derivative for aten::heaviside is not implemented",
+)
+case(
+    "floor_divide",
+    "inplace",
+    lambda w: (w * 1).floor_divide_(0.75),
+    lambda r: (away(r, 3),),
+    raises="derivative for aten::floor_divide is not implemented",
+)
+case(
+    "igamma",
+    "input_raises",
+    ag.igamma,
+    lambda r: (pos(r, 3), _pos_const(r, 3)),
+    raises="the derivative for 'igamma: input' is not implemented",
+)
+case(
+    "zeta",
+    "input_raises",
+    ag.special.zeta,
+    lambda r: (uniform(r, 3, lo=1.5, hi=3.0), _pos_const(r, 3)),
+    raises="the derivative for 'zeta' is not implemented",
+)
+
+# ----- binary cross entropy -----
+case(
+    "binary_cross_entropy",
+    "input_and_target",
+    lambda x, t: F.binary_cross_entropy(x, t),
+    lambda r: (uniform(r, 2, 3, lo=0.05, hi=0.95), uniform(r, 2, 3, lo=0.0, hi=1.0)),
+)
+case(
+    "binary_cross_entropy",
+    "weight_sum",
+    lambda x, t: F.binary_cross_entropy(
+        x, t, weight=ag.tensor([0.5, 2.0, 1.0], dtype=ag.float64), reduction="sum"
+    ),
+    lambda r: (uniform(r, 2, 3, lo=0.05, hi=0.95), uniform(r, 2, 3, lo=0.0, hi=1.0)),
+    f32=False,  # the float64 weight promotes the loss
+)
+case(
+    "binary_cross_entropy",
+    "none_const_target",
+    lambda x, t: F.binary_cross_entropy(x, t, reduction="none"),
+    lambda r: (uniform(r, 4, lo=0.05, hi=0.95), _pos_const(r, 4, lo=0.0, hi=1.0)),
+)
+
+
+# =====================================================================================
 # The tests
 # =====================================================================================
 def _marks(c: Case, second: bool = False) -> list[pytest.MarkDecorator]:
@@ -1259,15 +1512,29 @@ def test_every_rule_has_a_case() -> None:
     assert not unknown, f"CASES keys that are neither rules nor known composites: {unknown}"
 
 
+def _assert_backward_raises(c: Case, inputs: tuple[Any, ...], create_graph: bool = False) -> None:
+    """The case's backward raises torch's error (an op torch does not differentiate)."""
+    out = c.fn(*inputs)
+    leaves = [x for x in inputs if isinstance(x, ag.Tensor) and x.requires_grad]
+    with pytest.raises(RuntimeError, match=re.escape(c.raises)):  # NotImplementedError too
+        ag.grad_sync(out.sum(), leaves, create_graph=create_graph)
+
+
 @pytest.mark.parametrize(("op", "cid"), PARAMS)
 def test_gradcheck(op: str, cid: str) -> None:
     c, inputs = _inputs(op, cid)
+    if c.raises:
+        _assert_backward_raises(c, inputs)
+        return
     assert gradcheck(c.fn, inputs, eps=c.eps, atol=c.atol, rtol=c.rtol)
 
 
 @pytest.mark.parametrize(("op", "cid"), PARAMS_SECOND)
 def test_gradgradcheck(op: str, cid: str) -> None:
     c, inputs = _inputs(op, cid)
+    if c.raises:
+        _assert_backward_raises(c, inputs, create_graph=True)
+        return
     assert gradgradcheck(c.fn, inputs, eps=c.eps, atol=c.atol, rtol=c.rtol)
 
 
@@ -1284,6 +1551,9 @@ def test_float32_stays_float32(op: str, cid: str) -> None:
     outs = out if isinstance(out, tuple) else (out,)
     assert [o.dtype for o in outs] == [ag.float32] * len(outs)
     leaves = [x for x in inputs if isinstance(x, ag.Tensor) and x.requires_grad]
+    if c.raises:
+        _assert_backward_raises(c, inputs)
+        return
     total = outs[0].sum()
     for o in outs[1:]:
         total = total + o.sum()
@@ -1323,6 +1593,10 @@ def test_same_on_cuda(op: str, cid: str, monkeypatch: pytest.MonkeyPatch) -> Non
         pytest.skip("moves between devices itself")
     if (op, cid) == ("index_add_zeros", "repeated_rows"):
         pytest.skip("calls the internal op with a host index (getitem passes a device one)")
+    if c.raises:
+        with ag.device("cuda"):
+            _assert_backward_raises(c, tuple(_on_cuda(x) for x in inputs))
+        return
     if (op, cid) == ("mul", "numpy_array_reflected"):
         with ag.device("cuda"), pytest.raises(RuntimeError, match="cpu and cuda:0"):
             c.fn(*(_on_cuda(x) for x in inputs))

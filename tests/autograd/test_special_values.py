@@ -86,15 +86,24 @@ class Case:
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    raises: str = ""  # torch does not differentiate the op: a backward raises this message
+    torch_raises: str = ""  # torch's message, where it names the op otherwise (else ``raises``)
 
 
 CASES: Final[dict[str, dict[str, Case]]] = {}
 
 
-def case(op: str, case_id: str, fn: Callable[..., Any], *args: Any) -> None:
+def case(
+    op: str,
+    case_id: str,
+    fn: Callable[..., Any],
+    *args: Any,
+    raises: str = "",
+    torch_raises: str = "",
+) -> None:
     cases = CASES.setdefault(op, {})
     assert case_id not in cases, f"duplicate case {op}-{case_id}"
-    cases[case_id] = Case(fn, args)
+    cases[case_id] = Case(fn, args, raises, torch_raises or raises)
 
 
 def F(m: Any) -> Any:
@@ -462,6 +471,207 @@ case("linalg_lu_factor_ex", "zeros", lambda m, a: m.linalg.lu_factor(a)[0], _LA)
 
 
 # =====================================================================================
+# More pointwise math: every special value; the edges of each domain (+-1 for acos, asin,
+# atanh and erfinv, 0 and 1 for logit and ndtri, poles of lgamma, digamma and polygamma)
+# =====================================================================================
+_UNIT: Final = np.array([1.0, -1.0, 0.5, -0.5, 0.0, -0.0, 1.5, -1.5, 1.0 - 1e-16, NAN])
+_PROBS: Final = np.array([0.0, -0.0, 1.0, 0.5, 0.25, 1e-300, 1.0 - 1e-16, -0.5, 1.5, NAN])
+_POLES: Final = np.array([0.0, -0.0, -1.0, -2.0, -2.5, 0.5, 1.0, 2.0, 1e-300, -INF, INF, NAN])
+_HALVES: Final = np.array([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999999999999994, 1e300, -1e-300])
+# Left out, where asyncgrad (SciPy's polygamma) differs from torch: polygamma(n >= 1, x) at the
+# negative integers (inf; torch a large finite number: 6.58e32 at -1) and at -inf (inf; torch
+# NaN), which is also digamma's gradient there; and at +inf (+-0; torch NaN).
+_NO_NEG_INT: Final = VALUES[~((VALUES < 0) & (VALUES == np.round(VALUES)))]
+_NO_INF: Final = _NO_NEG_INT[~np.isinf(_NO_NEG_INT)]
+_POLES_NO_NEG_INT: Final = _POLES[~((_POLES < 0) & (_POLES == np.round(_POLES)))]
+# Left out: logit's gradient at -0 (asyncgrad -inf, torch +inf)
+_NO_NEG_ZERO: Final = VALUES[~((VALUES == 0) & np.signbit(VALUES))]
+for _op, _fn in [
+    ("acos", lambda m, x: x.acos()),
+    ("asin", lambda m, x: x.asin()),
+    ("atan", lambda m, x: x.atan()),
+    ("acosh", lambda m, x: x.acosh()),
+    ("asinh", lambda m, x: x.asinh()),
+    ("atanh", lambda m, x: x.atanh()),
+    ("sinh", lambda m, x: x.sinh()),
+    ("cosh", lambda m, x: x.cosh()),
+    ("exp2", lambda m, x: x.exp2()),
+    ("log2", lambda m, x: x.log2()),
+    ("log10", lambda m, x: x.log10()),
+    ("erfc", lambda m, x: x.erfc()),
+    ("erfinv", lambda m, x: x.erfinv()),
+    ("lgamma", lambda m, x: x.lgamma()),
+    ("i0", lambda m, x: x.i0()),
+    ("sinc", lambda m, x: x.sinc()),
+    ("nan_to_num", lambda m, x: x.nan_to_num()),
+    ("ceil", lambda m, x: x.ceil()),
+    ("floor", lambda m, x: x.floor()),
+    ("trunc", lambda m, x: x.trunc()),
+    ("round", lambda m, x: x.round()),
+    ("frac", lambda m, x: x.frac()),
+    ("angle", lambda m, x: x.angle()),
+    ("erfcx", lambda m, x: m.special.erfcx(x)),
+    ("i0e", lambda m, x: m.special.i0e(x)),
+    ("i1", lambda m, x: m.special.i1(x)),
+    ("i1e", lambda m, x: m.special.i1e(x)),
+    ("ndtr", lambda m, x: m.special.ndtr(x)),
+    ("ndtri", lambda m, x: m.special.ndtri(x)),
+    ("log_ndtr", lambda m, x: m.special.log_ndtr(x)),
+    ("entr", lambda m, x: m.special.entr(x)),
+]:
+    case(_op, "values", _fn, VALUES)
+for _op in ("acos", "asin", "atanh", "erfinv", "acosh", "log2", "log10"):
+    case(_op, "domain_edges", lambda m, x, o=_op: getattr(x, o)(), _UNIT)
+case("logit", "values", lambda m, x: x.logit(), _NO_NEG_ZERO)
+case("logit", "domain_edges", lambda m, x: m.logit(x), np.delete(_PROBS, 1))  # not -0
+case("logit", "eps", lambda m, x: m.logit(x, eps=1e-6), _PROBS)
+case("logit", "eps_values", lambda m, x: x.logit(0.25), VALUES)
+case("ndtri", "domain_edges", lambda m, x: m.special.ndtri(x), _PROBS)
+case("entr", "near_zero", lambda m, x: m.special.entr(x), _PROBS)
+case("lgamma", "poles", lambda m, x: m.lgamma(x), _POLES)
+case("digamma", "values", lambda m, x: x.digamma(), _NO_NEG_INT)
+case("digamma", "poles", lambda m, x: m.special.digamma(x), _POLES_NO_NEG_INT)
+case("polygamma", "n0_values", lambda m, x: m.polygamma(0, x), _NO_NEG_INT)
+case("polygamma", "n0_poles", lambda m, x: x.polygamma(0), _POLES_NO_NEG_INT)
+for _n in (1, 2, 3):
+    case("polygamma", f"n{_n}_values", lambda m, x, n=_n: m.polygamma(n, x), _NO_INF)
+    case(
+        "polygamma",
+        f"n{_n}_poles",
+        lambda m, x, n=_n: x.polygamma(n),
+        _POLES_NO_NEG_INT[np.isfinite(_POLES_NO_NEG_INT)],
+    )
+# Left out: tiny x (1e-200), where asyncgrad's gradient is NaN (pi x^2 underflows) and torch's 0
+case("sinc", "zeros_integers", lambda m, x: m.sinc(x), np.array([0.0, -0.0, 1.0, -2.0, 1e-150]))
+case("sgn", "plus_x", lambda m, x: x.sgn() + x, VALUES)  # torch's own gradient: a ZeroTensor
+case("sgn", "times_x", lambda m, x: x.sgn() * x, VALUES)
+for _op in ("i0e", "i1", "i1e"):
+    case(_op, "zeros", lambda m, x, o=_op: getattr(m.special, o)(x), np.array([0.0, -0.0, 1e-300]))
+case("nan_to_num", "bounds", lambda m, x: m.nan_to_num(x, 1.0, 2.0, -2.0), VALUES)
+case("nan_to_num", "nan_only", lambda m, x: x.nan_to_num(nan=-1.0), VALUES)
+for _op in ("ceil", "floor", "trunc", "round", "frac"):
+    case(_op, "halves", lambda m, x, o=_op: getattr(m, o)(x), _HALVES)
+case("round", "decimals", lambda m, x: m.round(x, decimals=1), np.append(VALUES, _HALVES))
+case("round", "decimals_negative", lambda m, x: x.round(decimals=-1), VALUES)
+
+# ----- binary math: every pair of special values -----
+for _op, _fn in [
+    ("atan2", lambda m, x, y: m.atan2(x, y)),
+    ("hypot", lambda m, x, y: m.hypot(x, y)),
+    ("copysign", lambda m, x, y: m.copysign(x, y)),
+    ("logaddexp", lambda m, x, y: m.logaddexp(x, y)),
+    ("logaddexp2", lambda m, x, y: m.logaddexp2(x, y)),
+    ("fmod", lambda m, x, y: m.fmod(x, y)),
+    ("fmax", lambda m, x, y: m.fmax(x, y)),
+    ("fmin", lambda m, x, y: m.fmin(x, y)),
+    ("nextafter", lambda m, x, y: m.nextafter(x, y)),
+    ("xlogy", lambda m, x, y: m.xlogy(x, y)),
+    ("xlog1py", lambda m, x, y: m.special.xlog1py(x, y)),
+]:
+    case(_op, "pairs", _fn, PAIR_X, PAIR_Y)
+    case(_op, "const_other", _fn, VALUES[:, None], Const(VALUES))
+case("copysign", "scalar_other", lambda m, x: m.copysign(x, -0.0), VALUES)
+case("fmod", "by_scalar", lambda m, x: m.fmod(x, 1.5), VALUES)
+case("fmax", "nan_0d_other", lambda m, x, y: m.fmax(x, y), VALUES, Const(NAN))
+case("fmin", "nan_0d_other", lambda m, x, y: m.fmin(x, y), VALUES, np.array(NAN))
+case("xlogy", "scalar_self", lambda m, y: m.xlogy(0.0, y), VALUES)
+case("xlog1py", "scalar_other", lambda m, x: m.special.xlog1py(x, -1.0), VALUES)
+# The first argument of igamma, igammac and zeta: a constant (torch has no derivative for it).
+# Left out, where asyncgrad's values differ from torch's: igamma and igammac of a = NaN at
+# x = inf, 0, -0 and of a = inf at x = NaN (asyncgrad NaN; torch igamma 1, 0, 0, 0 and igammac
+# 0, 1, 1, 1); zeta at q = inf (asyncgrad 0 and gradient -0; torch NaN for both).
+_IG_A: Final = PAIR_X.copy()
+_IG_A[np.isnan(PAIR_X) & np.isin(PAIR_Y, [INF, 0.0])] = 2.0
+_IG_A[(PAIR_X == INF) & np.isnan(PAIR_Y)] = 2.0
+_Q: Final = PAIR_Y[:, PAIR_Y[0] != INF]
+_NO_POS_INF: Final = VALUES[VALUES != INF]
+case("igamma", "pairs", lambda m, a, x: m.igamma(a, x), Const(_IG_A), PAIR_Y)
+case("igammac", "pairs", lambda m, a, x: m.special.gammaincc(a, x), Const(_IG_A), PAIR_Y)
+case("zeta", "pairs", lambda m, s, q: m.special.zeta(s, q), Const(PAIR_X[:, PAIR_Y[0] != INF]), _Q)
+case(
+    "igamma", "gammainc", lambda m, a, x: m.special.gammainc(a, x), Const(VALUES), np.full(_N, 2.5)
+)
+case("igammac", "igammac", lambda m, a, x: m.igammac(a, x), Const(np.abs(VALUES)), VALUES)
+case("zeta", "scalar_s", lambda m, q: m.special.zeta(3.0, q), _NO_POS_INF)
+
+# ----- comparisons written in place (t.eq_(other)): a zero gradient, also for inf and NaN -----
+for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    case(_op, "pairs", lambda m, x, y, o=_op: getattr(x * 1, f"{o}_")(y), PAIR_X, Const(PAIR_Y))
+    case(_op, "scalar", lambda m, x, o=_op: getattr(x * 1, f"{o}_")(0.0), VALUES)
+
+# ----- ops torch does not differentiate: the values, and torch's error from a backward -----
+case(
+    "heaviside",
+    "pairs",
+    lambda m, x, v: m.heaviside(x, v),
+    PAIR_X[1:],  # Left out: input NaN, where asyncgrad gives NaN and torch 0
+    PAIR_Y[1:],
+    raises="derivative for aten::heaviside is not implemented",
+)
+case(
+    "floor_divide",
+    "inplace_pairs",
+    lambda m, x, y: (x * 1).floor_divide_(y),
+    PAIR_X,
+    Const(PAIR_Y),
+    raises="derivative for aten::floor_divide is not implemented",
+    torch_raises="derivative for aten::floor_divide_ is not implemented",
+)
+case(
+    "igamma",
+    "input_raises",
+    lambda m, a, x: m.igamma(a, x),
+    VALUES,
+    Const(np.full(VALUES.shape, 1.5)),
+    raises="the derivative for 'igamma: input' is not implemented.",
+)
+case(
+    "igammac",
+    "input_raises",
+    lambda m, a, x: m.igammac(a, x),
+    VALUES,
+    Const(np.full(VALUES.shape, 1.5)),
+    raises="the derivative for 'igammac: input' is not implemented.",
+)
+case(
+    "zeta",
+    "input_raises",
+    lambda m, s, q: m.special.zeta(s, q),
+    VALUES,
+    Const(np.full(VALUES.shape, 1.5)),
+    raises="the derivative for 'zeta' is not implemented.",
+)
+
+# ----- binary cross entropy: probabilities at 0 and 1, every pair of them -----
+_P: Final = np.array([0.0, 1.0, 0.5, 1e-300, 1.0 - 1e-16, 0.25, 0.999])
+_BX: Final = np.repeat(_P, _P.size).reshape(_P.size, _P.size)
+_BY: Final = np.tile(_P, _P.size).reshape(_P.size, _P.size)
+for _red in ("none", "mean", "sum"):
+    case(
+        "binary_cross_entropy",
+        _red,
+        lambda m, x, t, red=_red: F(m).binary_cross_entropy(x, t, reduction=red),
+        _BX,
+        _BY,
+    )
+case(
+    "binary_cross_entropy",
+    "weights",
+    lambda m, x, t, w: F(m).binary_cross_entropy(x, t, weight=w, reduction="none"),
+    _BX,
+    _BY,
+    Const(np.resize([2.0, 0.0, INF, NAN], _BX.shape)),
+)
+case(
+    "binary_cross_entropy",
+    "const_target",
+    lambda m, x, t: F(m).binary_cross_entropy(x, t),
+    _BX,
+    Const(_BY),
+)
+
+
+# =====================================================================================
 # The tests
 # =====================================================================================
 def _build(m: Any, args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
@@ -521,6 +731,31 @@ def _compare(c: Case, grads: str, create: bool, want: tuple[list[Any], list[Any]
         )
 
 
+def _compare_raises(c: Case) -> None:
+    """The forward values equal torch's; a backward raises torch's error, in both."""
+    for create in (False, True):
+        errors = []
+        for m in (torch, ag):
+            with pytest.raises(RuntimeError) as info:  # NotImplementedError too
+                _run(m, c, "ones", create and m is ag)
+            errors.append((type(info.value), str(info.value)))
+        (torch_type, torch_msg), (ag_type, ag_msg) = errors
+        assert ag_type is torch_type, f"{ag_type} vs torch's {torch_type}"
+        assert torch_msg == c.torch_raises, torch_msg
+        assert ag_msg == c.raises, ag_msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        want = c.fn(torch, *_build(torch, c.args)[0])
+        got = c.fn(ag, *_build(ag, c.args)[0])
+    np.testing.assert_allclose(
+        np.asarray(got.detach().numpy(), dtype=np.float64),
+        np.asarray(want.detach().numpy(), dtype=np.float64),
+        rtol=1e-7,
+        atol=1e-12,
+        equal_nan=True,
+    )
+
+
 PARAMS: Final = [
     pytest.param(op, cid, id=f"{op}-{cid}") for op, cases in CASES.items() for cid in cases
 ]
@@ -542,6 +777,9 @@ def test_matches_torch(op: str, cid: str) -> None:
     """Every kind of output gradient; ones and the mix also under create_graph=True, where the
     same rules run on Tensors."""
     c = CASES[op][cid]
+    if c.raises:
+        _compare_raises(c)
+        return
     for grads in GRADS:
         want = _run(torch, c, grads, False)
         _compare(c, grads, False, want)
