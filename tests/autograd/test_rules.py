@@ -1282,6 +1282,12 @@ for _op, _fn, _mk in [
     case(_op, "2x3", _fn, lambda r, mk=_mk: (mk(r, 2, 3),))
     case(_op, "0d", _fn, lambda r, mk=_mk: (mk(r),))
 case("acos", "method", lambda x: x.acos() * x, lambda r: (_open_unit(r, 4),))
+case(
+    "sinc",
+    "at_and_near_zero",  # the series near 0: the second derivative at 0 is -pi^2 / 3
+    ag.sinc,
+    lambda r: (ag.tensor([0.0, 2e-4, -5e-4, 0.5, -1.5], dtype=ag.float64, requires_grad=True),),
+)
 case("asin", "arcsin_alias", ag.arcsin, lambda r: (_open_unit(r, 4),))
 case("atanh", "arctanh_method", lambda x: x.arctanh(), lambda r: (_open_unit(r, 4),))
 case("lgamma", "negative_non_integer", ag.lgamma, lambda r: (uniform(r, 4, lo=-2.9, hi=-2.1),))
