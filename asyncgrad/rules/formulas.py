@@ -561,7 +561,13 @@ def conv_weight_grad_array(x: Any, gy: Any, *, groups: int, k_hw: Any, **p: Any)
     """The gradient of a convolution's weight: gy @ im2col(x)^T per group, summed over the
     batch."""
     x4, g4 = _as_2d(x), _as_2d(gy)
-    cols, _ = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    cols, (oh, ow) = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    gh, gw_ = g4.shape[2:]
+    if (oh, ow) != (gh, gw_):
+        # x is a transposed convolution's output grown by output_padding: its windows past gy's
+        # extent did not produce any of gy.
+        cols = cols.reshape(*cols.shape[:3], oh, ow)[..., :gh, :gw_]
+        cols = cols.reshape(*cols.shape[:3], gh * gw_)
     n, o = g4.shape[:2]
     gw = g4.reshape(n, groups, o // groups, -1) @ xp.swapaxes(cols, -1, -2)  # (N, G, O/G, K)
     gw = gw.sum(axis=0).reshape(o, -1, *k_hw)
@@ -588,6 +594,15 @@ def conv_weight_grad(x: Any, gy: Any, **p: Any) -> Any:
     if _recorded(x, gy):
         return CONV_OPS["conv_weight_grad"](x, gy, **p)
     return conv_weight_grad_array(x, gy, **p)
+
+
+def crop_like(a: Any, ref: Any) -> Any:
+    """``a`` cut to ``ref``'s spatial extent: a convolution over a transposed convolution's
+    output, which output_padding made longer than its input, reaches past that input's extent,
+    and those positions came from no element of it."""
+    if a.shape[2:] == ref.shape[2:]:
+        return a
+    return a[(slice(None), slice(None), *(slice(0, n) for n in ref.shape[2:]))]
 
 
 def conv_bias_grad(gy: Any) -> Any:

@@ -31,6 +31,7 @@ from .formulas import (
     conv_weight_grad,
     copy_to,
     count,
+    crop_like,
     einsum_grad,
     expand,
     extreme_grad,
@@ -321,14 +322,14 @@ def _conv_inner(x: Any, w: Any) -> int:
 mark_heavy(_conv, _conv_inner)
 _conv_input_grad = defvjp(
     "conv_input_grad",  # the transposed convolution gx = conv^T(gy, w), linear in gy and in w
-    lambda g, ans, gy, w, **p: conv(g, w, None, **p),
+    lambda g, ans, gy, w, **p: crop_like(conv(g, w, None, **p), gy),
     lambda g, ans, gy, w, **p: conv_weight_grad(g, gy, **p),
     save="gy w",
 )
 _conv_weight_grad = defvjp(
     "conv_weight_grad",  # gw = conv_weight_grad(x, gy), linear in x and in gy
     lambda g, ans, x, gy, **p: conv_input_grad(gy, g, **p),
-    lambda g, ans, x, gy, **p: conv(x, g, None, **p),
+    lambda g, ans, x, gy, **p: crop_like(conv(x, g, None, **p), gy),
     save="x gy",
 )
 
