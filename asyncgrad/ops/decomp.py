@@ -677,8 +677,8 @@ def tensorsolve(A: Tensor, B: Tensor, dims: Any = None) -> Tensor:
         ds = [d % A.ndim for d in dims]
         A = A.permute(*[d for d in range(A.ndim) if d not in ds], *ds)
     rest = tuple(A.shape[B.ndim :])
-    rows, cols = B.numel(), math.prod(rest)
-    if tuple(A.shape[: B.ndim]) != tuple(B.shape) or rows != cols:
+    rows, cols = math.prod(A.shape[: B.ndim]), math.prod(rest)
+    if rows != cols:
         raise RuntimeError(
             "Expected self to satisfy the requirement prod(self.shape[other.ndim:]) == "
             f"prod(self.shape[:other.ndim]), but got {cols} != {rows}"
@@ -689,7 +689,9 @@ def tensorsolve(A: Tensor, B: Tensor, dims: Any = None) -> Tensor:
 def linalg_vander(x: Tensor, *, N: int | None = None) -> Tensor:
     """The Vandermonde matrix of increasing powers ``x**0, ..., x**(N-1)`` along a new last
     dim (N defaults to ``x.shape[-1]``), batched over ``x``'s leading dims."""
-    n = (x.shape[-1] if x.ndim else 1) if N is None else N
+    if x.ndim == 0:  # as a 1-element vector, as torch's
+        x = x.reshape(1)
+    n = x.shape[-1] if N is None else N
     if n <= 1:
         raise RuntimeError("N must be greater than 1.")
     return powers(x, n)

@@ -349,6 +349,12 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2, out: Any = None) -> Tensor:
     ra = [d % a.ndim if a.ndim else d for d in da]
     rb = [d % b.ndim if b.ndim else d for d in db]
     for x, y, ox, oy in zip(ra, rb, da, db, strict=True):
+        # A contracted dim of size 1 broadcasts against the other's, as torch's: the sum over
+        # that dim moves to the other operand.
+        if a.shape[x] == 1 and b.shape[y] != 1:
+            b = b.sum(y, keepdim=True)
+        elif b.shape[y] == 1 and a.shape[x] != 1:
+            a = a.sum(x, keepdim=True)
         if a.shape[x] != b.shape[y]:
             raise RuntimeError(
                 f"contracted dimensions need to match, but first has size {a.shape[x]} in dim "

@@ -294,6 +294,10 @@ def compare_sample(
     report.samples += 1
     # A sample with dropout is a random draw too.
     random = random or bool(sample.kwargs.get("dropout_p", 0))
+    if sample.kwargs.get("training") and any(
+        isinstance(a, float) and 0 < a < 1 for a in sample.args
+    ):  # a dropout probability by position, in training
+        random = True
     with warnings.catch_warnings():  # deprecations and the like: values are compared
         warnings.simplefilter("ignore")
         try:
