@@ -1263,12 +1263,12 @@ def _scatter_max(
     if not (_grad_on() and (input.requires_grad or src.requires_grad)):
         return wrap(out)
     xp = backend.namespace(xa)
-    self_is = (xa == out).astype(xa.dtype)
-    src_is = (sa == out[idx]).astype(xa.dtype)
+    self_is = xp.asarray(xa == out, dtype=xa.dtype)  # an array also for 0-d operands
+    src_is = xp.asarray(sa == out[idx], dtype=xa.dtype)
     n = self_is.copy()
     xp.add.at(n, idx, src_is)
-    w_self = self_is / n
-    w_src = src_is / n[idx]
+    w_self = xp.asarray(self_is / n)
+    w_src = xp.asarray(src_is / n[idx])
     if not include_self:
         w_self[idx] = 0
     weighted = add(mul(input, w_self), index_add_zeros(mul(src, w_src), idx, xa.shape))
