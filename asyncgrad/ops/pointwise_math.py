@@ -428,8 +428,18 @@ def frexp(input: Tensor) -> FrexpResult:
     a = arr(_t(input))
     if not _is_float(a):
         raise RuntimeError("torch.frexp() only supports floating-point dtypes")
-    m, e = namespace(a).frexp(a)
-    return FrexpResult(wrap(m), wrap(e.astype(dtypes.int32)))
+    xp = namespace(a)
+    m, e = xp.frexp(a)
+    t = _t(input)
+    if t.requires_grad:
+        # m = x * 2**-e exactly (powers of two), so dm/dx = 2**-e, as torch's; in two factors,
+        # each finite also for a subnormal x, whose 2**-e overflows.
+        half = e // 2
+        one = xp.ones_like(a)
+        m_t = mul(mul(t, wrap(xp.ldexp(one, -half))), wrap(xp.ldexp(one, half - e)))
+    else:
+        m_t = wrap(m)
+    return FrexpResult(m_t, wrap(e.astype(dtypes.int32)))
 
 
 _C10_NAMES: Final = {
