@@ -538,6 +538,10 @@ def isclose(
     a, b = arr(_t(input)), arr(other)
     if hasattr(b, "dtype") and a.dtype != b.dtype:
         raise RuntimeError(f"{_torch_name(a.dtype)} did not match {_torch_name(b.dtype)}")
+    if rtol < 0:
+        raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
+    if atol < 0:
+        raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         return wrap(namespace(a).isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
