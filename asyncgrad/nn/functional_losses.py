@@ -16,6 +16,7 @@ from .. import backend, ops
 from .._tensor import Tensor
 from ..ops import activations as act
 from ..ops._record import arr
+from ..ops.creation import scalar_name
 from .functional import cross_entropy, l1_loss, linear
 from .functional_activations import logsigmoid
 
@@ -291,6 +292,14 @@ def multi_margin_loss(
             "multi_margin_loss: target tensor should be 1-D with size equal to the number of "
             f"input samples (batch size). Expected target size [{n}], but got {t_shape}. Input "
             f"has shape {list(input.shape)}."
+        )
+    if weight is not None and _t(weight).numel() != c:
+        raise RuntimeError(
+            f"inconsistent weight size, expected {c} but got {list(_t(weight).shape)}"
+        )
+    if arr(_t(target)).dtype.kind not in "iu":
+        raise RuntimeError(
+            f"expected scalar type Long but found {scalar_name(arr(_t(target)).dtype)}"
         )
     if ta.size and bool(((ta < 0) | (ta >= c)).any()):
         raise RuntimeError("target out of range")

@@ -209,12 +209,22 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, x in enumerate(tensors):
+        if x is None or isinstance(x, (bool, int, float, complex)):
+            raise TypeError(
+                f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}"
+            )
     nd = tensors[0].ndim
     d = dim % builtins.max(nd, 1)
     arrs = _joined([arr(x) for x in tensors])
     try:
         out = namespace(arrs[0]).concatenate(arrs, axis=d)
     except ValueError as e:
+        other = [a.ndim for a in arrs if a.ndim != arrs[0].ndim]
+        if other:
+            raise RuntimeError(
+                f"Tensors must have same number of dimensions: got {arrs[0].ndim} and {other[0]}"
+            ) from None
         raise RuntimeError(
             f"torch.cat(): Sizes of tensors must match except in dimension {d}: "
             f"got shapes {[tuple(a.shape) for a in arrs]} ({e})"
