@@ -61,6 +61,16 @@ CASES: dict[str, tuple[type[Exception], str, Call]] = {
         "number of steps must be non-negative",
         lambda L, F: L.logspace(0, 3, -1),
     ),
+    "linspace_float_steps": (
+        TypeError,
+        r"linspace\(\) received an invalid combination of arguments - got \(int, int, float\)",
+        lambda L, F: L.linspace(0, 3, 1.0),
+    ),
+    "logspace_float_steps": (
+        TypeError,
+        r"logspace\(\) received an invalid combination of arguments - got \(float, int, float\)",
+        lambda L, F: L.logspace(0.5, 3, 1.0),
+    ),
     "eye_negative_n": (
         RuntimeError,
         "n must be greater or equal to 0, got -1",
@@ -393,6 +403,7 @@ VALID: dict[str, Call] = {
     "arange_one_bound": lambda L, F: L.arange(5),
     "linspace_zero_steps": lambda L, F: L.linspace(0, 3, 0),
     "logspace_zero_steps": lambda L, F: L.logspace(0, 3, 0),
+    "linspace_tensor_bounds_and_steps": lambda L, F: L.linspace(L.tensor(0.0), 3, L.tensor(4)),
     "eye_zero": lambda L, F: L.eye(0),
     "eye_zero_by_three": lambda L, F: L.eye(0, 3),
     "eye_rect": lambda L, F: L.eye(2, 3),
@@ -418,9 +429,6 @@ VALID: dict[str, Call] = {
         L.tensor([[0.1, 0.2, 0.4], [0.3, 0.2, 0.1]]),
         L.tensor([2, 0]),
         weight=L.tensor([1.0, 2.0, 3.0]),
-    ),
-    "multi_margin_loss_empty_batch": lambda L, F: F.multi_margin_loss(
-        L.ones(0, 3), L.zeros(0, dtype=L.int64), reduction="sum"
     ),
     "multilabel_margin_loss": lambda L, F: F.multilabel_margin_loss(
         L.tensor([[0.1, 0.2, 0.4, 0.8]]), L.tensor([[3, 0, -1, 1]])

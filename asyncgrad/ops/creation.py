@@ -205,10 +205,21 @@ def linspace(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
+    _check_steps("linspace", start, end, steps)
     start, end = _bound(start, "start"), _bound(end, "end")
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     return _finish(backend.linspace(start, end, steps, _dt(dtype)), device, requires_grad)
+
+
+def _check_steps(name: str, start: Any, end: Any, steps: Any) -> None:
+    """torch's TypeError for a ``steps`` that is no integer (a float, say)."""
+    if not isinstance(steps, (int, backend.integer, Tensor)):
+        got = ", ".join(type(v).__name__ for v in (start, end, steps))
+        raise TypeError(
+            f"{name}() received an invalid combination of arguments - got ({got}), but expected "
+            "(start, end, int steps)"
+        )
 
 
 def _bound(v: Any, name: str) -> Any:
@@ -234,6 +245,7 @@ def logspace(
     requires_grad: bool = False,
 ) -> Tensor:
     """``steps`` values from ``base ** start`` to ``base ** end``, evenly spaced in exponent."""
+    _check_steps("logspace", start, end, steps)
     start, end = _bound(start, "start"), _bound(end, "end")
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
