@@ -160,6 +160,8 @@ def embedding(
     ``norm_type``-norm exceeds it; ``scale_grad_by_freq`` divides each row's gradient by how
     often it occurs in ``input``. ``sparse=True`` (sparse gradients) is not supported."""
     idx = input if isinstance(input, Tensor) else ops.tensor(input)
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
     if idx.dtype.kind not in "iu":
         # torch raises RuntimeError; TypeError is kept here, as before (tests rely on it).
         raise TypeError(

@@ -16,6 +16,7 @@ from .. import backend, ops
 from .._tensor import Tensor
 from ..ops import activations as act
 from ..ops._record import arr
+from ..ops.creation import scalar_name
 from .functional import cross_entropy, l1_loss, linear
 from .functional_activations import logsigmoid
 
@@ -219,7 +220,8 @@ def _empty_mean(reduction: str, n: int) -> str:
 
 
 def _as_2d(input: Tensor, what: str) -> Tensor:
-    if input.ndim > 2:
+    empty = input.numel() == 0 if input.ndim < 2 else input.ndim == 2 and input.shape[1] == 0
+    if input.ndim > 2 or empty:
         raise RuntimeError(
             f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
             f"{list(input.shape)}"
@@ -278,6 +280,8 @@ def multi_margin_loss(
     red = _reduction(size_average, reduce, reduction)
     if p not in (1, 2):
         raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and _t(weight).ndim != 1:
+        raise ValueError("weight must be one-dimensional")
     x = _as_2d(input, "multi_margin_loss")
     n, c = x.shape
     xp = backend.namespace(x._array)
@@ -288,6 +292,14 @@ def multi_margin_loss(
             "multi_margin_loss: target tensor should be 1-D with size equal to the number of "
             f"input samples (batch size). Expected target size [{n}], but got {t_shape}. Input "
             f"has shape {list(input.shape)}."
+        )
+    if weight is not None and _t(weight).numel() != c:
+        raise RuntimeError(
+            f"inconsistent weight size, expected {c} but got {list(_t(weight).shape)}"
+        )
+    if arr(_t(target)).dtype.kind not in "iu":
+        raise RuntimeError(
+            f"expected scalar type Long but found {scalar_name(arr(_t(target)).dtype)}"
         )
     if ta.size and bool(((ta < 0) | (ta >= c)).any()):
         raise RuntimeError("target out of range")
@@ -368,6 +380,8 @@ def triplet_margin_loss(
 ) -> Tensor:
     """``max(0, margin + d(a, p) - d(a, n))`` with the pairwise ``p``-distance ``d``."""
     red = _reduction(size_average, reduce, reduction)
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
     return act.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap, red)
 
 
@@ -486,26 +500,26 @@ def linear_cross_entropy(
     reference path (``options``, a chunking strategy, changes only memory use there and is
     accepted and ignored here)."""
     if input.ndim < 1 or input.ndim > 2:
-        raise ValueError(f"expected input with dimensionality 1 or 2, got {input.ndim}")
+        raise RuntimeError(f"expected input with dimensionality 1 or 2, got {input.ndim}")
     if linear_weight.ndim < 2:
-        raise ValueError(
+        raise RuntimeError(
             f"expected linear_weight with dimensionality at least 2, got {linear_weight.ndim}"
         )
     in_features = input.shape[-1]
     if in_features != linear_weight.shape[-1]:
-        raise ValueError(
+        raise RuntimeError(
             "expected equal input and linear_weight last dimensions (in_features), "
             f"got {input.shape[-1]} and {linear_weight.shape[-1]}, respectively"
         )
     num_classes = linear_weight.shape[0]
     out_features = tuple(linear_weight.shape[1:-1])
     if linear_bias is not None and tuple(linear_bias.shape) != (num_classes, *out_features):
-        raise ValueError(
+        raise RuntimeError(
             f"expected linear_bias shape {(num_classes, *out_features)}, got "
             f"{tuple(linear_bias.shape)}"
         )
     if out_features and input.ndim == 1:
-        raise ValueError(
+        raise RuntimeError(
             f"K-dimensional loss defined by linear_weight shape {tuple(linear_weight.shape)} "
             f"requires batched input, (N, {in_features}), got unbatched input with shape "
             f"{tuple(input.shape)}"
@@ -513,7 +527,7 @@ def linear_cross_entropy(
     target = _t(target)
     logits_shape = (*input.shape[:-1], num_classes, *out_features)
     if tuple(target.shape) == logits_shape and ignore_index is not None:
-        raise ValueError("ignore_index cannot be specified when target contains probabilities")
+        raise RuntimeError("ignore_index cannot be specified when target contains probabilities")
     ignore = -100 if ignore_index is None else ignore_index
     w2 = ops.reshape(linear_weight, (-1, in_features))
     b2 = None if linear_bias is None else ops.reshape(linear_bias, (-1,))

@@ -177,11 +177,23 @@ def arange(
 ) -> Tensor:
     if end is None:
         start, end = 0, start
+    _check_range(start, end, step)
     if dtype is None:
         is_int = all(isinstance(v, (int, backend.integer)) for v in (start, end, step))
         dtype = dtypes.int64 if is_int else dtypes.get_default_dtype()
     a = backend.arange(start, end, step, dtypes.to_dtype(dtype))
     return _finish(a, device, requires_grad)
+
+
+def _check_range(start: Any, end: Any, step: Any) -> None:
+    """torch's checks on arange's bounds and step, in torch's order and with its messages."""
+    lo, hi, by = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
+    if by == 0:
+        raise RuntimeError("step must be nonzero")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise RuntimeError(f"unsupported range: {lo} -> {hi}")
+    if not ((by > 0 and hi >= lo) or (by < 0 and hi <= lo)):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
 
 
 def linspace(
@@ -193,8 +205,21 @@ def linspace(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
+    _check_steps("linspace", start, end, steps)
     start, end = _bound(start, "start"), _bound(end, "end")
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
     return _finish(backend.linspace(start, end, steps, _dt(dtype)), device, requires_grad)
+
+
+def _check_steps(name: str, start: Any, end: Any, steps: Any) -> None:
+    """torch's TypeError for a ``steps`` that is no integer (a float, say)."""
+    if not isinstance(steps, (int, backend.integer, Tensor)):
+        got = ", ".join(type(v).__name__ for v in (start, end, steps))
+        raise TypeError(
+            f"{name}() received an invalid combination of arguments - got ({got}), but expected "
+            "(start, end, int steps)"
+        )
 
 
 def _bound(v: Any, name: str) -> Any:
@@ -220,6 +245,7 @@ def logspace(
     requires_grad: bool = False,
 ) -> Tensor:
     """``steps`` values from ``base ** start`` to ``base ** end``, evenly spaced in exponent."""
+    _check_steps("logspace", start, end, steps)
     start, end = _bound(start, "start"), _bound(end, "end")
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
@@ -442,6 +468,10 @@ def eye(
     device: Any = None,
     requires_grad: bool = False,
 ) -> Tensor:
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m is not None and m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
     return _finish(backend.eye(n, m, _dt(dtype)), device, requires_grad)
 
 

@@ -361,6 +361,10 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
 
 
 _NO_ARG: Final = object()
+_BOOL_NEG: Final = (
+    "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
+    "a mask, use the `~` or `logical_not()` operator instead."
+)
 
 
 def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> UnaryOp:
@@ -374,6 +378,8 @@ def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> Una
         xa = read = x._array
         dt = xa.dtype
         if dt is not _float64 and dt is not _float32:
+            if dt.kind == "b" and fname == "negative":
+                raise RuntimeError(_BOOL_NEG)
             xa = _float_input(op, xa)
         token = quiet_fp()  # See NOTE [Silent floating point]
         try:
@@ -500,7 +506,7 @@ def _gelu_array(xp: Any, a: Any, approximate: str) -> Any:
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise RuntimeError("approximate argument must be either none or tanh.")
     return _unary(
         OPS["gelu"],
         lambda xp, a: _gelu_array(xp, a, approximate),
@@ -637,6 +643,11 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:
 
 
 def masked_fill(input: Tensor, mask: Any, value: Any) -> Tensor:
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise RuntimeError(
+            "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+            f"{value.ndim} dimension(s)."
+        )
     if not isinstance(value, Tensor):
         value = backend.scalar(value, input.dtype)  # a NumPy scalar: any device takes it
     return where(mask, value, input)

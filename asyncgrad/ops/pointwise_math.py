@@ -545,9 +545,19 @@ def isreal(input: Tensor) -> Tensor:
 def isclose(
     input: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
 ) -> Tensor:
-    a, b = arr(_t(input)), arr(other)
+    for pos, (what, v) in enumerate((("input", input), ("other", other)), 1):
+        if not isinstance(v, Tensor):  # torch's isclose takes no number (nor list)
+            raise TypeError(
+                f"isclose(): argument '{what}' (position {pos}) must be Tensor, not "
+                f"{type(v).__name__}"
+            )
+    a, b = arr(input), arr(other)
     if hasattr(b, "dtype") and a.dtype != b.dtype:
         raise RuntimeError(f"{_torch_name(a.dtype)} did not match {_torch_name(b.dtype)}")
+    if rtol < 0:
+        raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
+    if atol < 0:
+        raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
     token = quiet_fp()  # See NOTE [Silent floating point]
     try:
         return wrap(namespace(a).isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))

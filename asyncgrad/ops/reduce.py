@@ -49,15 +49,15 @@ def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = N
 @silent_fp  # See NOTE [Silent floating point]
 def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     xa = input._array
-    if xa.dtype.kind not in "fc" and dtype is None:
+    given = None if dtype is None else dtypes.to_dtype(dtype)
+    if (xa.dtype if given is None else given).kind not in "fc":
+        what, dt = ("Input", xa.dtype) if given is None else ("Optional", given)
         raise RuntimeError(
-            f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
-            f"complex dtype. Got: {xa.dtype}"
+            f"mean(): could not infer output dtype. {what} dtype must be either a floating point "
+            f"or complex dtype. Got: {_TORCH_NAMES.get(str(dt), str(dt))}"
         )
     axis = None if xa.ndim == 0 else dims(dim, xa.ndim)
-    out = xa.mean(
-        axis=axis, keepdims=keepdim, dtype=None if dtype is None else dtypes.to_dtype(dtype)
-    )
+    out = xa.mean(axis=axis, keepdims=keepdim, dtype=given)
     return make(OPS["mean"], out, (input,), {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape})
 
 

@@ -208,13 +208,23 @@ def _joined(arrs: list[Any]) -> list[Any]:
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
-        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, x in enumerate(tensors):
+        if x is None or isinstance(x, (bool, int, float, complex)):
+            raise TypeError(
+                f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}"
+            )
     nd = tensors[0].ndim
     d = dim % builtins.max(nd, 1)
     arrs = _joined([arr(x) for x in tensors])
     try:
         out = namespace(arrs[0]).concatenate(arrs, axis=d)
     except ValueError as e:
+        other = [a.ndim for a in arrs if a.ndim != arrs[0].ndim]
+        if other:
+            raise RuntimeError(
+                f"Tensors must have same number of dimensions: got {arrs[0].ndim} and {other[0]}"
+            ) from None
         raise RuntimeError(
             f"torch.cat(): Sizes of tensors must match except in dimension {d}: "
             f"got shapes {[tuple(a.shape) for a in arrs]} ({e})"
@@ -288,7 +298,9 @@ def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
 
 def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     xa = input._array
-    d = dim % builtins.max(xa.ndim, 1)
+    if xa.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    d = norm_dim(int(dim), xa.ndim)
     lead = (slice(None),) * d
     idxs = [(*lead, i, Ellipsis) for i in range(xa.shape[d])]
     arrs = [xa[i] for i in idxs]
@@ -307,7 +319,11 @@ def _dim(input: Tensor, dim: Any, name: str) -> int:
 def narrow(input: Tensor, dim: int, start: Any, length: int) -> Tensor:
     d = _dim(input, dim, "narrow")
     n = input.shape[d]
-    start = int(start.item() if isinstance(start, Tensor) else start)
+    if isinstance(start, Tensor):
+        if start.ndim != 0 or start._array.dtype.kind not in "iu":
+            raise RuntimeError("start must be an 0-dim integral Tensor.")
+        start = start.item()
+    start = int(start)
     if not -n <= start <= n:
         raise IndexError(
             f"start out of range (expected to be in range of [{-n}, {n}], but got {start})"

@@ -407,6 +407,15 @@ def _nsplit(input: Tensor, ios: Any, dim: int, need: int, name: str) -> tuple[Te
             f"torch.{name} requires a tensor with at least {need} dimension, but got a tensor "
             f"with {input.ndim} dimensions!"
         )
+    ints = (int, backend.integer)
+    if not isinstance(ios, (*ints, Tensor)) and not (
+        isinstance(ios, (list, tuple)) and builtins.all(isinstance(v, ints) for v in ios)
+    ):
+        raise TypeError(
+            f"{name}() received an invalid combination of arguments - got (Tensor, "
+            f"{type(ios).__name__}), but expected one of:\n * (Tensor input, int sections)\n"
+            " * (Tensor input, tuple of ints indices)\n"
+        )
     if isinstance(ios, (int, backend.integer)):
         n = input.shape[dim]
         if int(ios) == 0 or n % int(ios):
@@ -906,6 +915,15 @@ def repeat_interleave(
 
 
 def narrow_copy(input: Tensor, dim: int, start: int, length: int) -> Tensor:
+    if input.ndim and int(dim) >= input.ndim:  # torch's narrow_copy checks this one itself
+        raise RuntimeError(
+            "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false."
+        )
+    if length < 0:  # torch's message for it is narrow_copy's own (after narrow's other checks)
+        narrow(input, dim, start, 0)
+        n = input.shape[norm_dim(int(dim), input.ndim)]
+        s = int(start) + n if int(start) < 0 else int(start)
+        raise RuntimeError(f"start ({s}) + length ({length}) exceeds dimension size ({n}).")
     return clone(narrow(input, dim, start, length))
 
 
