@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from .. import backend, dtypes
 from .._tensor import Tensor
 from . import functional as F
 from .modules import Module, Parameter, Upsample, _uniform
@@ -363,9 +364,26 @@ class _LazyMixin:
         if self.in_channels % self.groups:
             raise ValueError("in_channels must be divisible by groups")
         self._make_parameters()
+        self._materialize_on_device()
 
     def has_uninitialized_params(self) -> bool:
         return self.weight is None
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        # Before the first call there are no parameters to move: remember the dtype and the
+        # device, which the parameters get when they are made.
+        if self.weight is None:
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, dtypes.dtype):
+                    self._dtype = a
+                elif isinstance(a, (str, backend.Device)):
+                    self._lazy_device = a
+        return super().to(*args, **kwargs)  # type: ignore[misc]
+
+    def _materialize_on_device(self) -> None:
+        dev = getattr(self, "_lazy_device", None)
+        if dev is not None:
+            self.to(dev)
 
 
 def _lazy(
