@@ -349,6 +349,9 @@ def lp_pool3d(
 # ----- adaptive pooling -----
 def _adaptive_args(name: str, input: Tensor, output_size: Any, n: int, suffix: str) -> Any:
     """Checked batched input and output sizes of an adaptive pool (None keeps a size)."""
+    if n > 1 and isinstance(output_size, (tuple, list)) and input.ndim <= len(output_size):
+        # torch.nn.functional's own check of a sequence output_size, before the op's
+        raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
     if input.ndim not in (n + 1, n + 2):
         if n == 1:
             raise RuntimeError(
