@@ -76,6 +76,7 @@ def _amax_amin(name: str, input: Tensor, dim: Any, keepdim: bool, evenly: bool) 
     axis = None if dim == () or dim is None else dims(dim, xa.ndim)
     if xa.ndim == 0:  # dim 0 or -1 of a 0-d tensor, as torch: the element itself
         axis = None
+    _check_extreme_dims(name, xa.shape, axis)
     out = (
         xa.max(axis=axis, keepdims=keepdim)
         if name == "amax"
@@ -83,6 +84,25 @@ def _amax_amin(name: str, input: Tensor, dim: Any, keepdim: bool, evenly: bool) 
     )
     params = {"dim": axis, "keepdim": keepdim, "in_shape": xa.shape, "evenly": evenly}
     return make(OPS[name], out, (input,), params, (xa,))  # See NOTE [Ops save what they read]
+
+
+def _check_extreme_dims(name: str, shape: tuple[int, ...], axis: Any) -> None:
+    """torch's errors for a max or min over a repeated dim or an empty one (NumPy's are
+    ValueErrors)."""
+    ax = tuple(range(len(shape))) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    seen = set()
+    for d in ax:
+        if d in seen:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+        seen.add(d)
+    for d in ax:
+        if shape[d] == 0:
+            if axis is None:
+                raise RuntimeError(
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                    "Specify the reduction dim with the 'dim' argument."
+                )
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
 
 
 class MinMax(NamedTuple):

@@ -261,6 +261,9 @@ def msort(input: Tensor) -> Tensor:
 def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False) -> AminmaxResult:
     """The min and the max (over ``dim``, or all elements), as ``amin`` and ``amax``."""
     xa = input._array
+    if xa.size == 0 and dim is not None and xa.ndim and xa.shape[_dim(dim, xa.ndim)] == 0:
+        d = _dim(dim, xa.ndim)
+        raise IndexError(f"aminmax: Expected reduction dim {d} to have non-zero size.")
     if xa.size == 0 and (dim is None or xa.ndim == 0 or xa.shape[_dim(dim, xa.ndim)] == 0):
         raise RuntimeError(
             "aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
@@ -1063,8 +1066,13 @@ def gradient(
         dd = [_dim(dim, nd)]
     else:
         dd = [_dim(x, nd) for x in dim]
+        for i, d in enumerate(dd):
+            if d in dd[:i]:
+                raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
     if edge_order not in (1, 2):
         raise RuntimeError("torch.gradient only supports edge_order=1 and edge_order=2.")
+    if spacing is None:  # unspecified: unit spacing
+        spacing = 1
     if isinstance(spacing, (list, tuple)):
         sp = list(spacing)
         if len(sp) != len(dd) and dim is None:

@@ -139,7 +139,10 @@ def to_ag(x: Any, device: str = "cpu") -> Any:
     if isinstance(x, torch.Tensor):
         if x.is_complex() or x.layout != torch.strided or x.dtype == torch.bfloat16:
             raise Unsupported(f"a {x.dtype} {x.layout} tensor")
-        a = x.detach().cpu().numpy()
+        try:
+            a = x.detach().cpu().numpy()
+        except (RuntimeError, ValueError) as e:  # e.g. more dims than NumPy takes
+            raise Unsupported(str(e)) from None
         t = ag.tensor(a, device=device)
         if x.requires_grad:
             t.requires_grad_(True)
