@@ -647,7 +647,9 @@ def rsub(input: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
     return sub(other, input, alpha=alpha)
 
 
-__all__ += ["is_inference", "rsub"]
+from ._torch_names import NotProvidedError  # noqa: E402
+
+__all__ += ["NotProvidedError", "is_inference", "rsub"]
 
 # See NOTE [Ops run on their operands' device] in asyncgrad/ops/device_guard.py.
 from .ops.device_guard import guard_module as _guard_module  # noqa: E402

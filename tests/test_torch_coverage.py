@@ -14,12 +14,12 @@ torch = pytest.importorskip("torch", reason="compares with torch (pip install to
 
 # The counts of applicable names asyncgrad provides, per list; raise them as names are added.
 FLOORS = {
-    "torch.nn.modules.__all__": 0,
-    "torch.nn.functional": 0,
-    "torch.Tensor": 0,
-    "torch.__all__": 0,
-    "torch.nn.init": 0,
-    "torch.optim": 0,
+    "torch.nn.modules.__all__": 163,
+    "torch.nn.functional": 128,
+    "torch.Tensor": 516,
+    "torch.__all__": 622,
+    "torch.nn.init": 24,
+    "torch.optim": 14,
 }
 README = pathlib.Path(__file__).parent.parent / "README.md"
 
