@@ -7,9 +7,8 @@ from typing import Any
 from .. import backend
 from .._tensor import Tensor
 from ..backend import xp
-from . import table  # noqa: F401  (the std rule below replaces the table's)
-from .formulas import reverse_cumsum, var_grad
-from .registry import OPS, defvjp
+from .formulas import reverse_cumsum
+from .registry import defvjp
 
 __all__ = ["scan"]
 
@@ -116,16 +115,3 @@ def logcumsumexp_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
 # ----- scans -----
 defvjp("cumprod", lambda g, ans, x, *, dim: cumprod_grad(g, ans, x, dim), save="ans x")
 defvjp("logcumsumexp", lambda g, ans, x, *, dim: logcumsumexp_grad(g, ans, x, dim), save="ans x")
-
-
-# ----- std's gradient where the std is 0 -----
-def _std_rule(
-    g: Any, ans: Any, x: Any, *, dim: Any, keepdim: bool, n: int, correction: float
-) -> Any:
-    # torch's std_backward: g / (2 std) masked to 0 where the std is 0 (a constant slice), where
-    # dividing would give 0 * inf = NaN. The table's std op keeps its node class and costs; only
-    # its rule is replaced.
-    return var_grad(xp.where(ans == 0, 0.0, g / (2.0 * ans)), x, dim, keepdim, n, correction)
-
-
-OPS["std"].vjps = (_std_rule,)

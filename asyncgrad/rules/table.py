@@ -276,9 +276,9 @@ defvjp(
     save="x",
 )
 defvjp(
-    "std",  # d std = d var / (2 std)
+    "std",  # d std = d var / (2 std); 0 where the std is 0 (a constant slice), as torch's
     lambda g, ans, x, *, dim, keepdim, n, correction: var_grad(
-        g / (2.0 * ans), x, dim, keepdim, n, correction
+        xp.where(ans == 0, 0.0, g / (2.0 * ans)), x, dim, keepdim, n, correction
     ),
     save="ans x",
 )
