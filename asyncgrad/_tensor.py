@@ -758,11 +758,11 @@ class Tensor:
     def masked_fill(self, mask: Any, value: Any) -> Tensor:
         return _ops.masked_fill(self, mask, value)
 
-    def clone(self) -> Tensor:
-        return _ops.clone(self)
+    def clone(self, *, memory_format: Any = None) -> Tensor:
+        return _ops.clone(self, memory_format=memory_format)
 
-    def contiguous(self) -> Tensor:
-        return _ops.contiguous(self)
+    def contiguous(self, memory_format: Any = None) -> Tensor:
+        return _ops.contiguous(self, memory_format)
 
     def softmax(self, dim: _int, dtype: Any = None) -> Tensor:
         return _ops.softmax(self, dim, dtype)

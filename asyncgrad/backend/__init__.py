@@ -209,7 +209,9 @@ def writable(a: Any) -> Any:
 
 def overlaps_itself(a: Any) -> bool:
     """Whether several elements of ``a`` share one memory location (a broadcast view): writing
-    into it would be ill-defined."""
+    into it would be ill-defined. An empty array has none (NumPy gives it zero strides)."""
+    if a.size == 0:
+        return False
     if type(a) is np.ndarray:
         return not a.flags.writeable
     return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True))

@@ -10,11 +10,15 @@ from ..backend import Device, silent_fp
 from ._record import OPS, make, wrap
 
 
-def clone(input: Tensor) -> Tensor:
+def clone(input: Tensor, *, memory_format: Any = None) -> Tensor:
+    _check_layout(None, memory_format)
     return make(OPS["clone"], input._array.copy(), (input,))
 
 
-def contiguous(input: Tensor) -> Tensor:
+def contiguous(input: Tensor, memory_format: Any = None) -> Tensor:
+    """``input`` if its array is C-contiguous, else a contiguous copy; any memory format gives
+    the same values (See NOTE [Layouts and memory formats] in dtypes.py)."""
+    _check_layout(None, memory_format)
     a = input._array
     if a.flags.c_contiguous:
         return input
@@ -22,6 +26,18 @@ def contiguous(input: Tensor) -> Tensor:
 
 
 @silent_fp  # See NOTE [Silent floating point]
+def _check_layout(layout: Any, memory_format: Any) -> None:
+    """torch's ``layout=`` and ``memory_format=``: every asyncgrad tensor is dense and strided,
+    and a memory format changes no value (See NOTE [Layouts and memory formats] in dtypes.py);
+    a sparse layout is refused."""
+    if layout is not None and layout is not dtypes.strided:
+        raise NotImplementedError(f"asyncgrad has only strided (dense) tensors, not {layout}")
+    if memory_format is not None and not isinstance(memory_format, dtypes.memory_format):
+        raise TypeError(
+            f"memory_format must be a memory format, not {type(memory_format).__name__}"
+        )
+
+
 def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """``self`` on another device and/or with another dtype (itself when nothing changes)."""
     dev: Device | None = None
@@ -30,6 +46,7 @@ def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         dev = Device(kwargs.pop("device"))
     kwargs.pop("copy", None)
     kwargs.pop("non_blocking", None)
+    _check_layout(None, kwargs.pop("memory_format", None))
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
     for a in args:

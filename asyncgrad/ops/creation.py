@@ -12,7 +12,7 @@ from .._tensor import Tensor
 from ..backend import Device, silent_fp
 from ..backend import _default_device as _default_device_var
 from ._record import arr, as_array, wrap
-from .convert import to
+from .convert import _check_layout, to
 
 
 class Generator:
@@ -104,15 +104,42 @@ def from_dlpack(x: Any) -> Tensor:
     return wrap(backend.from_dlpack(x))
 
 
-def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(
+    *size: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+    memory_format: Any = None,
+) -> Tensor:
+    _check_layout(layout, memory_format)
     return _finish(backend.zeros(_size(size), _dt(dtype), _device(device)), None, requires_grad)
 
 
-def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(
+    *size: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+    memory_format: Any = None,
+) -> Tensor:
+    _check_layout(layout, memory_format)
     return _finish(backend.ones(_size(size), _dt(dtype), _device(device)), None, requires_grad)
 
 
-def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def empty(
+    *size: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+    memory_format: Any = None,
+) -> Tensor:
+    _check_layout(layout, memory_format)
     return _finish(backend.empty(_size(size), _dt(dtype), _device(device)), None, requires_grad)
 
 
@@ -123,7 +150,10 @@ def full(
     dtype: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
 ) -> Tensor:
+    _check_layout(layout, None)
     if dtype is None:
         dtype = (
             dtypes.bool_
@@ -144,14 +174,30 @@ def _like(input: Any, fill: Any, dtype: Any, device: Any, requires_grad: bool) -
 
 
 def zeros_like(
-    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    input: Tensor,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+    memory_format: Any = None,
 ) -> Tensor:
+    _check_layout(layout, memory_format)
     return _like(input, 0, dtype, device, requires_grad)
 
 
 def ones_like(
-    input: Tensor, *, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    input: Tensor,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+    memory_format: Any = None,
 ) -> Tensor:
+    _check_layout(layout, memory_format)
     return _like(input, 1, dtype, device, requires_grad)
 
 
@@ -162,7 +208,11 @@ def full_like(
     dtype: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
+    memory_format: Any = None,
 ) -> Tensor:
+    _check_layout(layout, memory_format)
     return _like(input, fill_value, dtype, device, requires_grad)
 
 
@@ -293,6 +343,7 @@ def empty_like(
     memory_format: Any = None,
 ) -> Tensor:
     """An uninitialised tensor with ``input``'s shape, dtype and device unless given."""
+    _check_layout(layout, memory_format)
     dt = input.dtype if dtype is None else dtypes.to_dtype(dtype)
     dev = input.device if device is None else Device(device)
     return _finish(backend.empty(tuple(input.shape), dt, dev), None, requires_grad)
@@ -481,7 +532,10 @@ def rand(
     dtype: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
 ) -> Tensor:
+    _check_layout(layout, None)
     rng = (generator or default_generator).state(_device(device))
     return _finish(rng.random(_size(size), _dt(dtype)), device, requires_grad)
 
@@ -492,7 +546,10 @@ def randn(
     dtype: Any = None,
     device: Any = None,
     requires_grad: bool = False,
+    layout: Any = None,
+    pin_memory: bool = False,
 ) -> Tensor:
+    _check_layout(layout, None)
     rng = (generator or default_generator).state(_device(device))
     return _finish(rng.normal(_size(size), _dt(dtype)), device, requires_grad)
 
