@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..backend import xp
@@ -33,4 +34,39 @@ defvjp(  # torch's binary_cross_entropy_backward and binary_cross_entropy_target
     lambda g, ans, x, t, w: _bce_grad_target(g, x, w),
     None,
     save="x t w",
+)
+
+
+# ----- smooth_l1_loss and huber_loss: one op each, the reduction inside (as torch's) -----
+def _loss_norm(g: Any, d: Any, reduction: str) -> Any:
+    # torch's norm: 1 / numel for "mean", else 1 (a 0-d g for a reduction, else elementwise)
+    # (d.shape, not d.size: a Tensor's size is a method, under create_graph)
+    return g / math.prod(d.shape) if reduction == "mean" else g
+
+
+def _smooth_l1_grad(g: Any, x: Any, t: Any, reduction: str, beta: float) -> Any:
+    # torch's smooth_l1_loss_backward: -norm g below -beta, norm g above beta, norm g d / beta
+    # between; clip(d, -beta, beta) / beta is exactly -1 and 1 outside, and NaN at NaN.
+    d = x - t
+    gn = _loss_norm(g, d, reduction)
+    return xp.clip(d, -beta, beta) * (gn if beta == 1.0 else gn / beta)
+
+
+def _huber_grad(g: Any, x: Any, t: Any, reduction: str, delta: float) -> Any:
+    # torch's huber_loss_backward: norm g times d clipped to [-delta, delta]
+    d = x - t
+    return xp.clip(d, -delta, delta) * _loss_norm(g, d, reduction)
+
+
+defvjp(
+    "smooth_l1_loss",
+    lambda g, ans, x, t, *, reduction, beta: _smooth_l1_grad(g, x, t, reduction, beta),
+    lambda g, ans, x, t, *, reduction, beta: -_smooth_l1_grad(g, x, t, reduction, beta),
+    save="x t",
+)
+defvjp(
+    "huber_loss",
+    lambda g, ans, x, t, *, reduction, delta: _huber_grad(g, x, t, reduction, delta),
+    lambda g, ans, x, t, *, reduction, delta: -_huber_grad(g, x, t, reduction, delta),
+    save="x t",
 )

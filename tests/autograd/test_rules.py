@@ -1220,6 +1220,34 @@ case(
 )
 
 
+# ----- ops made fast: smooth_l1_loss, huber_loss -----
+for _red in ("mean", "sum", "none"):
+    case(
+        "smooth_l1_loss",
+        _red,
+        lambda x, t, red=_red: F.smooth_l1_loss(x, t, reduction=red),
+        lambda r: (randn(r, 3, 4), randn(r, 3, 4)),
+    )
+    case(
+        "huber_loss",
+        _red,
+        lambda x, t, red=_red: F.huber_loss(x, t, reduction=red, delta=0.7),
+        lambda r: (randn(r, 3, 4), randn(r, 3, 4)),
+    )
+case(
+    "smooth_l1_loss",
+    "beta",
+    lambda x, t: F.smooth_l1_loss(x, t, beta=0.5),
+    lambda r: (randn(r, 3, 4), randn(r, 3, 4)),
+)
+case(
+    "huber_loss",
+    "constant_target",
+    lambda x, t: F.huber_loss(x, t, delta=2.0),
+    lambda r: (randn(r, 2, 5), const(r, 2, 5)),
+)
+
+
 # =====================================================================================
 # The tests
 # =====================================================================================

@@ -461,6 +461,38 @@ case("linalg_pinv", "zeros", lambda m, a: m.linalg.pinv(a), _LA)
 case("linalg_lu_factor_ex", "zeros", lambda m, a: m.linalg.lu_factor(a)[0], _LA)
 
 
+# ----- ops made fast: smooth_l1_loss, huber_loss -----
+for _red in ("mean", "sum", "none"):
+    case(
+        "smooth_l1_loss",
+        _red,
+        lambda m, x, y, red=_red: F(m).smooth_l1_loss(x, y, reduction=red),
+        PAIR_X,
+        PAIR_Y,
+    )
+    case(
+        "huber_loss",
+        _red,
+        lambda m, x, y, red=_red: F(m).huber_loss(x, y, reduction=red),
+        PAIR_X,
+        PAIR_Y,
+    )
+case(
+    "smooth_l1_loss",
+    "beta",
+    lambda m, x, y: F(m).smooth_l1_loss(x, y, reduction="none", beta=0.5),
+    PAIR_X,
+    PAIR_Y,
+)
+case(
+    "huber_loss",
+    "delta_const_target",
+    lambda m, x, y: F(m).huber_loss(x, y, reduction="none", delta=2.5),
+    PAIR_X,
+    Const(PAIR_Y),
+)
+
+
 # =====================================================================================
 # The tests
 # =====================================================================================
