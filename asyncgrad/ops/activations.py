@@ -553,6 +553,24 @@ def fused_smooth_loss(
     return make(OPS[name], loss, (input, target), params, (xa, ta))
 
 
+def fused_hardswish(input: Tensor) -> Any:
+    """torch's ``x * min(max(x + 3, 0), 6) / 6`` as one op with torch's gradient; None for a
+    0-d or non-float32/64 input (the caller composes it then)."""
+    xa = input._array
+    if xa.ndim == 0 or (xa.dtype != dtypes.float32 and xa.dtype != dtypes.float64):
+        return None
+    xp = backend.namespace(xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        out = xa + 3.0
+        xp.clip(out, 0.0, 6.0, out=out)
+        out *= xa
+        out /= 6.0
+    finally:
+        restore_fp(token)
+    return make(OPS["hardswish"], out, (input,), NO_PARAMS, (xa,))
+
+
 def kl_div(input: Tensor, target: Any, reduction: Any = 1, *, log_target: bool = False) -> Tensor:
     """``target * (log(target) - input)`` (0 where target is 0), or with ``log_target``
     ``exp(target) * (target - input)``; torch-level ``reduction`` (no "batchmean")."""

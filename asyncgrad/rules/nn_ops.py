@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..backend import xp
+from ..backend import is_array, xp
 from .registry import defvjp
 
 __all__: list[str] = []
@@ -70,3 +70,28 @@ defvjp(
     lambda g, ans, x, t, *, reduction, delta: -_huber_grad(g, x, t, reduction, delta),
     save="x t",
 )
+
+
+# ----- hardswish: one op -----
+def _hardswish_grad(g: Any, x: Any) -> Any:
+    # torch's hardswish_backward: 0 at and below -3, g (x / 3 + 1 / 2) inside, g at and above 3
+    # and at NaN (its scalar loop, which short tensors take; its vectorized loop gives NaN there).
+    # On arrays, without NumPy's where (slow on a mixed mask): s = clip(x / 3, -1,
+    # 1) is x / 3 inside and -1, 1 exactly at and beyond -3, 3 (x / 3 of the float below 3 rounds
+    # below 1), and trunc(s) is 0 inside, so s + 1/2 - trunc(s) / 2 is torch's factor, 0 and 1
+    # outside. A NaN in the product (x NaN, g NaN, or g infinite where the factor is 0) sends it
+    # to the selecting form.
+    if is_array(x) and is_array(g):
+        f = x / 3.0
+        xp.clip(f, -1.0, 1.0, out=f)
+        t = xp.trunc(f)
+        t *= 0.5
+        f += 0.5
+        f -= t
+        f *= g
+        if not f.size or not xp.isnan(xp.min(f)):
+            return f
+    return xp.where(x <= -3.0, 0.0, xp.where(x < 3.0, g * (x / 3.0 + 0.5), g))
+
+
+defvjp("hardswish", lambda g, ans, x: _hardswish_grad(g, x), save="x")

@@ -1220,7 +1220,7 @@ case(
 )
 
 
-# ----- ops made fast: smooth_l1_loss, huber_loss -----
+# ----- ops made fast: smooth_l1_loss, huber_loss, hardswish -----
 for _red in ("mean", "sum", "none"):
     case(
         "smooth_l1_loss",
@@ -1245,6 +1245,18 @@ case(
     "constant_target",
     lambda x, t: F.huber_loss(x, t, delta=2.0),
     lambda r: (randn(r, 2, 5), const(r, 2, 5)),
+)
+case(
+    "hardswish",
+    "both_sides_of_the_kinks",
+    lambda x: F.hardswish(x),
+    lambda r: (uniform(r, 3, 5, lo=-4.5, hi=4.5),),
+)
+case(
+    "hardswish",
+    "inplace",
+    lambda x: F.hardswish(x * 1.0, inplace=True),
+    lambda r: (uniform(r, 2, 6, lo=-4.5, hi=4.5),),
 )
 
 

@@ -461,7 +461,7 @@ case("linalg_pinv", "zeros", lambda m, a: m.linalg.pinv(a), _LA)
 case("linalg_lu_factor_ex", "zeros", lambda m, a: m.linalg.lu_factor(a)[0], _LA)
 
 
-# ----- ops made fast: smooth_l1_loss, huber_loss -----
+# ----- ops made fast: smooth_l1_loss, huber_loss, hardswish -----
 for _red in ("mean", "sum", "none"):
     case(
         "smooth_l1_loss",
@@ -491,6 +491,15 @@ case(
     PAIR_X,
     Const(PAIR_Y),
 )
+# torch's vectorized loop gives a NaN gradient at NaN, its scalar loop (short tensors, the tail)
+# the output gradient: NaN only in a 5-element tensor, which the scalar loop takes.
+case(
+    "hardswish",
+    "specials_and_kinks",
+    lambda m, x: F(m).hardswish(x),
+    np.concatenate([VALUES[1:], [-3.0, 2.999, -2.999, -3.001, 3.001, -4.0]]),
+)
+case("hardswish", "nan", lambda m, x: F(m).hardswish(x), np.array([NAN, 3.0, -3.0, INF, -INF]))
 
 
 # =====================================================================================
