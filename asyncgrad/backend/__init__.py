@@ -600,9 +600,65 @@ def index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> A
     z = xp.zeros(shape, dtype=g.dtype)
     if is_basic_index(index):
         z[index] = g
-    else:  # CuPy 14 deprecates cupyx.scatter_add for this
-        xp.add.at(z, index, g)
+    elif not (type(g) is np.ndarray and _add_slices_at(z, index, g)):
+        xp.add.at(z, index, g)  # CuPy 14 deprecates cupyx.scatter_add for this
     return z
+
+
+# NOTE [Adding slices at repeated indices]
+# NumPy's ufunc.at is fast only for one 1-D index into a 1-D array; for an index array picking
+# whole slices (an embedding's rows, the columns of an unfold) it is an element at a time, about
+# 1 us per row. _add_slices_at does the same adding with fancy-index "+=" instead: that loses
+# repeats within one assignment, so the index is split into rounds in which each position
+# occurs once, the k-th occurrence of each position in round k. Every position still gets its
+# values added in their order in the index, from zero, as ufunc.at adds them (the same bits).
+_AT_MAX_ROUNDS: Final = 16
+_FULL: Final = slice(None)
+
+
+def _add_slices_at(z: Any, index: tuple[Any, ...], g: Any) -> bool:
+    """``np.add.at(z, index, g)`` for an ``index`` of full slices around one integer array (of
+    64 or more) that picks slices of at least 8 elements; False (nothing done) for any other
+    index, or when a position repeats more than _AT_MAX_ROUNDS times."""
+    pos = -1
+    for i, ix in enumerate(index):
+        if type(ix) is np.ndarray and ix.dtype.kind in "iu" and pos < 0:
+            pos = i
+        elif not (type(ix) is slice and ix == _FULL):
+            return False
+    if pos < 0 or g.dtype.kind not in "fc":
+        return False
+    ia = index[pos]
+    n = z.shape[pos]
+    lead, rest = z.shape[:pos], z.shape[pos + 1 :]
+    if g.shape != (*lead, *ia.shape, *rest) or ia.size < 64 or g.size < 8 * ia.size:
+        return False
+    flat = ia.reshape(-1)
+    lo, hi = int(flat.min()), int(flat.max())
+    if lo < -n or hi >= n:
+        return False  # ufunc.at raises the IndexError
+    if lo < 0:
+        flat = flat + n * (flat < 0)
+    g = g.reshape((*lead, flat.size, *rest))
+    m = flat.size
+    order = np.argsort(flat, kind="stable")
+    srt = flat[order]
+    first = np.empty(m, dtype=bool)
+    first[0] = True
+    np.not_equal(srt[1:], srt[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    rank = np.arange(m) - starts[np.cumsum(first) - 1]  # occurrence number, in sorted order
+    rounds = int(rank.max()) + 1
+    if rounds > _AT_MAX_ROUNDS:
+        return False
+    pre = (slice(None),) * pos
+    for k in range(rounds):
+        sel = order[rank == k] if rounds > 1 else order
+        if k == 0:  # z is zero there: 0 + v is v (but +0.0 for -0.0)
+            z[(*pre, flat[sel])] = g[(*pre, sel)] + 0.0
+        else:
+            z[(*pre, flat[sel])] += g[(*pre, sel)]
+    return True
 
 
 def is_basic_index(index: tuple[Any, ...]) -> bool:
