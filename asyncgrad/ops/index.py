@@ -226,9 +226,11 @@ def take(input: Tensor, idx: tuple[Any, ...]) -> Tensor:
     """``input[idx]`` as a new tensor (never a view), recorded as ``getitem``; ``idx`` holds
     slices, ints and index arrays on input's device."""
     xa = input._array
-    out = xa[idx]
-    if backend.shares_base(out, xa):
-        out = out.copy()
+    out = backend.take_runs(xa, idx)  # by slices, where the index is a few runs
+    if out is None:
+        out = xa[idx]
+        if backend.shares_base(out, xa):
+            out = out.copy()
     return make(OPS["getitem"], out, (input,), {"index": idx, "in_shape": xa.shape})
 
 

@@ -56,3 +56,29 @@ def test_special_values_and_out_of_range() -> None:
     ia[3] = 50
     with pytest.raises(IndexError):
         backend.index_add_zeros(g, (ia,), (50, 10))
+
+
+_RUN_INDICES = [
+    np.r_[2, 1, np.arange(0, 40), 38, 37],  # reflect padding
+    np.r_[0, 0, np.arange(0, 40), 39, 39, 39],  # replicate padding
+    np.arange(39, -1, -1),  # flip
+    np.r_[np.arange(30, 40), np.arange(0, 30)],  # roll
+    np.r_[5, 9, 10, 3, 3, 2, 1, 0],  # short runs and repeats
+]
+
+
+@pytest.mark.parametrize("ia", _RUN_INDICES, ids=range(len(_RUN_INDICES)))
+@pytest.mark.parametrize("lead", [0, 1, 2])
+def test_runs_same_bits_as_add_at_and_indexing(ia: Any, lead: int) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal({0: (40, 128), 1: (16, 40, 8), 2: (6, 20, 40)}[lead])
+    index = (*([slice(None)] * lead), ia, Ellipsis)
+    got = backend.take_runs(x, index)
+    assert got is not None
+    np.testing.assert_array_equal(got, x[index])
+    assert not np.shares_memory(got, x)
+    g = rng.standard_normal(x[index].shape)
+    g.reshape(-1)[::5] = -0.0
+    np.testing.assert_array_equal(
+        backend.index_add_zeros(g, index, x.shape), _at(g, index, x.shape)
+    )
