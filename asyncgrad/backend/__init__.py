@@ -664,22 +664,23 @@ def _runs(flat: Any) -> list[tuple[int, int, slice]] | None:
 
 
 def take_runs(xa: Any, index: tuple[Any, ...]) -> Any:
-    """``xa[index]`` (a new array) by slices where the index is full slices around one 1-D
-    integer array of a few runs of consecutive values (reflect and replicate padding, flip,
-    narrow), as NumPy's advanced indexing along a later axis goes an element at a time; None
-    for any other index."""
-    if type(xa) is not np.ndarray:
+    """``xa[index]`` (a new array) where the index is full slices around one integer array:
+    by slices where that array is 1-D and a few runs of consecutive values (reflect and
+    replicate padding, flip, roll), as NumPy's advanced indexing along a later axis goes an
+    element at a time; by ``np.take`` where it is the first (rows of an embedding). None for
+    any other index, or an index out of range (which indexing reports)."""
+    if type(xa) is not np.ndarray or xa.size < 4096:
         return None
     got = _one_array_index(index, xa.ndim)
-    if got is None or got[1].ndim != 1 or xa.size < 4096:
+    if got is None:
         return None
     pos, ia = got
     n = xa.shape[pos]
-    if ia.shape[0] == 0 or int(ia.min()) < 0 or int(ia.max()) >= n:
+    if ia.size == 0 or int(ia.min()) < 0 or int(ia.max()) >= n:
         return None
-    runs = _runs(ia)
+    runs = _runs(ia) if ia.ndim == 1 else None
     if runs is None:
-        return None
+        return np.take(xa, ia, axis=0) if pos == 0 else None
     pre = (slice(None),) * pos
     return np.concatenate([xa[(*pre, vs)] for _, _, vs in runs], axis=pos)
 

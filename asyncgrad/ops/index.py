@@ -156,7 +156,9 @@ def getitem_for(op: str, input: Tensor, index: Any) -> Tensor:
             idx = _masks_as_indices(xa, idx)
             check_index_bounds(op, xa, idx)
     try:
-        out = xa[idx]
+        out = backend.take_runs(xa, idx) if advanced else None
+        if out is None:
+            out = xa[idx]
     except IndexError as e:
         raise IndexError(f"{e} (indexing a tensor of shape {tuple(xa.shape)})") from None
     t = make(OPS["getitem"], out, (input,), {"index": idx, "in_shape": xa.shape})
