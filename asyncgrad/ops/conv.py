@@ -835,14 +835,14 @@ def window_max(x: Tensor, windows: list[Any], unique: bool = False) -> tuple[Ten
     outs = tuple(w.shape[2] for w in windows)
     ks = tuple(w.shape[3] for w in windows)
     perm = (0, 1, *range(2, rank, 2), *range(3, rank, 2))
-    got = _uniform_windows(mod, xa, windows) if src is xa else None
+    uni = _uniform_windows(mod, xa, windows) if src is xa else None
     geo = None
     has_nan = xa.dtype.kind == "f" and bool(mod.isnan(xa).any())
-    if got is None:
+    if uni is None:
         win = src[tuple(grid)].transpose(perm).reshape(nb, c, *outs, -1)
         pos = win.argmax(axis=-1)
     else:
-        win_k, geo = got  # (K, N, C, *O): reductions over the first axis run elementwise
+        win_k, geo = uni  # (K, N, C, *O): reductions over the first axis run elementwise
         win = mod.moveaxis(win_k, 0, -1)
         if has_nan:
             pos = win.argmax(axis=-1)
