@@ -602,9 +602,134 @@ def index_add_zeros(g: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> A
     z = xp.zeros(shape, dtype=g.dtype)
     if is_basic_index(index):
         z[index] = g
-    else:  # CuPy 14 deprecates cupyx.scatter_add for this
-        xp.add.at(z, index, g)
+    elif not (type(g) is np.ndarray and _add_slices_at(z, index, g)):
+        xp.add.at(z, index, g)  # CuPy 14 deprecates cupyx.scatter_add for this
     return z
+
+
+# NOTE [Adding slices at repeated indices]
+# NumPy's ufunc.at is fast only for one 1-D index into a 1-D array; for an index array picking
+# whole slices (an embedding's rows, the columns of an unfold) it is an element at a time, about
+# 1 us per row. _add_slices_at does the same adding with fancy-index "+=" instead: that loses
+# repeats within one assignment, so the index is split into rounds in which each position
+# occurs once, the k-th occurrence of each position in round k. Every position still gets its
+# values added in their order in the index, from zero, as ufunc.at adds them (the same bits).
+_AT_MAX_ROUNDS: Final = 16
+_FULL: Final = slice(None)
+
+
+def _one_array_index(index: tuple[Any, ...], ndim: int) -> tuple[int, Any] | None:
+    """(position, array) for an ``index`` of full slices (and an Ellipsis) around one integer
+    NumPy array; None for any other index."""
+    if any(ix is Ellipsis for ix in index):
+        at = next(i for i, ix in enumerate(index) if ix is Ellipsis)
+        full = (_FULL,) * (ndim - len(index) + 1)
+        index = (*index[:at], *full, *index[at + 1 :])
+    if len(index) > ndim:
+        return None
+    pos = -1
+    for i, ix in enumerate(index):
+        if type(ix) is np.ndarray and ix.dtype.kind in "iu" and pos < 0:
+            pos = i
+        elif not (type(ix) is slice and ix == _FULL):
+            return None
+    return None if pos < 0 else (pos, index[pos])
+
+
+_MAX_RUNS: Final = 8
+
+
+def _runs(flat: Any) -> list[tuple[int, int, slice]] | None:
+    """``flat`` (1-D, in range, not negative) cut into at most _MAX_RUNS runs of consecutive
+    values (step 1 or -1): (first position, end position, the values as a slice); None if it
+    takes more."""
+    m = flat.shape[0]
+    if m == 0:
+        return None
+    d = np.diff(flat)
+    cut = np.abs(d) != 1
+    cut[1:] |= d[1:] != d[:-1]
+    ends = np.flatnonzero(cut)
+    if ends.shape[0] >= _MAX_RUNS:
+        return None
+    out = []
+    start = 0
+    for e in [*(int(i) + 1 for i in ends), m]:
+        v0, v1 = int(flat[start]), int(flat[e - 1])
+        if v1 >= v0:
+            vs = slice(v0, v1 + 1)
+        else:
+            vs = slice(v0, v1 - 1 if v1 > 0 else None, -1)
+        out.append((start, e, vs))
+        start = e
+    return out
+
+
+def take_runs(xa: Any, index: tuple[Any, ...]) -> Any:
+    """``xa[index]`` (a new array) where the index is full slices around one integer array:
+    by slices where that array is 1-D and a few runs of consecutive values (reflect and
+    replicate padding, flip, roll), as NumPy's advanced indexing along a later axis goes an
+    element at a time; by ``np.take`` where it is the first (rows of an embedding). None for
+    any other index, or an index out of range (which indexing reports)."""
+    if type(xa) is not np.ndarray or xa.size < 4096:
+        return None
+    got = _one_array_index(index, xa.ndim)
+    if got is None:
+        return None
+    pos, ia = got
+    n = xa.shape[pos]
+    if ia.size == 0 or int(ia.min()) < 0 or int(ia.max()) >= n:
+        return None
+    runs = _runs(ia) if ia.ndim == 1 else None
+    if runs is None:
+        return np.take(xa, ia, axis=0) if pos == 0 else None
+    pre = (slice(None),) * pos
+    return np.concatenate([xa[(*pre, vs)] for _, _, vs in runs], axis=pos)
+
+
+def _add_slices_at(z: Any, index: tuple[Any, ...], g: Any) -> bool:
+    """``np.add.at(z, index, g)`` for an ``index`` of full slices (and an Ellipsis) around one
+    integer array that picks slices of at least 8 elements, 4096 or more in all; False (nothing
+    done) for any other index, or when a position repeats more than _AT_MAX_ROUNDS times."""
+    got = _one_array_index(index, z.ndim)
+    if got is None or g.dtype.kind not in "fc":
+        return False
+    pos, ia = got
+    n = z.shape[pos]
+    lead, rest = z.shape[:pos], z.shape[pos + 1 :]
+    if g.shape != (*lead, *ia.shape, *rest) or g.size < 8 * ia.size or g.size < 4096:
+        return False
+    flat = ia.reshape(-1)
+    lo, hi = int(flat.min()), int(flat.max())
+    if lo < -n or hi >= n:
+        return False  # ufunc.at raises the IndexError
+    if lo < 0:
+        flat = flat + n * (flat < 0)
+    g = g.reshape((*lead, flat.size, *rest))
+    pre = (slice(None),) * pos
+    runs = _runs(flat)
+    if runs is not None:  # a few runs of distinct positions, added in their order
+        for p0, p1, vs in runs:
+            z[(*pre, vs)] += g[(*pre, slice(p0, p1))]
+        return True
+    m = flat.size
+    order = np.argsort(flat, kind="stable")
+    srt = flat[order]
+    first = np.empty(m, dtype=bool)
+    first[0] = True
+    np.not_equal(srt[1:], srt[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    rank = np.arange(m) - starts[np.cumsum(first) - 1]  # occurrence number, in sorted order
+    rounds = int(rank.max()) + 1
+    if rounds > _AT_MAX_ROUNDS:
+        return False
+    for k in range(rounds):
+        sel = order[rank == k] if rounds > 1 else order
+        if k == 0:  # z is zero there: 0 + v is v (but +0.0 for -0.0)
+            z[(*pre, flat[sel])] = g[(*pre, sel)] + 0.0
+        else:
+            z[(*pre, flat[sel])] += g[(*pre, sel)]
+    return True
 
 
 def is_basic_index(index: tuple[Any, ...]) -> bool:

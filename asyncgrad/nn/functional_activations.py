@@ -104,6 +104,9 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def _hardswish(x: Tensor) -> Tensor:
+    fused = act.fused_hardswish(x)
+    if fused is not None:
+        return fused  # type: ignore[no-any-return]
     # The middle branch reads x only inside (-3, 3), so an infinite x gives no NaN gradient
     # through it; beyond 3 (and at NaN) x itself, at or below -3 x * 0 (NaN at -inf, as torch's
     # x * relu6(x + 3) / 6).

@@ -278,6 +278,15 @@ def embedding_bag(
     if max_norm is not None:
         embedding_renorm_(weight, ops.wrap(ia), max_norm, norm_type)
     n_bags = off.shape[0]
+    d = weight.shape[1]
+    if input.ndim == 2 and padding_idx is None and m and mode != "max":
+        # Bags of one length: a sum (or mean) over the bag axis, as torch's sum then division
+        # (no scatter: its backward would be a gather of every row).
+        rows = embedding(ops.wrap(ia), weight, scale_grad_by_freq=scale_grad_by_freq)
+        rows = ops.reshape(rows, (*input.shape, d))
+        if per_sample_weights is not None:
+            rows = ops.mul(rows, ops.reshape(per_sample_weights, (*input.shape, 1)))
+        return ops.mean(rows, dim=1) if mode == "mean" else ops.sum(rows, dim=1)
     # Which bag each index belongs to (offsets need not be distinct: empty bags).
     bag = xp.searchsorted(off, xp.arange(m), side="right") - 1
     keep = xp.ones(m, dtype=bool) if padding_idx is None else ia != padding_idx

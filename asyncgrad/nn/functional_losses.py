@@ -145,6 +145,9 @@ def smooth_l1_loss(
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     if beta == 0.0:
         return l1_loss(input, target, red)
+    fused = act.fused_smooth_loss(input, target, red, beta, huber=False)
+    if fused is not None:
+        return fused  # type: ignore[no-any-return]
     d = ops.sub(input, target)
     ad = ops.abs(d)
     quad = ops.div(ops.mul(ops.mul(d, d), 0.5), beta)
@@ -164,6 +167,10 @@ def huber_loss(
     red = act.reduction_name(reduction)
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    if weight is None:
+        fused = act.fused_smooth_loss(input, target, red, delta, huber=True)
+        if fused is not None:
+            return fused  # type: ignore[no-any-return]
     d = ops.sub(input, target)
     ad = ops.abs(d)
     loss = ops.where(

@@ -504,6 +504,73 @@ def binary_cross_entropy(input: Tensor, target: Any, weight: Any = None) -> Tens
     return make(OPS["binary_cross_entropy"], loss, (input, target, weight), NO_PARAMS, (xa, ta, wa))
 
 
+def fused_smooth_loss(
+    input: Tensor, target: Tensor, reduction: str, beta: float, huber: bool
+) -> Any:
+    """``smooth_l1_loss`` (``huber=False``) or ``huber_loss`` (``beta`` the delta) as one op with
+    torch's gradients, the reduction inside; None where the inputs are not two floating tensors
+    of one dtype on one device (the caller composes it then)."""
+    xa, ta = input._array, target._array
+    if xa.dtype != ta.dtype or xa.dtype.kind != "f" or type(xa) is not type(ta):
+        return None
+    if xa.ndim == 0 and ta.ndim == 0:  # NumPy arithmetic on 0-d arrays gives scalars
+        return None
+    if backend.device_of(xa) is not backend.device_of(ta):
+        return None
+    xp = backend.namespace(xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        # With c = d clipped to [-beta, beta]: (d - c / 2) c is torch's 0.5 z z inside (exactly:
+        # d - d / 2 is d / 2) and beta (z - beta / 2) outside (z = |d|); smooth_l1 takes c / beta
+        # for c, which is +-1 outside. Halving c in place and doubling the result changes no bit
+        # (scaling by 2 commutes with rounding). clip, not where: NumPy's where is slow on a mixed
+        # mask; NaN stays NaN.
+        loss = xa - ta
+        c = xp.clip(loss, -beta, beta)
+        if huber or beta == 1.0:
+            c *= 0.5
+            loss -= c
+            loss *= c
+            scale = 2.0
+        else:
+            loss -= c * 0.5
+            c /= beta
+            loss *= c
+            scale = 1.0
+        if reduction == "mean":  # NumPy's mean, without its wrapper's overhead
+            loss = loss.sum() / loss.size * scale
+        elif reduction == "sum":
+            loss = loss.sum() * scale
+        elif scale != 1.0:
+            loss *= scale
+    finally:
+        restore_fp(token)
+    loss = backend.ensure_array(loss)
+    if loss.dtype != xa.dtype:
+        loss = loss.astype(xa.dtype)
+    name = "huber_loss" if huber else "smooth_l1_loss"
+    params = {"reduction": reduction, ("delta" if huber else "beta"): beta}
+    return make(OPS[name], loss, (input, target), params, (xa, ta))
+
+
+def fused_hardswish(input: Tensor) -> Any:
+    """torch's ``x * min(max(x + 3, 0), 6) / 6`` as one op with torch's gradient; None for a
+    0-d or non-float32/64 input (the caller composes it then)."""
+    xa = input._array
+    if xa.ndim == 0 or (xa.dtype != dtypes.float32 and xa.dtype != dtypes.float64):
+        return None
+    xp = backend.namespace(xa)
+    token = quiet_fp()  # See NOTE [Silent floating point]
+    try:
+        out = xa + 3.0
+        xp.clip(out, 0.0, 6.0, out=out)
+        out *= xa
+        out /= 6.0
+    finally:
+        restore_fp(token)
+    return make(OPS["hardswish"], out, (input,), NO_PARAMS, (xa,))
+
+
 def kl_div(input: Tensor, target: Any, reduction: Any = 1, *, log_target: bool = False) -> Tensor:
     """``target * (log(target) - input)`` (0 where target is 0), or with ``log_target``
     ``exp(target) * (target - input)``; torch-level ``reduction`` (no "batchmean")."""

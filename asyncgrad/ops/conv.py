@@ -835,33 +835,51 @@ def window_max(x: Tensor, windows: list[Any], unique: bool = False) -> tuple[Ten
     outs = tuple(w.shape[2] for w in windows)
     ks = tuple(w.shape[3] for w in windows)
     perm = (0, 1, *range(2, rank, 2), *range(3, rank, 2))
-    win = src[tuple(grid)].transpose(perm).reshape(nb, c, *outs, -1)
-    pos = win.argmax(axis=-1)
-    if xa.dtype.kind == "f":
+    uni = _uniform_windows(mod, xa, windows) if src is xa else None
+    geo = None
+    has_nan = xa.dtype.kind == "f" and bool(mod.isnan(xa).any())
+    if uni is None:
+        win = src[tuple(grid)].transpose(perm).reshape(nb, c, *outs, -1)
+        pos = win.argmax(axis=-1)
+    else:
+        win_k, geo = uni  # (K, N, C, *O): reductions over the first axis run elementwise
+        win = mod.moveaxis(win_k, 0, -1)
+        if has_nan:
+            pos = win.argmax(axis=-1)
+        else:  # the first k where the max is: K - max over k of (K - k) [win[k] == max]
+            kk = win_k.shape[0]
+            dt = mod.int8 if kk < 128 else mod.int32
+            down = (kk - mod.arange(kk, dtype=dt)).reshape(kk, *(1,) * (win_k.ndim - 1))
+            hit = (win_k == win_k.max(axis=0)) * down
+            pos = kk - hit.max(axis=0).astype(mod.int64)
+    if has_nan:  # the NaN search only where the input has a NaN
         nan = mod.isnan(win)
         last_nan = win.shape[-1] - 1 - nan[..., ::-1].argmax(axis=-1)
         pos = mod.where(nan.any(axis=-1), last_nan, pos)
-    # the window offset along each axis, then its coordinate
-    coords: list[Any] = []
-    rest = pos
-    for a in range(nsp - 1, -1, -1):
-        ka = rest % ks[a]
-        rest = rest // ks[a]
-        oa = mod.arange(outs[a]).reshape([outs[a] if i == 2 + a else 1 for i in range(2 + nsp)])
-        nn = mod.arange(nb).reshape((nb,) + (1,) * (1 + nsp))
-        cc = mod.arange(c).reshape((1, c) + (1,) * nsp)
-        coords.insert(0, full[a][nn, cc, oa, ka])
-    invalid = coords[0] < 0
-    for co in coords[1:]:
-        invalid = invalid | (co < 0)
-    if bool(invalid.any()):  # only -inf and padding: torch keeps the first in-bounds element
-        for a in range(nsp):
-            first = mod.where(full[a] < 0, sizes[a], full[a]).min(axis=-1)  # (nb, c, O_a)
-            first = first.reshape([nb, c] + [outs[a] if i == a else 1 for i in range(nsp)])
-            coords[a] = mod.where(invalid, first, coords[a])
-    index = coords[0]
-    for a in range(1, nsp):
-        index = index * sizes[a] + coords[a]
+    if geo is not None:  # uniform windows: the window's start plus the offset of its k-th
+        index = _uniform_index(mod, geo, sizes, pos)
+    else:
+        # the window offset along each axis, then its coordinate
+        coords: list[Any] = []
+        rest = pos
+        for a in range(nsp - 1, -1, -1):
+            ka = rest % ks[a]
+            rest = rest // ks[a]
+            oa = mod.arange(outs[a]).reshape([outs[a] if i == 2 + a else 1 for i in range(2 + nsp)])
+            nn = mod.arange(nb).reshape((nb,) + (1,) * (1 + nsp))
+            cc = mod.arange(c).reshape((1, c) + (1,) * nsp)
+            coords.insert(0, full[a][nn, cc, oa, ka])
+        invalid = coords[0] < 0
+        for co in coords[1:]:
+            invalid = invalid | (co < 0)
+        if bool(invalid.any()):  # only -inf and padding: torch keeps the first in-bounds one
+            for a in range(nsp):
+                first = mod.where(full[a] < 0, sizes[a], full[a]).min(axis=-1)  # (nb, c, O_a)
+                first = first.reshape([nb, c] + [outs[a] if i == a else 1 for i in range(nsp)])
+                coords[a] = mod.where(invalid, first, coords[a])
+        index = coords[0]
+        for a in range(1, nsp):
+            index = index * sizes[a] + coords[a]
     index = index.astype(mod.int64)
     plane = math.prod(sizes)
     flat = (index + (mod.arange(nb * c) * plane).reshape(nb, c, *(1,) * nsp)).reshape(-1)
@@ -870,6 +888,56 @@ def window_max(x: Tensor, windows: list[Any], unique: bool = False) -> tuple[Ten
     out = make(OPS["max_pool2d_with_indices"], vals, (x,), params)
     keeps_for_backward(out._grad_fn)  # torch's backward node saves the indices
     return out, index
+
+
+def _uniform_index(mod: Any, geo: list[Any], sizes: list[int], pos: Any) -> Any:
+    """The in-plane flat index of the element at window position ``pos`` (N, C, *O) for
+    uniform windows (See _uniform_windows): each window's first element plus the k-th offset."""
+    nsp = len(geo)
+    step = [math.prod(sizes[a + 1 :]) for a in range(nsp)]
+    start: Any = 0
+    offset: Any = 0
+    for a, (w0, s, d, o, k) in enumerate(geo):
+        start = start + ((mod.arange(o) * s + w0) * step[a]).reshape(
+            [o if i == a else 1 for i in range(nsp)]
+        )
+        offset = offset + (mod.arange(k) * (d * step[a])).reshape(
+            [k if i == a else 1 for i in range(nsp)]
+        )
+    return start + offset.reshape(-1)[pos]
+
+
+def _uniform_windows(mod: Any, xa: Any, windows: list[Any]) -> Any:
+    """The windows (prod K, N, C, *O) of ``window_max`` copied from a strided view of ``xa``,
+    and per axis (w0, s, d, O, K), where every axis's windows (1, 1, O, K) are ``w0 + o s + k d``
+    inside the input (pools without padding, adaptive pools of a multiple of the output size),
+    instead of gathering them with an index array per element; None otherwise."""
+    geo = []
+    for w in windows:
+        if w.shape[0] != 1 or w.shape[1] != 1 or not w.size:
+            return None
+        o, k = w.shape[2], w.shape[3]
+        w0 = int(w[0, 0, 0, 0])
+        s = int(w[0, 0, 1, 0]) - w0 if o > 1 else 1
+        d = int(w[0, 0, 0, 1]) - w0 if k > 1 else 1
+        if w0 < 0 or s <= 0 or d <= 0:
+            return None
+        want = (mod.arange(o) * s).reshape(o, 1) + mod.arange(k) * d + w0
+        if not bool((w[0, 0] == want).all()):
+            return None
+        geo.append((w0, s, d, o, k))
+    base = xa[(slice(None), slice(None), *(slice(g[0], None) for g in geo))]
+    st = base.strides
+    nsp = len(geo)
+    shape = (*(g[4] for g in geo), *xa.shape[:2], *(g[3] for g in geo))
+    strides = (
+        *(g[2] * st[2 + a] for a, g in enumerate(geo)),
+        st[0],
+        st[1],
+        *(g[1] * st[2 + a] for a, g in enumerate(geo)),
+    )
+    view = mod.lib.stride_tricks.as_strided(base, shape, strides)
+    return mod.ascontiguousarray(view).reshape(-1, *shape[nsp:]), geo
 
 
 def pool_windows(mod: Any, size: int, o: int, k: int, s: int, p: int, d: int) -> Any:

@@ -156,7 +156,9 @@ def getitem_for(op: str, input: Tensor, index: Any) -> Tensor:
             idx = _masks_as_indices(xa, idx)
             check_index_bounds(op, xa, idx)
     try:
-        out = xa[idx]
+        out = backend.take_runs(xa, idx) if advanced else None
+        if out is None:
+            out = xa[idx]
     except IndexError as e:
         raise IndexError(f"{e} (indexing a tensor of shape {tuple(xa.shape)})") from None
     t = make(OPS["getitem"], out, (input,), {"index": idx, "in_shape": xa.shape})
@@ -226,9 +228,11 @@ def take(input: Tensor, idx: tuple[Any, ...]) -> Tensor:
     """``input[idx]`` as a new tensor (never a view), recorded as ``getitem``; ``idx`` holds
     slices, ints and index arrays on input's device."""
     xa = input._array
-    out = xa[idx]
-    if backend.shares_base(out, xa):
-        out = out.copy()
+    out = backend.take_runs(xa, idx)  # by slices, where the index is a few runs
+    if out is None:
+        out = xa[idx]
+        if backend.shares_base(out, xa):
+            out = out.copy()
     return make(OPS["getitem"], out, (input,), {"index": idx, "in_shape": xa.shape})
 
 

@@ -504,16 +504,23 @@ def _back_to(a: Any, ndim: int) -> Any:
     return a if ndim == 4 else a[:, :, 0, :]
 
 
-def _conv_cols(
-    x: Any, k_hw: tuple[int, int], groups: int, stride: Any, padding: Any, dilation: Any
-) -> Any:
-    """im2col of x (N, C, H, W): (N, G, C/G*kh*kw, OH*OW), and (OH, OW)."""
+def _padded(x: Any, padding: Any) -> Any:
+    """x (N, C, H, W) zero-padded by ((top, bottom), (left, right))."""
     n, c, h, w = x.shape
     (pt, pb), (pl, pr) = padding
     if pt or pb or pl or pr:
         xpad = backend.namespace(x).zeros((n, c, h + pt + pb, w + pl + pr), dtype=x.dtype)
         xpad[:, :, pt : pt + h, pl : pl + w] = x
-        x = xpad
+        return xpad
+    return x
+
+
+def _conv_cols(
+    x: Any, k_hw: tuple[int, int], groups: int, stride: Any, padding: Any, dilation: Any
+) -> Any:
+    """im2col of x (N, C, H, W): (N, G, C/G*kh*kw, OH*OW), and (OH, OW)."""
+    n = x.shape[0]
+    x = _padded(x, padding)
     win = backend.windows(x, k_hw, stride, dilation)  # (N, C, kh, kw, OH, OW), a view
     oh, ow = win.shape[-2:]
     return win.reshape(n, groups, -1, oh * ow), (oh, ow)
@@ -540,6 +547,15 @@ def conv_input_grad_array(gy: Any, w: Any, *, groups: int, x_hw: Any, **p: Any) 
     (sh, sw), (dh, dw) = p["stride"], p["dilation"]
     (pt, pb), (pl, pr) = p["padding"]
     h, wd = x_hw
+    eh, ew = (kh - 1) * dh, (kw - 1) * dw
+    if (sh, sw) == (1, 1) and groups == 1 and max(pt, pb) <= eh and max(pl, pr) <= ew:
+        # stride 1: the full correlation of gy with the flipped kernel, channels swapped (one
+        # im2col and one product, no accumulation per kernel offset)
+        wf = backend.namespace(w4).ascontiguousarray(xp.swapaxes(w4, 0, 1)[:, :, ::-1, ::-1])
+        pads = ((eh - pt, eh - pb), (ew - pl, ew - pr))
+        dx = conv_array(g4, wf, None, groups=1, k_hw=(kh, kw), stride=(1, 1), padding=pads,
+                        dilation=(dh, dw))  # fmt: skip
+        return _back_to(dx, gy.ndim)
     wt = xp.swapaxes(w4.reshape(groups, o // groups, -1), -1, -2)  # (G, K, O/G)
     cols = wt @ g4.reshape(n, groups, o // groups, oh * ow)  # (N, G, K, L)
     cols = cols.reshape(n, groups * cg, kh, kw, oh, ow)
@@ -561,14 +577,25 @@ def conv_weight_grad_array(x: Any, gy: Any, *, groups: int, k_hw: Any, **p: Any)
     """The gradient of a convolution's weight: gy @ im2col(x)^T per group, summed over the
     batch."""
     x4, g4 = _as_2d(x), _as_2d(gy)
-    cols, (oh, ow) = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
     gh, gw_ = g4.shape[2:]
-    if (oh, ow) != (gh, gw_):
-        # x is a transposed convolution's output grown by output_padding: its windows past gy's
-        # extent did not produce any of gy.
+    n, o = g4.shape[:2]
+    if groups == 1:  # one product over the batch and the positions together
+        x4 = _padded(x4, p["padding"])
+        win = backend.windows(x4, k_hw, p["stride"], p["dilation"])  # (N, C, kh, kw, OH, OW)
+        # x may be a transposed convolution's output grown by output_padding: its windows past
+        # gy's extent did not produce any of gy.
+        win = win[..., :gh, :gw_]
+        mod = backend.namespace(x4)
+        cols = mod.ascontiguousarray(mod.moveaxis(win, 0, 3)).reshape(
+            -1, n * math.prod(win.shape[-2:])
+        )
+        gt = mod.ascontiguousarray(mod.swapaxes(g4, 0, 1)).reshape(o, -1)
+        gw = xp.swapaxes(cols @ xp.swapaxes(gt, 0, 1), 0, 1).reshape(o, -1, *k_hw)
+        return _back_to(gw, x.ndim)
+    cols, (oh, ow) = _conv_cols(x4, k_hw, groups, p["stride"], p["padding"], p["dilation"])
+    if (oh, ow) != (gh, gw_):  # as above: the windows past gy's extent
         cols = cols.reshape(*cols.shape[:3], oh, ow)[..., :gh, :gw_]
         cols = cols.reshape(*cols.shape[:3], gh * gw_)
-    n, o = g4.shape[:2]
     gw = g4.reshape(n, groups, o // groups, -1) @ xp.swapaxes(cols, -1, -2)  # (N, G, O/G, K)
     gw = gw.sum(axis=0).reshape(o, -1, *k_hw)
     return _back_to(gw, x.ndim)

@@ -66,10 +66,10 @@ def cumprod_grad(g: Any, ans: Any, x: Any, dim: int | None) -> Any:
     xa = _array(x)
     m = backend.namespace(xa)
     zero = xa == 0
+    if not bool(zero.any()):  # no zeros: every position is before a slice's first zero
+        return reverse_cumsum(g * ans, dim) / x
     seen = m.cumsum(zero, axis=dim)
     before = seen == 0
-    if bool(before.all()):
-        return reverse_cumsum(g * ans, dim) / x
     if isinstance(x, Tensor) and bool(m.isfinite(xa).all() & m.isfinite(_array(g)).all()):
         return _cumprod_grad_differentiable(g, x, dim)
     # Sums over the terms that are not 0 by a zero factor only, as torch's: an infinite g there

@@ -1222,6 +1222,46 @@ case(
 )
 
 
+# ----- ops made fast: smooth_l1_loss, huber_loss, hardswish -----
+for _red in ("mean", "sum", "none"):
+    case(
+        "smooth_l1_loss",
+        _red,
+        lambda x, t, red=_red: F.smooth_l1_loss(x, t, reduction=red),
+        lambda r: (randn(r, 3, 4), randn(r, 3, 4)),
+    )
+    case(
+        "huber_loss",
+        _red,
+        lambda x, t, red=_red: F.huber_loss(x, t, reduction=red, delta=0.7),
+        lambda r: (randn(r, 3, 4), randn(r, 3, 4)),
+    )
+case(
+    "smooth_l1_loss",
+    "beta",
+    lambda x, t: F.smooth_l1_loss(x, t, beta=0.5),
+    lambda r: (randn(r, 3, 4), randn(r, 3, 4)),
+)
+case(
+    "huber_loss",
+    "constant_target",
+    lambda x, t: F.huber_loss(x, t, delta=2.0),
+    lambda r: (randn(r, 2, 5), const(r, 2, 5)),
+)
+case(
+    "hardswish",
+    "both_sides_of_the_kinks",
+    lambda x: F.hardswish(x),
+    lambda r: (uniform(r, 3, 5, lo=-4.5, hi=4.5),),
+)
+case(
+    "hardswish",
+    "inplace",
+    lambda x: F.hardswish(x * 1.0, inplace=True),
+    lambda r: (uniform(r, 2, 6, lo=-4.5, hi=4.5),),
+)
+
+
 # =====================================================================================
 # More pointwise math: inverse trigonometric and hyperbolic functions, exponentials and
 # logarithms, torch.special's functions, rounding, signs and comparisons

@@ -470,6 +470,47 @@ case("linalg_pinv", "zeros", lambda m, a: m.linalg.pinv(a), _LA)
 case("linalg_lu_factor_ex", "zeros", lambda m, a: m.linalg.lu_factor(a)[0], _LA)
 
 
+# ----- ops made fast: smooth_l1_loss, huber_loss, hardswish -----
+for _red in ("mean", "sum", "none"):
+    case(
+        "smooth_l1_loss",
+        _red,
+        lambda m, x, y, red=_red: F(m).smooth_l1_loss(x, y, reduction=red),
+        PAIR_X,
+        PAIR_Y,
+    )
+    case(
+        "huber_loss",
+        _red,
+        lambda m, x, y, red=_red: F(m).huber_loss(x, y, reduction=red),
+        PAIR_X,
+        PAIR_Y,
+    )
+case(
+    "smooth_l1_loss",
+    "beta",
+    lambda m, x, y: F(m).smooth_l1_loss(x, y, reduction="none", beta=0.5),
+    PAIR_X,
+    PAIR_Y,
+)
+case(
+    "huber_loss",
+    "delta_const_target",
+    lambda m, x, y: F(m).huber_loss(x, y, reduction="none", delta=2.5),
+    PAIR_X,
+    Const(PAIR_Y),
+)
+# torch's vectorized loop gives a NaN gradient at NaN, its scalar loop (short tensors, the tail)
+# the output gradient: NaN only in a 5-element tensor, which the scalar loop takes.
+case(
+    "hardswish",
+    "specials_and_kinks",
+    lambda m, x: F(m).hardswish(x),
+    np.concatenate([VALUES[1:], [-3.0, 2.999, -2.999, -3.001, 3.001, -4.0]]),
+)
+case("hardswish", "nan", lambda m, x: F(m).hardswish(x), np.array([NAN, 3.0, -3.0, INF, -INF]))
+
+
 # =====================================================================================
 # More pointwise math: every special value; the edges of each domain (+-1 for acos, asin,
 # atanh and erfinv, 0 and 1 for logit and ndtri, poles of lgamma, digamma and polygamma)
