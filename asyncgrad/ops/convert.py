@@ -25,7 +25,6 @@ def contiguous(input: Tensor, memory_format: Any = None) -> Tensor:
     return make(OPS["clone"], backend.namespace(a).ascontiguousarray(a), (input,))
 
 
-@silent_fp  # See NOTE [Silent floating point]
 def _check_layout(layout: Any, memory_format: Any) -> None:
     """torch's ``layout=`` and ``memory_format=``: every asyncgrad tensor is dense and strided,
     and a memory format changes no value (See NOTE [Layouts and memory formats] in dtypes.py);
@@ -38,6 +37,7 @@ def _check_layout(layout: Any, memory_format: Any) -> None:
         )
 
 
+@silent_fp  # See NOTE [Silent floating point]
 def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """``self`` on another device and/or with another dtype (itself when nothing changes)."""
     dev: Device | None = None

@@ -39,7 +39,9 @@ RANDOM_OUTPUT = re.compile(
     r"log_normal|poisson|rrelu|empty|gumbel|fractional_max_pool).*"
 )
 
-TOLERANCE = {"float64": (1e-7, 1e-7), "float32": (1e-4, 1e-5)}
+# float32 sums come out in another order than torch's kernels' (im2col products, pairwise
+# reductions): its absolute tolerance allows for that on values of order 10.
+TOLERANCE = {"float64": (1e-7, 1e-7), "float32": (1e-4, 5e-4)}
 GRAD_TOLERANCE = {"float64": (1e-6, 1e-7), "float32": (2e-3, 1e-4)}
 
 
