@@ -21,6 +21,7 @@ from .modules import (
     Parameter,
     Sequential,
     UninitializedParameter,
+    _embedding_weight,
     materialize,
 )
 
@@ -116,17 +117,7 @@ class EmbeddingBag(Module):
         self.sparse = sparse
         self.include_last_offset = include_last_offset
         self.padding_idx = padding_idx
-        if _weight is not None:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise AssertionError(
-                    "Shape of weight does not match num_embeddings and embedding_dim"
-                )
-            self.weight = Parameter(_weight)
-        else:
-            w = ops.default_generator._rng.normal((num_embeddings, embedding_dim), dtypes.float64)
-            if padding_idx is not None:
-                w[padding_idx] = 0
-            self.weight = Parameter(w.astype(_dtype(dtype)))
+        self.weight = _embedding_weight(num_embeddings, embedding_dim, padding_idx, _weight, dtype)
         if device is not None:
             self.to(device)
 

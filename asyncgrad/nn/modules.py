@@ -872,6 +872,28 @@ class Linear(Module):
         )
 
 
+def _embedding_weight(
+    num_embeddings: int,
+    embedding_dim: int,
+    padding_idx: int | None,
+    _weight: Tensor | None,
+    dtype: Any,
+    requires_grad: bool = True,
+) -> Parameter:
+    """An embedding table's weight, as torch's Embedding and EmbeddingBag make it: ``_weight``
+    itself when given (of shape (num_embeddings, embedding_dim)), else N(0, 1) draws with the
+    ``padding_idx`` row zero."""
+    if _weight is not None:
+        if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+        return Parameter(_weight, requires_grad=requires_grad)
+    w = ops.default_generator._rng.normal((num_embeddings, embedding_dim), dtypes.float64)
+    if padding_idx is not None:
+        w[padding_idx] = 0
+    dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+    return Parameter(w.astype(dt), requires_grad=requires_grad)
+
+
 class Embedding(Module):
     """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch. ``max_norm``,
     ``norm_type`` and ``scale_grad_by_freq`` as ``F.embedding``'s; ``sparse=True`` is not
@@ -908,19 +930,9 @@ class Embedding(Module):
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse = sparse
-        if _weight is not None:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise AssertionError(
-                    "Shape of weight does not match num_embeddings and embedding_dim"
-                )
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
-        else:
-            rng = ops.default_generator._rng
-            w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
-            if padding_idx is not None:
-                w[padding_idx] = 0
-            dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
-            self.weight = Parameter(w.astype(dt), requires_grad=not _freeze)
+        self.weight = _embedding_weight(
+            num_embeddings, embedding_dim, padding_idx, _weight, dtype, requires_grad=not _freeze
+        )
         if device is not None:
             self.to(device)
 
