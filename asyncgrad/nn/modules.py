@@ -894,6 +894,27 @@ def _embedding_weight(
     return Parameter(w.astype(dt), requires_grad=requires_grad)
 
 
+def _reset_embedding(weight: Parameter, padding_idx: int | None) -> None:
+    """An embedding table's ``reset_parameters``: N(0, 1), with the ``padding_idx`` row zero."""
+    init.normal_(weight)
+    if padding_idx is not None:
+        with no_grad():
+            weight[padding_idx] = 0
+
+
+def _embedding_norm_repr(max_norm: float | None, norm_type: float, scale_grad_by_freq: bool) -> str:
+    """The part of Embedding's and EmbeddingBag's ``extra_repr`` for these options: each one
+    that is not its default."""
+    s = ""
+    if max_norm is not None:
+        s += f", max_norm={max_norm}"
+    if norm_type != 2:
+        s += f", norm_type={norm_type}"
+    if scale_grad_by_freq is not False:
+        s += ", scale_grad_by_freq=True"
+    return s
+
+
 class Embedding(Module):
     """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch. ``max_norm``,
     ``norm_type`` and ``scale_grad_by_freq`` as ``F.embedding``'s; ``sparse=True`` is not
@@ -937,10 +958,7 @@ class Embedding(Module):
             self.to(device)
 
     def reset_parameters(self) -> None:
-        init.normal_(self.weight)
-        if self.padding_idx is not None:
-            with no_grad():
-                self.weight[self.padding_idx] = 0
+        _reset_embedding(self.weight, self.padding_idx)
 
     def forward(self, input: Any) -> Tensor:
         return F.embedding(
@@ -957,12 +975,7 @@ class Embedding(Module):
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
-        if self.max_norm is not None:
-            s += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            s += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq is not False:
-            s += ", scale_grad_by_freq=True"
+        s += _embedding_norm_repr(self.max_norm, self.norm_type, self.scale_grad_by_freq)
         if self.sparse is not False:
             s += ", sparse=True"
         return s
