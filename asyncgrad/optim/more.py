@@ -34,10 +34,14 @@ def _check_lr(lr: float) -> None:
         raise ValueError(f"Invalid learning rate: {lr}")
 
 
-def _check_betas(betas: tuple[float, float]) -> None:
+def _check_adam(lr: float, eps: float, betas: tuple[float, float], weight_decay: float) -> None:
+    """The arguments of the Adam family (Adamax, NAdam, RAdam), checked in torch's order."""
+    _check_lr(lr)
+    _check_nonneg("epsilon", eps)
     for i in (0, 1):
         if not 0.0 <= betas[i] < 1.0:
             raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
+    _check_nonneg("weight_decay", weight_decay)
 
 
 def _norm(a: Any) -> float:
@@ -93,10 +97,7 @@ class Adamax(Optimizer):
         differentiable: bool = False,
         capturable: bool = False,
     ) -> None:
-        _check_lr(lr)
-        _check_nonneg("epsilon", eps)
-        _check_betas(betas)
-        _check_nonneg("weight_decay", weight_decay)
+        _check_adam(lr, eps, betas, weight_decay)
         _check_unsupported("Adamax", differentiable=differentiable, capturable=capturable)
         defaults = {
             "lr": lr,
@@ -148,10 +149,7 @@ class NAdam(_ScalarState):
         capturable: bool = False,
         differentiable: bool = False,
     ) -> None:
-        _check_lr(lr)
-        _check_nonneg("epsilon", eps)
-        _check_betas(betas)
-        _check_nonneg("weight_decay", weight_decay)
+        _check_adam(lr, eps, betas, weight_decay)
         _check_nonneg("momentum_decay", momentum_decay)
         _check_unsupported("NAdam", differentiable=differentiable, capturable=capturable)
         defaults = {
@@ -207,10 +205,7 @@ class RAdam(Optimizer):
         capturable: bool = False,
         differentiable: bool = False,
     ) -> None:
-        _check_lr(lr)
-        _check_nonneg("epsilon", eps)
-        _check_betas(betas)
-        _check_nonneg("weight_decay", weight_decay)
+        _check_adam(lr, eps, betas, weight_decay)
         _check_unsupported("RAdam", differentiable=differentiable, capturable=capturable)
         defaults = {
             "lr": lr,
