@@ -11,7 +11,7 @@ import pytest
 
 import asyncgrad as ag
 from tests.test_views_ops import CASES as VIEW_CASES
-from tests.test_views_ops import compare, flat_outputs
+from tests.test_views_ops import compare, flat_outputs, gradcheck_case
 
 torch = pytest.importorskip("torch", reason="compares with torch")
 
@@ -287,21 +287,7 @@ GRADGRAD = {"scatter_reduce_prod_True", "scatter_reduce_amax_True", "index_reduc
 @pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter:UserWarning")
 @pytest.mark.parametrize("name", GRADCHECK)
 def test_gradcheck(name: str) -> None:
-    fn, arrays = CASES[name]
-    ins = [
-        ag.tensor(a, requires_grad=a.dtype.kind == "f") if isinstance(a, np.ndarray) else a
-        for a in arrays
-    ]
-
-    def f(*xs: Any) -> Any:
-        it = iter(xs)
-        full = [next(it) if isinstance(a, ag.Tensor) and a.requires_grad else a for a in ins]
-        return tuple(flat_outputs(fn(ag, *full)))
-
-    grads = [a for a in ins if isinstance(a, ag.Tensor) and a.requires_grad]
-    assert ag.autograd.gradcheck(f, grads)
-    if name in GRADGRAD or "reduce" not in name:
-        assert ag.autograd.gradgradcheck(f, grads)
+    gradcheck_case(*CASES[name], second_order=name in GRADGRAD or "reduce" not in name)
 
 
 ALL_CASES = {**CASES, **VIEW_CASES}

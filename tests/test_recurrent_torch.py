@@ -33,16 +33,25 @@ def _np(t: Any) -> np.ndarray:
     return np.asarray(t.detach().numpy())
 
 
-def _compare_call(am: Any, tm: Any, x: np.ndarray, hx: list[np.ndarray] | None, lstm: bool) -> None:
-    """One call on both with the same input and state; outputs and every gradient agree."""
+def _compare_call(
+    am: Any,
+    tm: Any,
+    x: np.ndarray,
+    hx: list[np.ndarray] | None,
+    lstm: bool,
+    cell: bool = False,
+    grad_atol: float = 1e-11,
+) -> None:
+    """One call on both with the same input and state; outputs and every gradient agree. A
+    ``cell`` returns its new state alone, a module ``(output, state)``."""
     xa, xt = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     ha = [ag.tensor(h, requires_grad=True) for h in hx] if hx else None
     ht = [torch.tensor(h, requires_grad=True) for h in hx] if hx else None
     arg_a = (tuple(ha) if lstm else ha[0]) if ha else None
     arg_t = (tuple(ht) if lstm else ht[0]) if ht else None
     out_a, out_t = am(xa, arg_a), tm(xt, arg_t)
-    outs_a = [out_a[0], *_flat(out_a[1])]
-    outs_t = [out_t[0], *_flat(out_t[1])]
+    outs_a = _flat(out_a) if cell else [out_a[0], *_flat(out_a[1])]
+    outs_t = _flat(out_t) if cell else [out_t[0], *_flat(out_t[1])]
     assert len(outs_a) == len(outs_t)
     for a, t in zip(outs_a, outs_t, strict=True):
         assert tuple(a.shape) == tuple(t.shape)
@@ -52,11 +61,11 @@ def _compare_call(am: Any, tm: Any, x: np.ndarray, hx: list[np.ndarray] | None, 
         ((a * ag.tensor(g)).sum() for a, g in zip(outs_a, gs, strict=True)), ag.tensor(0.0)
     ).backward()
     sum((t * torch.tensor(g)).sum() for t, g in zip(outs_t, gs, strict=True)).backward()
-    np.testing.assert_allclose(xa.grad.numpy(), xt.grad.numpy(), atol=1e-11)
+    np.testing.assert_allclose(xa.grad.numpy(), xt.grad.numpy(), atol=grad_atol)
     for (name, pa), pt in zip(am.named_parameters(), tm.parameters(), strict=True):
-        np.testing.assert_allclose(pa.grad.numpy(), pt.grad.numpy(), atol=1e-11, err_msg=name)
+        np.testing.assert_allclose(pa.grad.numpy(), pt.grad.numpy(), atol=grad_atol, err_msg=name)
     for a, t in zip(ha or [], ht or [], strict=True):
-        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), atol=1e-11)
+        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), atol=grad_atol)
 
 
 MODULE_CASES = [
@@ -137,23 +146,7 @@ def test_cells_match_torch(name: str, kwargs: dict[str, Any], with_hx: bool, bat
         hx = [RNG.standard_normal((2, 4) if batched else (4,))]
         if name == "LSTMCell":
             hx.append(RNG.standard_normal((2, 4) if batched else (4,)))
-    xa, xt = ag.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    ha = [ag.tensor(h, requires_grad=True) for h in hx] if hx else None
-    ht = [torch.tensor(h, requires_grad=True) for h in hx] if hx else None
-    lstm = name == "LSTMCell"
-    oa = am(xa, (tuple(ha) if lstm else ha[0]) if ha else None)
-    ot = tm(xt, (tuple(ht) if lstm else ht[0]) if ht else None)
-    oas, ots = _flat(oa), _flat(ot)
-    gs = [RNG.standard_normal(tuple(t.shape)) for t in ots]
-    for a, t in zip(oas, ots, strict=True):
-        np.testing.assert_allclose(_np(a), _np(t), atol=1e-12)
-    sum(((a * ag.tensor(g)).sum() for a, g in zip(oas, gs, strict=True)), ag.tensor(0.0)).backward()
-    sum((t * torch.tensor(g)).sum() for t, g in zip(ots, gs, strict=True)).backward()
-    np.testing.assert_allclose(xa.grad.numpy(), xt.grad.numpy(), atol=1e-12)
-    for (n, pa), pt in zip(am.named_parameters(), tm.parameters(), strict=True):
-        np.testing.assert_allclose(pa.grad.numpy(), pt.grad.numpy(), atol=1e-12, err_msg=n)
-    for a, t in zip(ha or [], ht or [], strict=True):
-        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), atol=1e-12)
+    _compare_call(am, tm, x, hx, name == "LSTMCell", cell=True, grad_atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["rnn_tanh_cell", "rnn_relu_cell", "gru_cell", "lstm_cell"])

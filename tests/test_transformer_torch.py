@@ -244,6 +244,20 @@ def _io(bf: bool, *lengths: int) -> list[np.ndarray]:
     return [RNG.standard_normal((N, n, E) if bf else (n, N, E)) for n in lengths]
 
 
+def _check_both(am: Any, tm: Any, arrays: list[np.ndarray], extra: dict[str, Any]) -> None:
+    """``am`` and ``tm`` on ``arrays`` (each a leaf) with the keyword arguments ``extra`` (masks
+    as arrays, flags): the same output, then the same gradients for one output gradient."""
+    ins_a = [ag.tensor(a, requires_grad=True) for a in arrays]
+    ins_t = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out_a = am(*ins_a, **{k: _both(v)[0] for k, v in extra.items()})
+    out_t = tm(*ins_t, **{k: _both(v)[1] for k, v in extra.items()})
+    np.testing.assert_allclose(_np(out_a), _np(out_t), atol=1e-12)
+    g = RNG.standard_normal(tuple(out_t.shape))
+    out_a.backward(ag.tensor(g))
+    out_t.backward(torch.tensor(g))
+    _check_grads(am, tm, ins_a, ins_t)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "masks"), [(LAYER_CASES[0], True), (LAYER_CASES[1], True), (LAYER_CASES[2], False)]
 )
@@ -252,8 +266,6 @@ def test_transformer_decoder_layer_matches_torch(kwargs: dict[str, Any], masks: 
     am = nn.TransformerDecoderLayer(E, 2, 16, 0.0, **kwargs).double()
     _load_from(tm, am)
     arrays = _io(kwargs.get("batch_first", False), L, S)
-    ins_a = [ag.tensor(a, requires_grad=True) for a in arrays]
-    ins_t = [torch.tensor(a, requires_grad=True) for a in arrays]
     extra: dict[str, Any] = {}
     if masks:
         extra = {
@@ -262,13 +274,7 @@ def test_transformer_decoder_layer_matches_torch(kwargs: dict[str, Any], masks: 
             "tgt_key_padding_mask": np.zeros((N, L), dtype=bool),
             "memory_key_padding_mask": KPM,
         }
-    out_a = am(*ins_a, **{k: _both(v)[0] for k, v in extra.items()})
-    out_t = tm(*ins_t, **{k: _both(v)[1] for k, v in extra.items()})
-    np.testing.assert_allclose(_np(out_a), _np(out_t), atol=1e-12)
-    g = RNG.standard_normal(tuple(out_t.shape))
-    out_a.backward(ag.tensor(g))
-    out_t.backward(torch.tensor(g))
-    _check_grads(am, tm, ins_a, ins_t)
+    _check_both(am, tm, arrays, extra)
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's fast path only
@@ -278,8 +284,6 @@ def test_transformer_matches_torch(kwargs: dict[str, Any], masks: bool) -> None:
     am = nn.Transformer(E, 2, 1, 1, 16, 0.0, **kwargs).double()
     _load_from(tm, am)
     arrays = _io(kwargs.get("batch_first", False), S, L)
-    ins_a = [ag.tensor(a, requires_grad=True) for a in arrays]
-    ins_t = [torch.tensor(a, requires_grad=True) for a in arrays]
     extra: dict[str, Any] = {}
     if masks:
         extra = {
@@ -288,13 +292,7 @@ def test_transformer_matches_torch(kwargs: dict[str, Any], masks: bool) -> None:
             "memory_key_padding_mask": KPM,
             "tgt_is_causal": True,
         }
-    out_a = am(*ins_a, **{k: _both(v)[0] for k, v in extra.items()})
-    out_t = tm(*ins_t, **{k: _both(v)[1] for k, v in extra.items()})
-    np.testing.assert_allclose(_np(out_a), _np(out_t), atol=1e-12)
-    g = RNG.standard_normal(tuple(out_t.shape))
-    out_a.backward(ag.tensor(g))
-    out_t.backward(torch.tensor(g))
-    _check_grads(am, tm, ins_a, ins_t)
+    _check_both(am, tm, arrays, extra)
 
 
 @pytest.mark.parametrize("with_norm", [False, True])

@@ -17,6 +17,27 @@ def flat_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+def gradcheck_case(
+    fn: Callable[..., Any], arrays: Sequence[Any], second_order: bool = True
+) -> None:
+    """``fn(ag, *tensors)``'s gradients (and, with ``second_order``, its second-order ones)
+    against finite differences, with respect to every float input."""
+    ins = [
+        ag.tensor(a, requires_grad=a.dtype.kind == "f") if isinstance(a, np.ndarray) else a
+        for a in arrays
+    ]
+
+    def f(*xs: Any) -> Any:
+        it = iter(xs)
+        full = [next(it) if isinstance(a, ag.Tensor) and a.requires_grad else a for a in ins]
+        return tuple(flat_outputs(fn(ag, *full)))
+
+    grads = [a for a in ins if isinstance(a, ag.Tensor) and a.requires_grad]
+    assert ag.autograd.gradcheck(f, grads)
+    if second_order:
+        assert ag.autograd.gradgradcheck(f, grads)
+
+
 def compare(
     torch: Any,
     fn: Callable[..., Any],
@@ -250,20 +271,7 @@ GRADCHECK = [
 
 @pytest.mark.parametrize("name", GRADCHECK)
 def test_gradcheck(name: str) -> None:
-    fn, arrays = CASES[name]
-    ins = [
-        ag.tensor(a, requires_grad=a.dtype.kind == "f") if isinstance(a, np.ndarray) else a
-        for a in arrays
-    ]
-
-    def f(*xs: Any) -> Any:
-        it = iter(xs)
-        full = [next(it) if isinstance(a, ag.Tensor) and a.requires_grad else a for a in ins]
-        return tuple(flat_outputs(fn(ag, *full)))
-
-    grads = [a for a in ins if isinstance(a, ag.Tensor) and a.requires_grad]
-    assert ag.autograd.gradcheck(f, grads)
-    assert ag.autograd.gradgradcheck(f, grads)
+    gradcheck_case(*CASES[name])
 
 
 @pytest.mark.parametrize(

@@ -495,6 +495,31 @@ def _pad_last(mask: Tensor) -> Tensor:
     return ops.cat([mask, zeros], dim=-1)
 
 
+def _pad_masks(
+    attn_mask: Tensor | None, key_padding_mask: Tensor | None
+) -> tuple[Tensor | None, Tensor | None]:
+    """Both masks (those given) with one more allowed column, for a key added to every
+    sequence (``bias_k``/``bias_v``, ``add_zero_attn``)."""
+    if attn_mask is not None:
+        attn_mask = _pad_last(attn_mask)
+    if key_padding_mask is not None:
+        key_padding_mask = _pad_last(key_padding_mask)
+    return attn_mask, key_padding_mask
+
+
+def _heads(x: Tensor, static: Tensor | None, name: str, rows: int, head_dim: int) -> Tensor:
+    """The keys or values ``x`` (L, N, E) split into ``rows`` = N * heads sequences of
+    ``head_dim``, (rows, L, head_dim); or ``static`` (``static_k``/``static_v``), checked to be
+    of that size, in their place."""
+    if static is None:
+        return ops.transpose(ops.reshape(x, (x.shape[0], rows, head_dim)), 0, 1)
+    if static.shape[0] != rows or static.shape[2] != head_dim:
+        raise AssertionError(
+            f"expecting {name} of size ({rows}, *, {head_dim}), but got {tuple(static.shape)}"
+        )
+    return static
+
+
 def multi_head_attention_forward(
     query: Tensor,
     key: Tensor,
@@ -599,39 +624,17 @@ def multi_head_attention_forward(
             raise AssertionError("bias cannot be added to static key/value.")
         k = ops.cat([k, ops.expand(bias_k, (1, bsz, embed_dim))], dim=0)
         v = ops.cat([v, ops.expand(bias_v, (1, bsz, embed_dim))], dim=0)
-        if attn_mask is not None:
-            attn_mask = _pad_last(attn_mask)
-        if key_padding_mask is not None:
-            key_padding_mask = _pad_last(key_padding_mask)
+        attn_mask, key_padding_mask = _pad_masks(attn_mask, key_padding_mask)
     elif (bias_k is None) != (bias_v is None):
         raise AssertionError("bias_k and bias_v must both be given or both be None")
     q = ops.transpose(ops.reshape(q, (tgt_len, bsz * num_heads, head_dim)), 0, 1)
-    if static_k is None:
-        k = ops.transpose(ops.reshape(k, (k.shape[0], bsz * num_heads, head_dim)), 0, 1)
-    else:
-        if static_k.shape[0] != bsz * num_heads or static_k.shape[2] != head_dim:
-            raise AssertionError(
-                f"expecting static_k of size ({bsz * num_heads}, *, {head_dim}), but got "
-                f"{tuple(static_k.shape)}"
-            )
-        k = static_k
-    if static_v is None:
-        v = ops.transpose(ops.reshape(v, (v.shape[0], bsz * num_heads, head_dim)), 0, 1)
-    else:
-        if static_v.shape[0] != bsz * num_heads or static_v.shape[2] != head_dim:
-            raise AssertionError(
-                f"expecting static_v of size ({bsz * num_heads}, *, {head_dim}), but got "
-                f"{tuple(static_v.shape)}"
-            )
-        v = static_v
+    k = _heads(k, static_k, "static_k", bsz * num_heads, head_dim)
+    v = _heads(v, static_v, "static_v", bsz * num_heads, head_dim)
     if add_zero_attn:
         zeros = ops.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype, device=k.device)
         k = ops.cat([k, zeros], dim=1)
         v = ops.cat([v, zeros], dim=1)
-        if attn_mask is not None:
-            attn_mask = _pad_last(attn_mask)
-        if key_padding_mask is not None:
-            key_padding_mask = _pad_last(key_padding_mask)
+        attn_mask, key_padding_mask = _pad_masks(attn_mask, key_padding_mask)
     src_len = k.shape[1]
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (bsz, src_len):

@@ -10,7 +10,6 @@ from typing import Any, NamedTuple
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
-from ..graph.grad_mode import no_grad
 from . import functional as F
 from . import init
 from .modules import (
@@ -21,6 +20,9 @@ from .modules import (
     Parameter,
     Sequential,
     UninitializedParameter,
+    _embedding_norm_repr,
+    _embedding_weight,
+    _reset_embedding,
     materialize,
 )
 
@@ -116,25 +118,12 @@ class EmbeddingBag(Module):
         self.sparse = sparse
         self.include_last_offset = include_last_offset
         self.padding_idx = padding_idx
-        if _weight is not None:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise AssertionError(
-                    "Shape of weight does not match num_embeddings and embedding_dim"
-                )
-            self.weight = Parameter(_weight)
-        else:
-            w = ops.default_generator._rng.normal((num_embeddings, embedding_dim), dtypes.float64)
-            if padding_idx is not None:
-                w[padding_idx] = 0
-            self.weight = Parameter(w.astype(_dtype(dtype)))
+        self.weight = _embedding_weight(num_embeddings, embedding_dim, padding_idx, _weight, dtype)
         if device is not None:
             self.to(device)
 
     def reset_parameters(self) -> None:
-        init.normal_(self.weight)
-        if self.padding_idx is not None:
-            with no_grad():
-                self.weight[self.padding_idx] = 0
+        _reset_embedding(self.weight, self.padding_idx)
 
     def forward(
         self,
@@ -158,12 +147,7 @@ class EmbeddingBag(Module):
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
-        if self.max_norm is not None:
-            s += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            s += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq is not False:
-            s += ", scale_grad_by_freq=True"
+        s += _embedding_norm_repr(self.max_norm, self.norm_type, self.scale_grad_by_freq)
         s += f", mode={self.mode!r}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"

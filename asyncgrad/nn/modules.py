@@ -872,6 +872,49 @@ class Linear(Module):
         )
 
 
+def _embedding_weight(
+    num_embeddings: int,
+    embedding_dim: int,
+    padding_idx: int | None,
+    _weight: Tensor | None,
+    dtype: Any,
+    requires_grad: bool = True,
+) -> Parameter:
+    """An embedding table's weight, as torch's Embedding and EmbeddingBag make it: ``_weight``
+    itself when given (of shape (num_embeddings, embedding_dim)), else N(0, 1) draws with the
+    ``padding_idx`` row zero."""
+    if _weight is not None:
+        if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+        return Parameter(_weight, requires_grad=requires_grad)
+    w = ops.default_generator._rng.normal((num_embeddings, embedding_dim), dtypes.float64)
+    if padding_idx is not None:
+        w[padding_idx] = 0
+    dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
+    return Parameter(w.astype(dt), requires_grad=requires_grad)
+
+
+def _reset_embedding(weight: Parameter, padding_idx: int | None) -> None:
+    """An embedding table's ``reset_parameters``: N(0, 1), with the ``padding_idx`` row zero."""
+    init.normal_(weight)
+    if padding_idx is not None:
+        with no_grad():
+            weight[padding_idx] = 0
+
+
+def _embedding_norm_repr(max_norm: float | None, norm_type: float, scale_grad_by_freq: bool) -> str:
+    """The part of Embedding's and EmbeddingBag's ``extra_repr`` for these options: each one
+    that is not its default."""
+    s = ""
+    if max_norm is not None:
+        s += f", max_norm={max_norm}"
+    if norm_type != 2:
+        s += f", norm_type={norm_type}"
+    if scale_grad_by_freq is not False:
+        s += ", scale_grad_by_freq=True"
+    return s
+
+
 class Embedding(Module):
     """A lookup table: ``weight[indices]``; weights start as N(0, 1), as in torch. ``max_norm``,
     ``norm_type`` and ``scale_grad_by_freq`` as ``F.embedding``'s; ``sparse=True`` is not
@@ -908,27 +951,14 @@ class Embedding(Module):
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse = sparse
-        if _weight is not None:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise AssertionError(
-                    "Shape of weight does not match num_embeddings and embedding_dim"
-                )
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
-        else:
-            rng = ops.default_generator._rng
-            w = rng.normal((num_embeddings, embedding_dim), dtypes.float64)
-            if padding_idx is not None:
-                w[padding_idx] = 0
-            dt = dtypes.to_dtype(dtype or dtypes.get_default_dtype())
-            self.weight = Parameter(w.astype(dt), requires_grad=not _freeze)
+        self.weight = _embedding_weight(
+            num_embeddings, embedding_dim, padding_idx, _weight, dtype, requires_grad=not _freeze
+        )
         if device is not None:
             self.to(device)
 
     def reset_parameters(self) -> None:
-        init.normal_(self.weight)
-        if self.padding_idx is not None:
-            with no_grad():
-                self.weight[self.padding_idx] = 0
+        _reset_embedding(self.weight, self.padding_idx)
 
     def forward(self, input: Any) -> Tensor:
         return F.embedding(
@@ -945,12 +975,7 @@ class Embedding(Module):
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
-        if self.max_norm is not None:
-            s += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            s += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq is not False:
-            s += ", scale_grad_by_freq=True"
+        s += _embedding_norm_repr(self.max_norm, self.norm_type, self.scale_grad_by_freq)
         if self.sparse is not False:
             s += ", sparse=True"
         return s

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import backend, dtypes, ops
@@ -379,85 +379,43 @@ def lstm(
     return out, h, c
 
 
-def gru(
-    input: Tensor,
-    hx: Tensor,
-    params: Sequence[Tensor],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> tuple[Tensor, Tensor]:
-    """``torch.gru``: returns ``(output, h_n)``."""
-    out, (h,) = _flat_rnn(
-        "GRU",
-        input,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
-    return out, h
+def _one_state(mode: str, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
+    """``torch.<name>`` for a recurrence whose state is one tensor (GRU, RNN_TANH, RNN_RELU):
+    ``_flat_rnn`` with ``hx`` as the only state, returning ``(output, h_n)``."""
+
+    def fn(
+        input: Tensor,
+        hx: Tensor,
+        params: Sequence[Tensor],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> tuple[Tensor, Tensor]:
+        out, (h,) = _flat_rnn(
+            mode,
+            input,
+            [hx],
+            params,
+            has_biases,
+            num_layers,
+            dropout,
+            train,
+            bidirectional,
+            batch_first,
+        )
+        return out, h
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``torch.{name}``: returns ``(output, h_n)``."
+    return fn
 
 
-def rnn_tanh(
-    input: Tensor,
-    hx: Tensor,
-    params: Sequence[Tensor],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> tuple[Tensor, Tensor]:
-    """``torch.rnn_tanh``: returns ``(output, h_n)``."""
-    out, (h,) = _flat_rnn(
-        "RNN_TANH",
-        input,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
-    return out, h
-
-
-def rnn_relu(
-    input: Tensor,
-    hx: Tensor,
-    params: Sequence[Tensor],
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> tuple[Tensor, Tensor]:
-    """``torch.rnn_relu``: returns ``(output, h_n)``."""
-    out, (h,) = _flat_rnn(
-        "RNN_RELU",
-        input,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        dropout,
-        train,
-        bidirectional,
-        batch_first,
-    )
-    return out, h
+gru = _one_state("GRU", "gru")
+rnn_tanh = _one_state("RNN_TANH", "rnn_tanh")
+rnn_relu = _one_state("RNN_RELU", "rnn_relu")
 
 
 def _reset_uniform(m: Module, hidden_size: int) -> None:

@@ -65,6 +65,28 @@ def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None, size: in
     return make_causal
 
 
+def _attend(
+    attn: Module,
+    x: Tensor,
+    kv: Tensor,
+    mask: Tensor | None,
+    key_padding_mask: Tensor | None,
+    is_causal: bool,
+) -> Tensor:
+    """A layer's attention block before its dropout: ``attn(x, kv, kv)``'s output, without the
+    weights (``kv`` is ``x`` for self-attention, the encoder's output for cross-attention)."""
+    out, _ = attn(
+        x,
+        kv,
+        kv,
+        attn_mask=mask,
+        key_padding_mask=key_padding_mask,
+        need_weights=False,
+        is_causal=is_causal,
+    )
+    return out  # type: ignore[no-any-return]
+
+
 def _get_clones(module: Module, n: int) -> ModuleList:
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
 
@@ -128,15 +150,7 @@ class TransformerEncoderLayer(Module):
     def _sa_block(
         self, x: Tensor, mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool
     ) -> Tensor:
-        out, _ = self.self_attn(
-            x,
-            x,
-            x,
-            attn_mask=mask,
-            key_padding_mask=key_padding_mask,
-            need_weights=False,
-            is_causal=is_causal,
-        )
+        out = _attend(self.self_attn, x, x, mask, key_padding_mask, is_causal)
         return self.dropout1(out)  # type: ignore[no-any-return]
 
     def _ff_block(self, x: Tensor) -> Tensor:
@@ -213,15 +227,7 @@ class TransformerDecoderLayer(Module):
     def _sa_block(
         self, x: Tensor, mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool
     ) -> Tensor:
-        out, _ = self.self_attn(
-            x,
-            x,
-            x,
-            attn_mask=mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            need_weights=False,
-        )
+        out = _attend(self.self_attn, x, x, mask, key_padding_mask, is_causal)
         return self.dropout1(out)  # type: ignore[no-any-return]
 
     def _mha_block(
@@ -232,15 +238,7 @@ class TransformerDecoderLayer(Module):
         key_padding_mask: Tensor | None,
         is_causal: bool,
     ) -> Tensor:
-        out, _ = self.multihead_attn(
-            x,
-            mem,
-            mem,
-            attn_mask=mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            need_weights=False,
-        )
+        out = _attend(self.multihead_attn, x, mem, mask, key_padding_mask, is_causal)
         return self.dropout2(out)  # type: ignore[no-any-return]
 
     def _ff_block(self, x: Tensor) -> Tensor:

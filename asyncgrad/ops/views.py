@@ -682,15 +682,20 @@ def triu_indices(
 
 
 # ----- take, take_along_dim, unravel_index, argwhere, masked_select -----
+def _check_flat_index(ia: Any, n: int) -> None:
+    """torch's IndexError for the first of the indices ``ia`` outside a flattened tensor of
+    ``n`` elements (``-n <= i < n``), as ``take`` and ``put`` raise it."""
+    if ia.size and bool(((ia < -n) | (ia >= n)).any()):
+        bad = int(ia[(ia < -n) | (ia >= n)].ravel()[0])
+        raise IndexError(f"out of range: tried to access index {bad} on a tensor of {n} elements.")
+
+
 def take(input: Tensor, index: Tensor) -> Tensor:
     """``input`` read as 1-d at ``index`` (negative indices count from the end); the result
     has index's shape."""
     xa = input._array
     ia = _index_array(index, "take", xa)
-    n = xa.size
-    if ia.size and bool(((ia < -n) | (ia >= n)).any()):
-        bad = int(ia[(ia < -n) | (ia >= n)].ravel()[0])
-        raise IndexError(f"out of range: tried to access index {bad} on a tensor of {n} elements.")
+    _check_flat_index(ia, xa.size)
     t = _take_idx(reshape(input, (-1,)), (ia,))
     keeps_for_backward(t._grad_fn)
     return t
@@ -1603,10 +1608,7 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
     """``input`` read as 1-d with ``source`` written (``accumulate``: added) at ``index``."""
     xa = input._array
     ia = _index_array(index, "put", xa)
-    n = xa.size
-    if ia.size and bool(((ia < -n) | (ia >= n)).any()):
-        bad = int(ia[(ia < -n) | (ia >= n)].ravel()[0])
-        raise IndexError(f"out of range: tried to access index {bad} on a tensor of {n} elements.")
+    _check_flat_index(ia, xa.size)
     if source.dtype != input.dtype:
         raise RuntimeError(
             f"put_(): self ({input.dtype}) and source ({source.dtype}) must have the same "

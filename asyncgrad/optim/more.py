@@ -17,7 +17,14 @@ from typing import Any, Final
 from .. import backend
 from .._tensor import Tensor
 from ..graph.grad_mode import enable_grad
-from .optimizers import Optimizer, _check_nonneg, _check_unsupported, _publish, _subtract
+from .optimizers import (
+    Optimizer,
+    _check_nonneg,
+    _check_unsupported,
+    _publish,
+    _subtract,
+    _weight_decay,
+)
 
 __all__ = ["ASGD", "LBFGS", "Adafactor", "Adamax", "Muon", "NAdam", "RAdam", "Rprop"]
 
@@ -27,10 +34,14 @@ def _check_lr(lr: float) -> None:
         raise ValueError(f"Invalid learning rate: {lr}")
 
 
-def _check_betas(betas: tuple[float, float]) -> None:
+def _check_adam(lr: float, eps: float, betas: tuple[float, float], weight_decay: float) -> None:
+    """The arguments of the Adam family (Adamax, NAdam, RAdam), checked in torch's order."""
+    _check_lr(lr)
+    _check_nonneg("epsilon", eps)
     for i in (0, 1):
         if not 0.0 <= betas[i] < 1.0:
             raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
+    _check_nonneg("weight_decay", weight_decay)
 
 
 def _norm(a: Any) -> float:
@@ -41,6 +52,16 @@ def _norm(a: Any) -> float:
 def _lerp(a: Any, b: Any, w: float) -> None:
     """``a.lerp_(b, w)`` in place: ``a += w * (b - a)``."""
     a += w * (b - a)
+
+
+def _adam_moments(state: dict[str, Any], g: Any, b1: float, b2: float) -> tuple[Any, Any]:
+    """Adam's moment updates in place, as torch's: ``exp_avg.lerp_(g, 1 - b1)`` and
+    ``exp_avg_sq = b2 * exp_avg_sq + (1 - b2) * g * g``; returns the two."""
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    _lerp(m, g, 1 - b1)
+    v *= b2
+    v += (1 - b2) * (g * g)
+    return m, v
 
 
 class _ScalarState(Optimizer):
@@ -76,10 +97,7 @@ class Adamax(Optimizer):
         differentiable: bool = False,
         capturable: bool = False,
     ) -> None:
-        _check_lr(lr)
-        _check_nonneg("epsilon", eps)
-        _check_betas(betas)
-        _check_nonneg("weight_decay", weight_decay)
+        _check_adam(lr, eps, betas, weight_decay)
         _check_unsupported("Adamax", differentiable=differentiable, capturable=capturable)
         defaults = {
             "lr": lr,
@@ -131,10 +149,7 @@ class NAdam(_ScalarState):
         capturable: bool = False,
         differentiable: bool = False,
     ) -> None:
-        _check_lr(lr)
-        _check_nonneg("epsilon", eps)
-        _check_betas(betas)
-        _check_nonneg("weight_decay", weight_decay)
+        _check_adam(lr, eps, betas, weight_decay)
         _check_nonneg("momentum_decay", momentum_decay)
         _check_unsupported("NAdam", differentiable=differentiable, capturable=capturable)
         defaults = {
@@ -160,20 +175,12 @@ class NAdam(_ScalarState):
             state["exp_avg_sq"] = xp.zeros_like(old)
         state["step"] += 1
         t = state["step"]
-        if wd:
-            if group["decoupled_weight_decay"]:
-                xp.multiply(old, 1 - lr * wd, out=out)
-                old = out
-            else:
-                g = g + wd * old
+        old, g = _weight_decay(old, out, g, lr, wd, group["decoupled_weight_decay"])
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * group["momentum_decay"]))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * group["momentum_decay"]))
         state["mu_product"] *= mu
         mu_product = state["mu_product"]
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        _lerp(m, g, 1 - b1)
-        v *= b2
-        v += (1 - b2) * (g * g)
+        m, v = _adam_moments(state, g, b1, b2)
         denom = xp.sqrt(v / (1 - b2**t)) + eps
         step = (lr * (1.0 - mu) / (1.0 - mu_product)) * (g / denom)
         step += (lr * mu_next / (1.0 - mu_product * mu_next)) * (m / denom)
@@ -198,10 +205,7 @@ class RAdam(Optimizer):
         capturable: bool = False,
         differentiable: bool = False,
     ) -> None:
-        _check_lr(lr)
-        _check_nonneg("epsilon", eps)
-        _check_betas(betas)
-        _check_nonneg("weight_decay", weight_decay)
+        _check_adam(lr, eps, betas, weight_decay)
         _check_unsupported("RAdam", differentiable=differentiable, capturable=capturable)
         defaults = {
             "lr": lr,
@@ -224,16 +228,8 @@ class RAdam(Optimizer):
             state["exp_avg_sq"] = xp.zeros_like(old)
         state["step"] += 1
         t = state["step"]
-        if wd:
-            if group["decoupled_weight_decay"]:
-                xp.multiply(old, 1 - lr * wd, out=out)
-                old = out
-            else:
-                g = g + wd * old
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        _lerp(m, g, 1 - b1)
-        v *= b2
-        v += (1 - b2) * (g * g)
+        old, g = _weight_decay(old, out, g, lr, wd, group["decoupled_weight_decay"])
+        m, v = _adam_moments(state, g, b1, b2)
         bc1, bc2 = 1 - b1**t, 1 - b2**t
         corrected = m / bc1
         rho_inf = 2 / (1 - b2) - 1

@@ -110,6 +110,20 @@ def _subtract(old: Any, x: Any, out: Any) -> None:
     backend.namespace(old).subtract(old, x, out=out)
 
 
+def _weight_decay(
+    old: Any, out: Any, g: Any, lr: float, wd: float, decoupled: bool
+) -> tuple[Any, Any]:
+    """Weight decay ``wd`` before a step, returning ``(old, g)`` for the step to go on from:
+    decoupled, ``out = old * (1 - lr * wd)`` and the step goes on from ``out`` (never the
+    parameter's array, See NOTE [Serving while training]); else ``g + wd * old``."""
+    if not wd:
+        return old, g
+    if decoupled:
+        backend.namespace(old).multiply(old, 1 - lr * wd, out=out)
+        return out, g
+    return old, g + wd * old
+
+
 class Optimizer:
     """Holds parameter groups (dicts with ``params`` and hyperparameters) and per-parameter
     state. ``params`` is an iterable of tensors, or of dicts that each define a group."""
@@ -404,12 +418,7 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = xp.zeros_like(p._array)
         state["step"] += 1
         t = state["step"]
-        if wd:
-            if self._decoupled:
-                backend.namespace(old).multiply(old, 1 - lr * wd, out=out)
-                old = out
-            else:
-                g = g + wd * old
+        old, g = _weight_decay(old, out, g, lr, wd, self._decoupled)
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m *= b1
         m += (1 - b1) * g

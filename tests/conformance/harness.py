@@ -50,6 +50,17 @@ class Unsupported(Exception):
 
 
 # ----------------------------------------------------------------------------- names
+def check_known(name: str, failures: list[str], known: Any, device: str) -> None:
+    """A run's ``failures`` ("kind: detail") against the kinds ``known`` for ``name``: none of
+    another kind; in a full run on the CPU, every known kind still seen (else it is stale)."""
+    kinds = {f.split(":", 1)[0] for f in failures}
+    unexpected = [f for f in failures if f.split(":", 1)[0] not in known]
+    assert not unexpected, f"{name}: " + "; ".join(unexpected[:5])
+    if FULL and device == "cpu":
+        fixed = set(known) - kinds
+        assert not fixed, f"{name}: known differences no longer seen, remove them: {fixed}"
+
+
 def resolve(name: str) -> Callable[..., Any] | None:
     """asyncgrad's function for OpInfo name ``name`` ("abs", "nn.functional.relu",
     "linalg.det", "__radd__"), a Tensor method where torch's is one, or None."""

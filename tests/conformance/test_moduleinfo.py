@@ -171,13 +171,7 @@ def test_module_matches_torch(moduleinfo: Any, device: str) -> None:
     if ours_for(moduleinfo) is None:
         pytest.skip(f"asyncgrad does not provide nn.{name} (counted by test_moduleinfo_coverage)")
     report = run_module(moduleinfo, device)
-    kinds = {f.split(":", 1)[0] for f in report.failures}
-    known = KNOWN_MODULES.get(name, {})
-    unexpected = [f for f in report.failures if f.split(":", 1)[0] not in known]
-    assert not unexpected, f"{name}: " + "; ".join(unexpected[:5])
-    if harness.FULL and device == "cpu":
-        fixed = set(known) - kinds
-        assert not fixed, f"{name}: known differences no longer seen, remove them: {fixed}"
+    harness.check_known(name, report.failures, KNOWN_MODULES.get(name, {}), device)
 
 
 def test_moduleinfo_coverage() -> None:

@@ -97,13 +97,7 @@ def test_op_matches_torch(opinfo: Any, device: str) -> None:
     if harness.resolve(opinfo.name) is None:
         pytest.skip(f"asyncgrad does not provide {opinfo.name} (counted by test_opinfo_coverage)")
     report = run_op(opinfo, device)
-    kinds = {f.split(":", 1)[0] for f in report.failures}
-    known = KNOWN_OPS.get(name, {})
-    unexpected = [f for f in report.failures if f.split(":", 1)[0] not in known]
-    assert not unexpected, f"{name}: " + "; ".join(unexpected[:5])
-    if harness.FULL and device == "cpu":
-        fixed = set(known) - kinds
-        assert not fixed, f"{name}: known differences no longer seen, remove them: {fixed}"
+    harness.check_known(name, report.failures, KNOWN_OPS.get(name, {}), device)
 
 
 def test_opinfo_coverage() -> None:
