@@ -42,7 +42,7 @@ RANDOM_OUTPUT = re.compile(
 # float32 sums come out in another order than torch's kernels' (im2col products, pairwise
 # reductions): its absolute tolerance allows for that on values of order 10.
 TOLERANCE = {"float64": (1e-7, 1e-7), "float32": (1e-4, 5e-4)}
-GRAD_TOLERANCE = {"float64": (1e-6, 1e-7), "float32": (2e-3, 1e-4)}
+GRAD_TOLERANCE = {"float64": (1e-6, 1e-7), "float32": (2e-3, 5e-4)}
 
 
 class Unsupported(Exception):
@@ -223,6 +223,25 @@ class Report:
         self.failures.append(f"{kind}: {what}")
 
 
+def close(got: Any, want: Any, rtol: float, atol: float) -> bool:
+    """Elementwise allclose (NaNs equal), or, in single precision, within float32's rounding of
+    the largest magnitude involved: a float32 matrix function or reduction rounds each element
+    relative to the whole result (a matrix exponential's small entries carry its large ones'
+    absolute error), which torch's and asyncgrad's different orders of summation expose."""
+    if np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        return True
+    if got.dtype != np.float32 or got.shape != want.shape or not got.size:
+        return False
+    if not np.array_equal(np.isnan(got), np.isnan(want)):
+        return False
+    with np.errstate(all="ignore"):
+        fin = np.isfinite(want)
+        if not np.array_equal(got[~fin], want[~fin]):
+            return False
+        scale = float(np.max(np.abs(want[fin]), initial=0.0))
+        return bool(np.max(np.abs(got[fin] - want[fin]), initial=0.0) <= 1e-5 * scale + atol)
+
+
 def compare_values(t_out: Any, a_out: Any, dtype: str, random: bool, where: str) -> str | None:
     """None if asyncgrad's output matches torch's, else what differs."""
     import torch
@@ -240,7 +259,7 @@ def compare_values(t_out: Any, a_out: Any, dtype: str, random: bool, where: str)
             return None
         e, g = host(t_out), host(a_out)
         if e.dtype.kind == "f" or g.dtype.kind == "f":
-            ok = np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+            ok = close(g, e, rtol, atol)
         else:
             ok = np.array_equal(g, e)
         if not ok:
@@ -401,7 +420,7 @@ def compare_sample(
     for i, (tg, agr) in enumerate(zip(t_grads, a_grads, strict=True)):
         e = np.zeros(tuple(t_ins[i].shape)) if tg is None else host(tg)
         g = np.zeros(tuple(t_ins[i].shape)) if agr is None else host(agr)
-        if e.shape != g.shape or not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
+        if e.shape != g.shape or not close(g, e, rtol, atol):
             report.fail("grad", f"{where}: gradient of input {i} differs")
             return
     if not second_order:
@@ -448,7 +467,7 @@ def compare_sample(
     for i, (tg, agr) in enumerate(zip(t_gg, a_gg, strict=True)):
         e = np.zeros(tuple(t_ins[i].shape)) if tg is None else host(tg)
         g = np.zeros(tuple(t_ins[i].shape)) if agr is None else host(agr)
-        if not np.allclose(g, e, rtol=rtol * 10, atol=atol * 10, equal_nan=True):
+        if not close(g, e, rtol * 10, atol * 10):
             report.fail("gradgrad", f"{where}: second derivative of input {i} differs")
             return
 

@@ -156,9 +156,7 @@ def _run_module(m: Any, device: str) -> harness.Report:
             for what, tg, agr, ref in zip(names, t_grads, a_grads, t_ins + t_params, strict=True):
                 e = np.zeros(tuple(ref.shape)) if tg is None else harness.host(tg)
                 g = np.zeros(tuple(ref.shape)) if agr is None else harness.host(agr)
-                if e.shape != g.shape or not np.allclose(
-                    g, e, rtol=rtol, atol=atol, equal_nan=True
-                ):
+                if e.shape != g.shape or not harness.close(g, e, rtol, atol):
                     report.fail("grad", f"{where}: gradient of {what} differs")
                     break
     return report
