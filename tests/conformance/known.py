@@ -34,10 +34,6 @@ KNOWN_OPS: dict[str, dict[str, str]] = {
         "gradgrad": "at the zero vector the 2-norm has no second derivative: torch's double "
         "backward gives NaN, asyncgrad's the derivative of its zero subgradient, 0"
     },
-    "logcumsumexp": {
-        "grad": "a float32 sample with an element of 1e4, where float32's spacing is 1e-3: "
-        "torch's gradient is off by 3.2e-3 from float64's, asyncgrad's by 3.8e-3"
-    },
     "special.bessel_j0": {
         "value": "asyncgrad's (SciPy's) values are exact to rounding (checked against mpmath); "
         "torch's differ by up to 6e-6 relative near the function's zeros"
