@@ -50,14 +50,18 @@ class Unsupported(Exception):
 
 
 # ----------------------------------------------------------------------------- names
-def check_known(name: str, failures: list[str], known: Any, device: str) -> None:
-    """A run's ``failures`` ("kind: detail") against the kinds ``known`` for ``name``: none of
-    another kind; in a full run on the CPU, every known kind still seen (else it is stale)."""
+def check_known(name: str, failures: list[str], table: Any, device: str) -> None:
+    """A run's ``failures`` ("kind: detail") against the kinds the ``table`` of known
+    differences lists for ``name`` (and, for one device, for ``name@device``): none of another
+    kind; in a full run, every known kind still seen on its device (else it is stale; a plain
+    entry is checked on the CPU)."""
+    known = {**table.get(name, {}), **table.get(f"{name}@{device}", {})}
     kinds = {f.split(":", 1)[0] for f in failures}
     unexpected = [f for f in failures if f.split(":", 1)[0] not in known]
     assert not unexpected, f"{name}: " + "; ".join(unexpected[:5])
-    if FULL and device == "cpu":
-        fixed = set(known) - kinds
+    if FULL:
+        own = table.get(f"{name}@{device}", {}) if device != "cpu" else known
+        fixed = set(own) - kinds
         assert not fixed, f"{name}: known differences no longer seen, remove them: {fixed}"
 
 

@@ -1,8 +1,9 @@
 """Known differences of the conformance harness, each with its reason, and the coverage floors.
 
-``KNOWN_OPS[name]`` maps a kind of failure ("value", "raises", "grad", "gradgrad", "error") to
-why asyncgrad differs from torch there; the full run (ASYNCGRAD_CONFORMANCE=full) fails when a
-listed difference is no longer seen, so the list only shrinks."""
+``KNOWN_OPS[name]`` (or ``KNOWN_OPS["name@cuda"]`` for one device) maps a kind of failure
+("value", "raises", "grad", "gradgrad", "error", "gradcheck") to why asyncgrad differs from
+torch there; the full run (ASYNCGRAD_CONFORMANCE=full) fails when a listed difference is no
+longer seen, so the list only shrinks."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ KNOWN_OPS: dict[str, dict[str, str]] = {
     "linalg.norm.subgradients_at_zero": {
         "gradgrad": "at the zero vector the 2-norm has no second derivative: torch's double "
         "backward gives NaN, asyncgrad's the derivative of its zero subgradient, 0"
+    },
+    "logcumsumexp@cuda": {
+        "grad": "a float32 sample with an element of 1e4, where float32's spacing is 1e-3: the "
+        "device's log-step scan is off by 3.2e-3 from float64's gradient, torch's CPU loop by "
+        "3.2e-3 the other way"
     },
     "special.bessel_j0": {
         "value": "asyncgrad's (SciPy's) values are exact to rounding (checked against mpmath); "
