@@ -31,6 +31,7 @@ import bench_compiled
 import bench_cuda
 import bench_loop
 import bench_mlp
+import bench_new_ops
 import bench_small
 import distributed
 import serve_replicas
@@ -49,6 +50,8 @@ BENCHES = {
     # ----- serving: what batching buys, and concurrent requests coalesced -----
     "batching": bench_batching,
     "coalesce": bench_coalesce,
+    # ----- torch's wider API: the common new ops and modules -----
+    "new_ops": bench_new_ops,
     # ----- checkpointing -----
     "checkpoint": bench_checkpoint,
     # ----- across processes -----
