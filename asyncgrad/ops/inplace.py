@@ -73,8 +73,10 @@ def _overlaps_itself(a: Any) -> bool:
     """torch's rule for the tensor an in-place op writes: refused where a dimension of more than
     one element has stride 0 (an expanded view); also NumPy's read-only arrays (See NOTE
     [Writing through an expanded view] in ops/shape.py)."""
-    if a.size == 0 or backend.overlaps_itself(a):
-        return a.size != 0
+    if a.size == 0:  # an empty array's zero strides write nothing twice
+        return False
+    if backend.overlaps_itself(a):
+        return True
     if type(a) is not backend.ndarray:
         return False
     return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True))
