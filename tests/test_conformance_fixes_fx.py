@@ -86,3 +86,91 @@ def test_arg_extremes_of_a_0d_tensor(device: str, name: str, dim: int, keepdim: 
     assert int(_host(a)) == int(t)
     with pytest.raises(IndexError):
         getattr(ag, name)(ag.tensor(np.float32(2.5), device=device), 1)
+
+
+def _compare_grads(fn: Callable[..., Any], inputs: list[np.ndarray], *, second: bool) -> None:
+    """``fn`` (given tensors of one library, and that library) on the CPU in torch and on the
+    CUDA device in asyncgrad: values and gradients (and, with ``second``, under create_graph)."""
+    ts = [torch.tensor(x, requires_grad=True) for x in inputs]
+    As = [ag.tensor(x, device="cuda", requires_grad=True) for x in inputs]
+    t_out, a_out = fn(torch, *ts), fn(ag, *As)
+    np.testing.assert_allclose(_host(a_out), t_out.detach().numpy(), rtol=1e-12)
+    cot = RNG.standard_normal(tuple(t_out.shape))
+    tg = torch.autograd.grad(t_out, ts, torch.tensor(cot), allow_unused=True)
+    ag_ = ag.grad_sync(
+        [a_out], As, [ag.tensor(cot, device="cuda")], allow_unused=True, create_graph=second
+    )
+    for x, y in zip(ag_, tg, strict=True):
+        if y is None:
+            continue
+        assert x is not None
+        assert x.device.type == "cuda"
+        np.testing.assert_allclose(_host(x), y.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def _index(lib: Any) -> Any:
+    return lib.tensor(np.array([[0, 1, 0], [2, 0, 1]]))
+
+
+SCATTERS: dict[str, tuple[Callable[..., Any], list[np.ndarray]]] = {
+    "index_put": (
+        lambda lib, x, v: x.index_put((lib.tensor(np.array([0, 2, 3])),), v),
+        [RNG.standard_normal((5, 4)), RNG.standard_normal((3, 4))],
+    ),
+    "index_put_accumulate": (
+        lambda lib, x, v: x.index_put((lib.tensor(np.array([0, 2, 0])),), v, accumulate=True),
+        [RNG.standard_normal((5, 4)), RNG.standard_normal((3, 4))],
+    ),
+    "scatter": (
+        lambda lib, x, s: lib.scatter(x, 1, _index(lib), s),
+        [RNG.standard_normal((3, 4)), RNG.standard_normal((2, 3))],
+    ),
+    "scatter_reduce_sum": (
+        lambda lib, x, s: lib.scatter_reduce(x, 1, _index(lib), s, "sum"),
+        [RNG.standard_normal((3, 4)), RNG.standard_normal((2, 3))],
+    ),
+    "scatter_reduce_prod": (
+        lambda lib, x, s: lib.scatter_reduce(x, 1, _index(lib), s, "prod"),
+        [RNG.standard_normal((3, 4)), RNG.standard_normal((2, 3))],
+    ),
+    "scatter_reduce_mean": (
+        lambda lib, x, s: lib.scatter_reduce(x, 1, _index(lib), s, "mean"),
+        [RNG.standard_normal((3, 4)), RNG.standard_normal((2, 3))],
+    ),
+    "masked_scatter": (
+        lambda lib, x, s: x.masked_scatter(lib.tensor(np.eye(3, 4, dtype=bool)), s),
+        [RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))],
+    ),
+    "diagonal_scatter": (
+        lambda lib, x, s: lib.diagonal_scatter(x, s, 1),
+        [RNG.standard_normal((4, 4)), RNG.standard_normal((3,))],
+    ),
+    "select_scatter": (
+        lambda lib, x, s: lib.select_scatter(x, s, 1, 2),
+        [RNG.standard_normal((3, 4, 2)), RNG.standard_normal((3, 2))],
+    ),
+    "slice_scatter": (
+        lambda lib, x, s: lib.slice_scatter(x, s, 1, 0, 4, 2),
+        [RNG.standard_normal((3, 4)), RNG.standard_normal((3, 2))],
+    ),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("second", [False, True])
+@pytest.mark.parametrize("name", list(SCATTERS))
+def test_scatter_backwards_on_cuda(name: str, second: bool) -> None:
+    _cuda()
+    fn, inputs = SCATTERS[name]
+    _compare_grads(fn, inputs, second=second)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_histc_of_the_data_range_on_cuda(dtype: str) -> None:
+    _cuda()
+    x = (RNG.standard_normal((5, 5)) * 4).astype(dtype)
+    t = torch.histc(torch.tensor(x), bins=7)
+    a = ag.histc(ag.tensor(x, device="cuda"), bins=7)
+    assert a.device.type == "cuda"
+    np.testing.assert_array_equal(_host(a), t.numpy())
