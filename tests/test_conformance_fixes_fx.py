@@ -174,3 +174,16 @@ def test_histc_of_the_data_range_on_cuda(dtype: str) -> None:
     a = ag.histc(ag.tensor(x, device="cuda"), bins=7)
     assert a.device.type == "cuda"
     np.testing.assert_array_equal(_host(a), t.numpy())
+
+
+@pytest.mark.cuda
+def test_hermitian_matrix_rank_on_cuda() -> None:
+    _cuda()
+    b = RNG.standard_normal((2, 4, 2))
+    x = b @ b.transpose(0, 2, 1)  # rank 2 each
+    t = torch.linalg.matrix_rank(torch.tensor(x), hermitian=True)
+    a = ag.linalg.matrix_rank(ag.tensor(x, device="cuda"), hermitian=True)
+    assert a.device.type == "cuda"
+    np.testing.assert_array_equal(_host(a), t.numpy())
+    ev = ag.linalg.eigvalsh(ag.tensor(x, device="cuda"))
+    np.testing.assert_allclose(_host(ev), np.linalg.eigvalsh(x), atol=1e-10)
