@@ -3442,6 +3442,9 @@ class _Linalg:
     def eigh(self, a: Any, UPLO: str = "L") -> Any:
         return _linalg(np.linalg.eigh, (a,), {"UPLO": UPLO})
 
+    def eigvalsh(self, a: Any, UPLO: str = "L") -> Any:
+        return _linalg(np.linalg.eigvalsh, (a,), {"UPLO": UPLO})
+
 
 linalg: Final = _Linalg()
 

@@ -146,6 +146,9 @@ def _arg(xa: Any, dim: int | None, keepdim: bool, name: str) -> Tensor:
     if dim is None:
         r = backend.ensure_array(f()).astype(dtypes.int64)
         return wrap(r.reshape((1,) * xa.ndim if keepdim else ()))
+    if xa.ndim == 0:  # dim 0 or -1 of a 0-d tensor; CuPy refuses an axis of a 0-d array
+        dims(dim, 0)
+        return wrap(backend.ensure_array(f()).astype(dtypes.int64))
     return wrap(f(axis=dim, keepdims=keepdim).astype(dtypes.int64))
 
 
@@ -173,22 +176,34 @@ def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     return make(OPS["logsumexp"], out, (input,), params, (xa,))
 
 
+def _norm_axis(dim: int, ndim: int) -> int | None:
+    """``dim`` of a softmax-like op as an axis; ``None`` for a 0-d array (CuPy refuses axis 0)."""
+    d = dim % builtins.max(ndim, 1)
+    return None if ndim == 0 else d
+
+
 @silent_fp  # See NOTE [Silent floating point]
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(dtypes.to_dtype(dtype))
-    d = dim % builtins.max(xa.ndim, 1)
-    z = namespace(xa).exp(xa - xa.max(axis=d, keepdims=True))
-    z /= z.sum(axis=d, keepdims=True)
+    d = _norm_axis(dim, xa.ndim)
+    if xa.size == 0:  # torch returns the empty input; max has no identity
+        z = xa.copy()
+    else:
+        z = namespace(xa).exp(xa - xa.max(axis=d, keepdims=True))
+        z /= z.sum(axis=d, keepdims=True)
     return make(OPS["softmax"], z, (input,), {"dim": d})
 
 
 @silent_fp  # See NOTE [Silent floating point]
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     xa = input._array if dtype is None else input._array.astype(dtypes.to_dtype(dtype))
-    d = dim % builtins.max(xa.ndim, 1)
+    d = _norm_axis(dim, xa.ndim)
     xp = namespace(xa)
-    s = xa - xa.max(axis=d, keepdims=True)  # array methods skip NumPy's Python-level wrappers
-    s -= xp.log(xp.exp(s).sum(axis=d, keepdims=True))
+    if xa.size == 0:  # torch returns the empty input; max has no identity
+        s = xa.copy()
+    else:
+        s = xa - xa.max(axis=d, keepdims=True)  # array methods skip NumPy's Python-level wrappers
+        s -= xp.log(xp.exp(s).sum(axis=d, keepdims=True))
     return make(OPS["log_softmax"], s, (input,), {"dim": d})
 
 

@@ -704,7 +704,7 @@ def histc(input: Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Tensor:
     t = xa.dtype.type
     lo, hi = t(min), t(max)
     if lo == hi and xa.size:
-        lo, hi = t(xa.min()), t(xa.max())
+        lo, hi = t(xa.min().item()), t(xa.max().item())  # .item(): a device scalar
     if lo == hi:
         lo, hi = lo - t(1), hi + t(1)
     if not (math.isfinite(float(lo)) and math.isfinite(float(hi))):

@@ -212,7 +212,11 @@ def index_grad(g: Any, indices: Any, shape: tuple[int, ...], dim: int, keepdim: 
     # max/min along dim with indices: the gradient goes to the selected position only.
     d = dim % len(shape)
     idx = indices if keepdim else xp.expand_dims(indices, d)
-    rng = backend.namespace(indices).arange(shape[d]).reshape((-1,) + (1,) * (len(shape) - d - 1))
+    rng = (
+        backend.namespace(_device_array(indices))
+        .arange(shape[d])
+        .reshape((-1,) + (1,) * (len(shape) - d - 1))
+    )
     onehot = rng == idx
     return xp.where(onehot, keep(g, (d,), keepdim), 0.0)
 
@@ -230,7 +234,7 @@ def getitem_grad(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
 
 def index_put_self_grad(g: Any, index: Any) -> Any:
     # g with zeros where index_put wrote.
-    mask = backend.namespace(g).ones(g.shape, dtype=bool)
+    mask = backend.namespace(_device_array(g)).ones(g.shape, dtype=bool)
     mask[index] = False
     return xp.where(mask, g, 0)  # not g * mask: inf * 0 is NaN
 
