@@ -1,0 +1,55 @@
+"""Regression tests for conformance-harness findings (cat, gather, diff, take_along_dim,
+unravel_index, index_fill, batch_norm, fractional_max_pool3d), each compared with torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import asyncgrad as ag
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def _dev(device: str) -> str:
+    if device == "cuda" and ag.cuda.device_count() < 1:
+        pytest.skip("needs a CUDA device (real, or simulated with ASYNCGRAD_SIM_CUDA=N)")
+    return device
+
+
+def _np(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        return t.detach().numpy()
+    return t.detach().cpu().numpy()
+
+
+def _pair(a: np.ndarray, device: str) -> tuple[Any, torch.Tensor]:
+    return (
+        ag.tensor(a, device=device, requires_grad=True),
+        torch.tensor(a, requires_grad=True),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cat_skips_legacy_empty_1d_tensors(device: str) -> None:
+    device = _dev(device)
+    rng = np.random.default_rng(0)
+    e, x = np.zeros(0), rng.standard_normal((5, 5))
+    ae, te = _pair(e, device)
+    ax, tx = _pair(x, device)
+    for dim in (1, -1, 0):
+        got = ag.cat([ae, ax, ae], dim=dim)
+        want = torch.cat([te, tx, te], dim=dim)
+        np.testing.assert_allclose(_np(got), _np(want))
+        g = rng.standard_normal(tuple(want.shape))
+        ae.grad = ax.grad = None
+        te.grad = tx.grad = None
+        got.backward(ag.tensor(g, device=device))
+        want.backward(torch.tensor(g))
+        assert tuple(ae.grad.shape) == tuple(te.grad.shape) == (0,)
+        np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
+    # only legacy empties: a (0,) result
+    assert tuple(ag.cat([ae, ae]).shape) == tuple(torch.cat([te, te]).shape) == (0,)
