@@ -53,3 +53,17 @@ def test_cat_skips_legacy_empty_1d_tensors(device: str) -> None:
         np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
     # only legacy empties: a (0,) result
     assert tuple(ag.cat([ae, ae]).shape) == tuple(torch.cat([te, te]).shape) == (0,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gather_with_an_empty_index_skips_the_shape_checks(device: str) -> None:
+    device = _dev(device)
+    x = np.arange(5.0)
+    for xa, ia in ((x, np.zeros((2, 0), np.int64)), (np.array(3.0), np.zeros((0, 3), np.int64))):
+        ax, tx = _pair(xa, device)
+        got = ag.gather(ax, 0, ag.tensor(ia, device=device))
+        want = torch.gather(tx, 0, torch.tensor(ia))
+        assert tuple(got.shape) == tuple(want.shape)
+        got.sum().backward()
+        want.sum().backward()
+        np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
