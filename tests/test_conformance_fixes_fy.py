@@ -67,3 +67,30 @@ def test_gather_with_an_empty_index_skips_the_shape_checks(device: str) -> None:
         got.sum().backward()
         want.sum().backward()
         np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
+
+
+def test_diff_of_order_0_ignores_prepend_and_append() -> None:
+    rng = np.random.default_rng(1)
+    x, p, a = rng.standard_normal((5, 5)), rng.standard_normal((1, 5)), rng.standard_normal((2, 5))
+    for pre, app in ((p, a), (None, a), (p, None)):
+        ax, tx = _pair(x, "cpu")
+        got = ag.diff(
+            ax,
+            0,
+            0,
+            None if pre is None else ag.tensor(pre),
+            None if app is None else ag.tensor(app),
+        )
+        want = torch.diff(
+            tx,
+            0,
+            0,
+            None if pre is None else torch.tensor(pre),
+            None if app is None else torch.tensor(app),
+        )
+        np.testing.assert_allclose(_np(got), _np(want))
+        got.sum().backward()
+        want.sum().backward()
+        np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
+    with pytest.raises(RuntimeError):
+        ag.diff(ag.tensor(x), 0, 0, ag.tensor(np.zeros(5)))
