@@ -94,3 +94,20 @@ def test_diff_of_order_0_ignores_prepend_and_append() -> None:
         np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
     with pytest.raises(RuntimeError):
         ag.diff(ag.tensor(x), 0, 0, ag.tensor(np.zeros(5)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_take_along_dim_takes_negative_indices_along_a_dim(device: str) -> None:
+    device = _dev(device)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 5))
+    idx = rng.integers(-5, 5, (5, 5))
+    ax, tx = _pair(x, device)
+    got = ag.take_along_dim(ax, ag.tensor(idx, device=device), 1)
+    want = torch.take_along_dim(tx, torch.tensor(idx), 1)
+    np.testing.assert_allclose(_np(got), _np(want))
+    got.sum().backward()
+    want.sum().backward()
+    np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
+    with pytest.raises(RuntimeError):  # still out of bounds after one wrap
+        ag.take_along_dim(ag.tensor(x, device=device), ag.tensor([[-6]], device=device), 1)

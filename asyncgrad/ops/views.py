@@ -725,6 +725,11 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
     xs[d] = input.shape[d]
     js = list(b)
     js[d] = indices.shape[d]
+    # As torch's: with a dim, a negative index counts from the end of that dim.
+    ia = indices._array
+    if ia.dtype.kind == "i" and ia.size and bool((ia < 0).any()):
+        xp = backend.namespace(ia)
+        indices = wrap(xp.where(ia < 0, ia + input.shape[d], ia))
     return _gather(expand(input, tuple(xs)), d, expand(indices, tuple(js)))
 
 
