@@ -111,3 +111,12 @@ def test_take_along_dim_takes_negative_indices_along_a_dim(device: str) -> None:
     np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
     with pytest.raises(RuntimeError):  # still out of bounds after one wrap
         ag.take_along_dim(ag.tensor(x, device=device), ag.tensor([[-6]], device=device), 1)
+
+
+def test_unravel_index_with_an_empty_shape_gives_no_outputs() -> None:
+    assert ag.unravel_index(ag.tensor(0), ()) == torch.unravel_index(torch.tensor(0), ()) == ()
+    got = ag.unravel_index(ag.tensor([7, 2]), (2, 3))
+    want = torch.unravel_index(torch.tensor([7, 2]), (2, 3))
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(_np(g), _np(w))

@@ -751,14 +751,14 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Tensor, ...]:
     )
     if any(s < 0 for s in dims_):
         raise ValueError("'shape' cannot have negative values, but got " + str(dims_))
-    xp = backend.namespace(ia)
     ia = ia.astype(dtypes.int64)
     out = []
     step = 1
     for s in reversed(dims_):
         out.append(wrap((ia // step) % s if s else ia * 0))
         step *= s
-    return tuple(reversed(out)) if dims_ else (wrap(xp.zeros_like(ia)),)
+    # As torch's: an empty shape has no coordinates, so no outputs.
+    return tuple(reversed(out))
 
 
 def argwhere(input: Tensor) -> Tensor:
