@@ -120,3 +120,22 @@ def test_unravel_index_with_an_empty_shape_gives_no_outputs() -> None:
     assert len(got) == len(want) == 2
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(_np(g), _np(w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_index_fill_value_gradient_counts_repeated_indices_once(device: str) -> None:
+    device = _dev(device)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 5))
+    g = rng.standard_normal((5, 5))
+    idx = np.array([4, 3, 3, 4, 0])
+    for dim in (-1, 0):
+        ax, tx = _pair(x, device)
+        av, tv = _pair(np.array(2.5), device)
+        got = ag.index_fill(ax, dim, ag.tensor(idx, device=device), av)
+        want = torch.index_fill(tx, dim, torch.tensor(idx), tv)
+        np.testing.assert_allclose(_np(got), _np(want))
+        got.backward(ag.tensor(g, device=device))
+        want.backward(torch.tensor(g))
+        np.testing.assert_allclose(_np(av.grad), _np(tv.grad))
+        np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))

@@ -1476,6 +1476,11 @@ def index_fill(input: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
                 f"{value.ndim} dimension(s)."
             )
         value = to(value, input.dtype)
+    if input.ndim and ia.size:
+        # Each position written once, so that value's gradient counts it once, as torch's (which
+        # sums the gradient over the unique indices).
+        xp = backend.namespace(ia)
+        ia = xp.unique(xp.where(ia < 0, ia + input.shape[d], ia))
     return _put(input, _along(input, d, ia), value)
 
 
