@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import asyncgrad as ag
+import asyncgrad.nn.functional as F
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
@@ -139,3 +140,21 @@ def test_index_fill_value_gradient_counts_repeated_indices_once(device: str) -> 
         want.backward(torch.tensor(g))
         np.testing.assert_allclose(_np(av.grad), _np(tv.grad))
         np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_an_empty_1d_input(training: bool) -> None:
+    for c in (0, 3):
+        got = F.batch_norm(ag.zeros(0), ag.zeros(c), ag.ones(c), training=training)
+        want = torch.nn.functional.batch_norm(
+            torch.zeros(0), torch.zeros(c), torch.ones(c), training=training
+        )
+        assert tuple(got.shape) == tuple(want.shape) == (0,)
+    w = np.array([2.0, 3.0])
+    aw, tw = _pair(w, "cpu")
+    got = F.batch_norm(ag.zeros(0), None, None, aw, aw, training=True)
+    want = torch.nn.functional.batch_norm(torch.zeros(0), None, None, tw, tw, training=True)
+    assert tuple(got.shape) == tuple(want.shape) == (0,)
+    got.sum().backward()
+    want.sum().backward()
+    np.testing.assert_allclose(_np(aw.grad), _np(tw.grad))
