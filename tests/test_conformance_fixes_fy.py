@@ -158,3 +158,43 @@ def test_batch_norm_of_an_empty_1d_input(training: bool) -> None:
     got.sum().backward()
     want.sum().backward()
     np.testing.assert_allclose(_np(aw.grad), _np(tw.grad))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fractional_max_pool_takes_more_samples_than_the_batch(device: str) -> None:
+    device = _dev(device)
+    rng = np.random.default_rng(4)
+    u = rng.random((2, 4, 3))
+    for shape in ((4, 5, 5, 5), (1, 4, 5, 5, 5)):
+        x = rng.standard_normal(shape)
+        ax, tx = _pair(x, device)
+        got = F.fractional_max_pool3d(
+            ax, 2, output_ratio=0.5, _random_samples=ag.tensor(u, device=device)
+        )
+        want = torch.nn.functional.fractional_max_pool3d(
+            tx, 2, output_ratio=0.5, _random_samples=torch.tensor(u)
+        )
+        np.testing.assert_allclose(_np(got), _np(want))
+        got.sum().backward()
+        want.sum().backward()
+        np.testing.assert_allclose(_np(ax.grad), _np(tx.grad))
+    u2 = rng.random((3, 4, 2))
+    x = rng.standard_normal((2, 4, 5, 5))
+    got = F.fractional_max_pool2d(
+        ag.tensor(x, device=device), 2, (2, 2), _random_samples=ag.tensor(u2, device=device)
+    )
+    want = torch.nn.functional.fractional_max_pool2d(
+        torch.tensor(x), 2, (2, 2), _random_samples=torch.tensor(u2)
+    )
+    np.testing.assert_allclose(_np(got), _np(want))
+    x3 = ag.tensor(rng.standard_normal((2, 4, 5, 5, 5)), device=device)
+    for bad, msg in (
+        ((1, 4, 3), "no less then input batch size"),
+        ((2, 5, 3), "equals to input channel size"),
+        ((2, 4, 2), "equals to 3; got 2"),
+        ((4, 3), "to have 3 dimensions"),
+    ):
+        with pytest.raises(RuntimeError, match=msg):
+            F.fractional_max_pool3d(
+                x3, 2, output_size=2, _random_samples=ag.tensor(rng.random(bad), device=device)
+            )
