@@ -625,6 +625,14 @@ def batch_norm(
 ) -> Tensor:
     """Normalise each channel (dim 1) over the batch and spatial dims (See NOTE [Running
     statistics])."""
+    if input.ndim == 1 and input.numel() == 0:
+        # As torch's (its empty-input branch): a copy of input, times weight[0], plus bias[0].
+        out = ops.clone(input)
+        if weight is not None:
+            out = ops.mul(out, weight[0])
+        if bias is not None:
+            out = ops.add(out, bias[0])
+        return out
     if input.ndim < 2:
         raise ValueError(
             f"batch_norm: expected an input with a channel dim (N, C, ...), got "

@@ -529,11 +529,17 @@ def _fractional(
     if samples is None:
         samples = ops.rand(nb, c, n, dtype=x.dtype, device=x.device)
     ua = samples._array
-    if tuple(ua.shape) != (nb, c, n):
-        raise RuntimeError(
-            f"{name}(): expected _random_samples of size {_size((nb, c, n))}, but got "
-            f"{_size(tuple(ua.shape))}"
-        )
+    # torch's checks: more samples than the batch are allowed (the first ones are used), as for
+    # an unbatched input (a batch of one) with the samples of a batch.
+    if ua.ndim != 3:
+        raise RuntimeError(f"Expect _random_samples to have 3 dimensions, got {ua.ndim}")
+    if ua.shape[0] < nb:
+        raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+    if ua.shape[1] != c:
+        raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+    if ua.shape[2] != n:
+        raise RuntimeError(f"Expect _random_samples.size(2) equals to {n}; got {ua.shape[2]}.")
+    ua = ua[:nb]
     axes = ("height", "width") if n == 2 else ("time", "height", "width")
     for axis, s, o, kk in zip(axes, sizes, outs, k, strict=True):
         # torch's bounds: o + k - 1 <= s in 2-D, < s in 3-D

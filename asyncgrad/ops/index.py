@@ -276,6 +276,11 @@ def _check_bounds(ia: Any, n: int, dim: int) -> None:
 def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
     xa = input._array
     ia = _index_array(index, "gather", xa)
+    if ia.size == 0:
+        # As torch's: an empty index skips the shape checks; the result is empty, of its shape.
+        norm_dim(dim, builtins.max(xa.ndim, 1))
+        x1 = getitem(input, (None,)) if xa.ndim == 0 else input
+        return take(x1, (ia,) * x1.ndim)
     if builtins.max(ia.ndim, 1) != builtins.max(xa.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     if ia.ndim != xa.ndim:

@@ -214,9 +214,16 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             raise TypeError(
                 f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}"
             )
-    nd = tensors[0].ndim
+    all_arrs = _joined([arr(x) for x in tensors])
+    # torch still accepts legacy empty 1-D tensors (shape (0,)) beside tensors of any rank: they
+    # are skipped (their dtype still joins the result's); their gradient is an empty (0,) array.
+    legacy = [a.ndim == 1 and a.shape[0] == 0 for a in all_arrs]
+    arrs = [a for a, skip in zip(all_arrs, legacy, strict=True) if not skip]
+    if not arrs:
+        arrs = all_arrs[:1]
+        legacy[0] = False
+    nd = arrs[0].ndim
     d = dim % builtins.max(nd, 1)
-    arrs = _joined([arr(x) for x in tensors])
     try:
         out = namespace(arrs[0]).concatenate(arrs, axis=d)
     except ValueError as e:
@@ -229,7 +236,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             f"torch.cat(): Sizes of tensors must match except in dimension {d}: "
             f"got shapes {[tuple(a.shape) for a in arrs]} ({e})"
         ) from None
-    return make(OPS["cat"], out, tensors, {"dim": d, "sizes": [a.shape[d] for a in arrs]})
+    sizes = [None if skip else a.shape[d] for a, skip in zip(all_arrs, legacy, strict=True)]
+    return make(OPS["cat"], out, tensors, {"dim": d, "sizes": sizes})
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -529,6 +529,9 @@ def diff(
         if t.ndim != input.ndim:
             raise RuntimeError("diff expects prepend or append to be the same dimension as input")
         parts.append(t)
+    if n == 0:
+        # As torch's: order 0 is a copy of input; prepend and append are not joined.
+        return input.clone()
     x = cat(parts, d) if len(parts) > 1 else input
     for _ in range(n):
         m = x.shape[d]

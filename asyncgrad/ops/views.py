@@ -725,6 +725,11 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
     xs[d] = input.shape[d]
     js = list(b)
     js[d] = indices.shape[d]
+    # As torch's: with a dim, a negative index counts from the end of that dim.
+    ia = indices._array
+    if ia.dtype.kind == "i" and ia.size and bool((ia < 0).any()):
+        xp = backend.namespace(ia)
+        indices = wrap(xp.where(ia < 0, ia + input.shape[d], ia))
     return _gather(expand(input, tuple(xs)), d, expand(indices, tuple(js)))
 
 
@@ -746,14 +751,14 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Tensor, ...]:
     )
     if any(s < 0 for s in dims_):
         raise ValueError("'shape' cannot have negative values, but got " + str(dims_))
-    xp = backend.namespace(ia)
     ia = ia.astype(dtypes.int64)
     out = []
     step = 1
     for s in reversed(dims_):
         out.append(wrap((ia // step) % s if s else ia * 0))
         step *= s
-    return tuple(reversed(out)) if dims_ else (wrap(xp.zeros_like(ia)),)
+    # As torch's: an empty shape has no coordinates, so no outputs.
+    return tuple(reversed(out))
 
 
 def argwhere(input: Tensor) -> Tensor:
@@ -1471,6 +1476,11 @@ def index_fill(input: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
                 f"{value.ndim} dimension(s)."
             )
         value = to(value, input.dtype)
+    if input.ndim and ia.size:
+        # Each position written once, so that value's gradient counts it once, as torch's (which
+        # sums the gradient over the unique indices).
+        xp = backend.namespace(ia)
+        ia = xp.unique(xp.where(ia < 0, ia + input.shape[d], ia))
     return _put(input, _along(input, d, ia), value)
 
 

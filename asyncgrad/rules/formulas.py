@@ -239,10 +239,15 @@ def index_put_self_grad(g: Any, index: Any) -> Any:
     return xp.where(mask, g, 0)  # not g * mask: inf * 0 is NaN
 
 
-def split_grad(g: Any, dim: int, sizes: list[int]) -> list[Any]:
+def split_grad(g: Any, dim: int, sizes: list[int | None]) -> list[Any]:
+    """Pieces of ``g`` along ``dim`` of ``sizes``; a size None (a legacy empty 1-D input that
+    cat skipped) gets an empty (0,) array."""
     out = []
     start = 0
     for s in sizes:
+        if s is None:
+            out.append(g.reshape(-1)[:0])
+            continue
         sl = [slice(None)] * g.ndim
         sl[dim] = slice(start, start + s)
         out.append(g[tuple(sl)])
