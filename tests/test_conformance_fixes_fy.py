@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 import asyncgrad as ag
 import asyncgrad.nn.functional as F
+
+torch = pytest.importorskip("torch", reason="compares with torch (pip install torch)")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
