@@ -4,8 +4,11 @@ Everything here imports without CuPy; ``is_available()`` is then False and anyth
 device raises a RuntimeError saying why. With ``ASYNCGRAD_SIM_CUDA=N`` the devices are simulated
 (NumPy arrays, a thread per stream), for machines without a GPU.
 
-One thing goes beyond torch: an ``Event`` can be awaited (``await ev``), which resumes once the
-GPU has reached it without blocking the event loop meanwhile.
+Two things go beyond torch: an ``Event`` can be awaited (``await ev``), which resumes once the
+GPU has reached it without blocking the event loop meanwhile, and so can
+``synchronize_async()``, which waits so for the work queued on a device's current stream and
+for the backward passes still in flight there (See NOTE [Passes in flight] in
+asyncgrad/backend/cuda.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "set_device",
     "stream",
     "synchronize",
+    "synchronize_async",
 ]
 
 
@@ -72,6 +76,17 @@ def synchronize(device: Any = None) -> None:
     idx = _index(device)
     rt = _cuda.require(idx)
     rt.cuda.Device(idx).synchronize()
+
+
+async def synchronize_async(device: Any = None) -> None:
+    """Wait, without blocking the running event loop, until the GPU has run the work queued so
+    far on this thread's current stream of ``device`` (default: the current device) and the
+    awaited backward passes still in flight there (See NOTE [Passes in flight] in
+    asyncgrad/backend/cuda.py): after it, reading a result on the host does not block."""
+    idx = _index(device)
+    _cuda.require(idx)
+    here = (_cuda.record(_cuda.current_stream(idx), idx), idx)
+    await _cuda.wait_until_done([*_cuda.in_flight(idx), here])
 
 
 class Stream:

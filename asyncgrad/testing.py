@@ -1,15 +1,22 @@
-"""ag.testing: ``assert_close`` with torch's default tolerances and mismatch report."""
+"""ag.testing: ``assert_close`` with torch's default tolerances and mismatch report, and
+``count_python_calls``, the Python work of a block of code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import collections
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import CodeType, FrameType
 from typing import Any
 
 from . import backend, dtypes
 from ._tensor import Tensor
 from .backend import silent_fp
 
-__all__ = ["assert_close"]
+__all__ = ["PythonCalls", "assert_close", "count_python_calls"]
 
 # torch's defaults: (rtol, atol) by dtype; integers and bools compare exactly.
 _TOLERANCES = {
@@ -147,3 +154,101 @@ def _argmax_nan(xp: Any, values: Any) -> int:
     if bool(nan.any()):
         return int(xp.argmax(nan))
     return int(xp.argmax(flat))
+
+
+# NOTE [Counting Python calls]
+# On a GPU the host's Python work between launches is what bounds a small kernel's rate, and on
+# the CPU it is what a small op costs beyond NumPy's. ``count_python_calls()`` counts the Python
+# function calls (frames entered, a coroutine's or generator's resumption included) of every
+# thread while it is open, by function, through the interpreter's profiling hook. Calls into the
+# device runtime (CuPy or the simulator that stands in for it, ``asyncgrad/backend/sim.py``) are
+# not counted, nor is anything they call in turn: they stand for CuPy's compiled code. Modules
+# compiled to C (asyncgrad's compiled build) make no frames: count the pure build. Threads that
+# were running before the block began are counted from Python 3.12 on (``threading.
+# setprofile_all_threads``); before it, only the calling thread and threads started inside.
+def _runtime_files() -> tuple[str, ...]:
+    from .backend import sim
+
+    files = [os.path.abspath(sim.__file__)]
+    try:
+        import cupy
+    except ImportError:
+        pass
+    else:
+        files.append(os.path.dirname(os.path.abspath(cupy.__file__)) + os.sep)
+    return tuple(files)
+
+
+class PythonCalls:
+    """The Python calls counted by ``count_python_calls()``: ``total`` and ``by_function``
+    (``"path:line name"`` -> calls)."""
+
+    __slots__ = ("_codes", "_lock")
+
+    def __init__(self) -> None:
+        self._codes: collections.Counter[CodeType] = collections.Counter()
+        self._lock = threading.Lock()
+
+    @property
+    def total(self) -> int:
+        return sum(self._codes.values())
+
+    @property
+    def by_function(self) -> collections.Counter[str]:
+        out: collections.Counter[str] = collections.Counter()
+        for code, n in self._codes.items():
+            path = code.co_filename
+            cut = path.rfind("asyncgrad" + os.sep)
+            short = path[cut:] if cut >= 0 else os.path.basename(path)
+            out[f"{short}:{code.co_firstlineno} {code.co_qualname}"] += n
+        return out
+
+    def __repr__(self) -> str:
+        return f"PythonCalls(total={self.total})"
+
+
+@contextlib.contextmanager
+def count_python_calls() -> Iterator[PythonCalls]:
+    """Count the Python function calls of every thread while the block runs, leaving out the
+    device runtime's (See NOTE [Counting Python calls]). Not reentrant: it takes the
+    interpreter's profiling hook, and gives back the one set before."""
+    calls = PythonCalls()
+    codes, lock = calls._codes, calls._lock
+    runtime = _runtime_files()
+    state = threading.local()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            inside = getattr(state, "inside", 0)
+            if inside:
+                state.inside = inside + 1
+                return
+            code = frame.f_code
+            if code.co_filename.startswith(runtime):
+                state.inside = 1
+                return
+            with lock:
+                codes[code] += 1
+        elif event == "return":
+            inside = getattr(state, "inside", 0)
+            if inside:
+                state.inside = inside - 1
+
+    every = getattr(threading, "setprofile_all_threads", None)
+    before = sys.getprofile()
+    before_threads = threading.getprofile()
+    if every is not None:
+        every(profile)
+    else:
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        if every is not None:
+            every(None)
+            threading.setprofile(before_threads)
+            sys.setprofile(before)
+        else:
+            sys.setprofile(before)
+            threading.setprofile(before_threads)

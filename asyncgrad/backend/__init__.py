@@ -586,10 +586,10 @@ _SOLE_REFCOUNT: Final = _calibrate_sole_refcount()
 
 
 def can_steal(g: Any) -> bool:
-    """Whether array ``g`` may become a tensor's storage without a copy: it owns its memory, is
-    contiguous, and nobody but the caller's one local refers to it."""
+    """Whether array ``g`` (NumPy's or a device's) may become a tensor's storage without a copy:
+    it owns its memory, is contiguous, and nobody but the caller's one local refers to it."""
     return (
-        type(g) is np.ndarray
+        (type(g) is np.ndarray or type(g) in _device_types)
         and g.base is None
         and g.flags.c_contiguous
         and sys.getrefcount(g) <= _SOLE_REFCOUNT

@@ -400,6 +400,45 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+# NOTE [Passes in flight]
+# An awaited backward pass that returns nothing to read (``await ag.backward(loss)``: its results
+# are the leaves' ``.grad``) ends once its kernels are queued and ordered before the caller's
+# current streams, as torch's ``backward()`` returns once it has launched them: the caller's next
+# work (the optimizer's step, the next forward) queues behind them on the GPU while the host
+# prepares it, so a loop of awaited training steps keeps the GPU busy. What reads a value on the
+# host (``.item()``, ``.cpu()``) is what waits for the GPU; ``await ag.cuda.synchronize_async()``
+# waits first without blocking the loop. So that the host cannot run ahead without bound (holding
+# every step's buffers, and blocking in a launch once CUDA's launch queue is full), at most
+# MAX_PASSES_AHEAD such passes per device are in flight: the end of the next one waits, without
+# blocking its loop, until the GPU has finished the oldest. A pass that returns gradients
+# (``await ag.grad(...)``) ends only once the GPU has computed them, so that reading them does not
+# block the loop (See NOTE [Waiting for the GPU]).
+MAX_PASSES_AHEAD: Final = 2
+_in_flight: dict[int, deque[Any]] = {}  # device index -> end events of the passes in flight
+_in_flight_lock = threading.Lock()
+
+
+def pass_queued(ends: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """Note the end events of a pass that waits for nothing (See NOTE [Passes in flight]); the
+    ``(event, device index)`` pairs, of older passes, to wait for before it ends."""
+    over: list[tuple[Any, int]] = []
+    with _in_flight_lock:
+        for ev, idx in ends:
+            q = _in_flight.get(idx)
+            if q is None:
+                q = _in_flight[idx] = deque()
+            q.append(ev)
+            while len(q) > MAX_PASSES_AHEAD:
+                over.append((q.popleft(), idx))
+    return _pending(over) if over else over
+
+
+def in_flight(index: int) -> list[tuple[Any, int]]:
+    """The end events of the passes in flight on ``cuda:index`` (See NOTE [Passes in flight])."""
+    with _in_flight_lock:
+        return [(ev, index) for ev in _in_flight.get(index, ())]
+
+
 # NOTE [Deferred frees]
 # A device array that a kernel on another stream still reads must stay allocated until that
 # kernel has run: CuPy's memory pool hands a freed block to the next allocation on the stream

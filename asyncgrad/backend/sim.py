@@ -46,6 +46,10 @@ in tests, so the model is the strictest one CUDA allows:
   (NOTE [Generator state on the device]).
 * Host synchronisations. ``forbid_host_sync()`` makes every host wait on the calling thread raise
   HostSyncError, and ``record_host_syncs()`` collects them (NOTE [Host synchronisations]).
+* Counts. ``count_device_work()`` counts what a GPU would pay: kernel launches by kernel,
+  allocations and bytes, events recorded and queried, stream waits, host functions and host
+  synchronisations with their callers (NOTE [Counting device work]); with ``kernel_time`` set
+  (``configure``) every kernel keeps its stream busy that long (NOTE [Modelled kernel times]).
 * Ordering check. With ``ASYNCGRAD_SIM_CUDA_CHECK_ORDER=1`` (or ``configure(check_order=True)``)
   every access to device memory is checked against the stream orders CUDA guarantees, whatever
   the timing: one that no event wait or host wait puts after a conflicting access on another
@@ -66,7 +70,8 @@ in tests, so the model is the strictest one CUDA allows:
 Current device and current streams are per host thread, as in CuPy. The public names are CuPy's
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
 ``configure``, ``inject_fault``, ``reset_device``, the status codes (``NOT_READY``, ...),
-``forbid_host_sync``, ``record_host_syncs``, ``HostSyncError`` and ``StreamOrderError``, which are
+``forbid_host_sync``, ``record_host_syncs``, ``count_device_work``, ``DeviceCounts``,
+``HostSyncError`` and ``StreamOrderError``, which are
 the simulator's own; CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...) are
 NumPy's, dispatching to the simulated device (module ``__getattr__``). Only CuPy's names and
 arguments work, on the module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a
@@ -90,6 +95,7 @@ import random as _stdrandom
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -101,6 +107,7 @@ import numpy.typing as npt
 __all__ = [
     "CUDARuntimeError",
     "Device",
+    "DeviceCounts",
     "Event",
     "HostSyncError",
     "Stream",
@@ -110,6 +117,7 @@ __all__ = [
     "asarray",
     "asnumpy",
     "configure",
+    "count_device_work",
     "cuda",
     "empty",
     "empty_like",
@@ -162,11 +170,13 @@ class _Settings:
     """Device count, random delay and the delay's generator; read from the environment once
     (with whether the ordering check is on, which ``_order`` keeps)."""
 
-    __slots__ = ("delay", "devices", "lock", "rng")
+    __slots__ = ("delay", "devices", "inline", "kernel_time", "lock", "rng")
 
     def __init__(self) -> None:
         self.devices = int(os.environ.get("ASYNCGRAD_SIM_CUDA") or 0)
         self.delay = float(os.environ.get("ASYNCGRAD_SIM_CUDA_DELAY") or 0.0)
+        self.kernel_time = 0.0  # See NOTE [Modelled kernel times]
+        self.inline = False  # See NOTE [Counting device work]
         seed = os.environ.get("ASYNCGRAD_SIM_CUDA_SEED")
         self.rng = _stdrandom.Random(int(seed) if seed else None)
         self.lock = threading.Lock()
@@ -194,10 +204,14 @@ def configure(
     delay: float | None = None,
     seed: int | None = None,
     check_order: bool | None = None,
+    kernel_time: float | None = None,
+    inline: bool | None = None,
 ) -> None:
     """Change the simulation: the number of devices, the largest random sleep (seconds) before each
-    work item of a stream (0: none), the seed of those sleeps, and whether every access is checked
-    against the stream orders (See NOTE [Ordering check]). ``None`` leaves a setting as it is; the
+    work item of a stream (0: none), the seed of those sleeps, whether every access is checked
+    against the stream orders (See NOTE [Ordering check]) and the time every kernel takes on its
+    stream (seconds; See NOTE [Modelled kernel times]) and whether work runs as it is queued, on
+    the queuing thread (See NOTE [Counting device work]). ``None`` leaves a setting as it is; the
     defaults come from ``ASYNCGRAD_SIM_CUDA``, ``ASYNCGRAD_SIM_CUDA_DELAY``,
     ``ASYNCGRAD_SIM_CUDA_SEED`` and ``ASYNCGRAD_SIM_CUDA_CHECK_ORDER``. The delay may change at any
     time, also while streams run; turning the check on or off forgets what it tracked."""
@@ -215,6 +229,29 @@ def configure(
     if seed is not None:
         with settings.lock:
             settings.rng.seed(seed)
+    if kernel_time is not None:
+        if kernel_time < 0:
+            raise ValueError(f"kernel_time must be >= 0, got {kernel_time}")
+        settings.kernel_time = float(kernel_time)
+    if inline is not None:
+        settings.inline = bool(inline)
+
+
+# NOTE [Modelled kernel times]
+# With ``configure(kernel_time=t)`` every kernel (not an event wait, a host function or the
+# simulator's own poisoning) keeps its stream busy for ``t`` seconds after it computed, sleeping
+# on the stream's thread, which leaves the host free as a GPU does. Whether a program's host work
+# overlaps its device work shows in its wall time: a loop of steps that waits for each step's
+# kernels before preparing the next takes host + device time per step, one that runs ahead
+# takes about the larger of the two.
+def _model_kernel_time(work: _Work) -> None:
+    seconds = _settings().kernel_time
+    if seconds <= 0:
+        return
+    func = getattr(work, "func", None)
+    if func is _poison or func is _call_host_func or isinstance(func, types.MethodType):
+        return  # not a kernel: poison, a host function, a stream's wait or a device's fault
+    time.sleep(seconds)
 
 
 def _pause() -> None:
@@ -697,6 +734,9 @@ class _Queue:
         return dict(self.clock())
 
     def _append(self, work: _Work) -> None:
+        if _settings().inline:
+            self._run_now(work)
+            return
         with self.lock:
             self.items.append(work)
             self.submitted += 1
@@ -710,6 +750,28 @@ class _Queue:
             with self.device.lock:
                 self.device.busy.add(self)
         thread.start()
+
+    def _run_now(self, work: _Work) -> None:
+        """Run ``work`` on this thread as it is queued (the ``inline`` setting: See NOTE [Counting
+        device work]), in order after what the queue's thread has yet to run."""
+        with self.lock:
+            while self.completed < self.submitted:  # what was queued before the setting
+                self.done.wait()
+            self.submitted += 1
+        error: BaseException | None = None
+        if not self.device.fault:
+            try:
+                with np.errstate(all="ignore"):
+                    work()
+            except BaseException as exc:  # stored, raised at the next host wait
+                error = exc
+        with self.lock:
+            self.completed += 1
+            if error is not None:
+                self.errors.append(error)
+                with self.device.lock:
+                    self.device.busy.add(self)
+            self.done.notify_all()
 
     def _drain(self) -> None:
         lock = self.lock
@@ -727,6 +789,7 @@ class _Queue:
                         work()
                     except BaseException as exc:  # stored, raised at the next host wait
                         error = exc
+                    _model_kernel_time(work)
                 with lock:
                     self.completed += 1
                     if error is not None:
@@ -1048,6 +1111,8 @@ class Stream:
         queue, point = event._queue, event._point
         here = self._queue
         here.device.raise_fault()  # cudaStreamWaitEvent fails on a broken device
+        if _counting:
+            _count("stream_waits")
         if _order.on and event._known is not None and queue is not here:
             with _order.lock:  # ordered also where the event has run (NOTE [Ordering check])
                 _join(here.known, event._known)
@@ -1063,6 +1128,8 @@ class Stream:
     @property
     def done(self) -> bool:
         queue = self._queue
+        if _counting:
+            _count("events_queried")
         if _order.on:
             with _order.lock:
                 known = queue.snapshot()
@@ -1076,6 +1143,8 @@ class Stream:
         """Call ``callback(arg)`` on the stream's thread, in order with its kernels, one host
         function at a time (See NOTE [Host functions])."""
         self._queue.submit(functools.partial(_call_host_func, callback, arg))
+        if _counting:
+            _count("host_funcs")
 
     def __repr__(self) -> str:
         return f"<sim Stream {self.ptr} (device {self.device_id})>"
@@ -1144,6 +1213,8 @@ class Event:
         """Mark the work queued so far on ``stream`` (default: the current stream)."""
         queue = (get_current_stream() if stream is None else stream)._queue
         queue.device.raise_fault()  # cudaEventRecord fails on a broken device
+        if _counting:
+            _count("events_recorded")
         if _order.on:
             with _order.lock:
                 known = queue.snapshot()
@@ -1154,6 +1225,8 @@ class Event:
         self._device = queue.device
 
     def _status(self) -> int:
+        if _counting:
+            _count("events_queried")
         fault = self._device.fault
         if fault:
             return fault
@@ -1195,6 +1268,8 @@ def _submit(device: int, work: _Work) -> None:
         raise _peer_access(device, current)
     stream = _local.streams.get(current)
     (_device_state(current).default_queue if stream is None else stream._queue).submit(work)
+    if _counting:  # See NOTE [Counting device work]
+        _count_launch(work)
 
 
 class _Runtime:
@@ -1380,6 +1455,8 @@ def _allocate(
     if nbytes <= 0 or any(operator.index(n) < 0 for n in dims):
         buf = np.empty(dims, dt, order=order)  # NumPy's error for a negative dimension
         return buf, None
+    if _counting:
+        _count_allocation(nbytes)
     size = -(-nbytes // _BLOCK_UNIT) * _BLOCK_UNIT
     stream = _local.streams.get(device)  # the null stream means the device's default stream
     queue = _device_state(device).default_queue if stream is None else stream._queue
@@ -1752,8 +1829,16 @@ def _upload(host: _Array) -> ndarray:
     device = _local.device
     _device_state(device)
     result, buf = _output(host.shape, host.dtype, device)
-    _submit(device, functools.partial(np.copyto, buf, host))
+    _submit(device, functools.partial(_host_to_device, buf, host))
     return result
+
+
+def _host_to_device(buf: _Array, host: _Array) -> None:
+    """The kernel of a copy from the host (named for NOTE [Counting device work])."""
+    np.copyto(buf, host)
+
+
+_HOST_TO_DEVICE: Final = functools.partial(_host_to_device)
 
 
 _Handler = Callable[
@@ -2424,6 +2509,113 @@ _HANDLERS[np.put] = _put_handler
 _HANDLERS[np.take_along_axis] = _wrapping(_take_along_axis_wrapped)
 
 
+# ----------------------------------------------------------------------------- counts
+# NOTE [Counting device work]
+# What a GPU would pay for a program is mostly invisible on the simulator's timing: a launch, an
+# allocation from the pool, an event record or query costs a few microseconds of driver time
+# each on a GPU and next to nothing here. ``count_device_work()`` counts them instead, on every
+# thread while it is open: kernel launches by kernel (the NumPy function or ufunc the simulator
+# runs for it; copies from the host are ``_host_to_device``), allocations and their
+# bytes (every new array that owns memory, from the pool or not: CuPy's pool makes a reuse
+# cheaper but not free), events recorded and queried (``Event.done``, ``eventQuery``,
+# ``Stream.done``), stream waits (``Stream.wait_event``, every call: CUDA queues one whether or
+# not the event has run), host functions launched, and every host synchronisation with what
+# waited and the file and line that caused it (NOTE [Host synchronisations]). The simulator's own
+# work (poisoning reused blocks, its bookkeeping) is not counted: a GPU does none of it.
+# What the host does while it waits for the device depends on how fast the device is, and the
+# simulator is slower than a GPU. ``configure(inline=True)`` models a device that keeps up: every
+# work item runs as it is queued, on the thread that queues it, so no event is ever pending and
+# the host's own work is counted alone, the same in every run. It is for counting: the stream
+# orders it no longer tests.
+class DeviceCounts:
+    """What the simulated devices were asked to do while ``count_device_work()`` was open."""
+
+    __slots__ = (
+        "allocated_bytes",
+        "allocations",
+        "events_queried",
+        "events_recorded",
+        "host_funcs",
+        "host_syncs",
+        "launches",
+        "stream_waits",
+    )
+
+    def __init__(self) -> None:
+        self.launches: collections.Counter[str] = collections.Counter()
+        self.allocations = 0
+        self.allocated_bytes = 0
+        self.events_recorded = 0
+        self.events_queried = 0
+        self.stream_waits = 0
+        self.host_funcs = 0
+        self.host_syncs: list[tuple[str, str]] = []
+
+    @property
+    def kernels(self) -> int:
+        """The number of kernel launches."""
+        return sum(self.launches.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kernels": self.kernels,
+            "launches": dict(self.launches),
+            "allocations": self.allocations,
+            "allocated_bytes": self.allocated_bytes,
+            "events_recorded": self.events_recorded,
+            "events_queried": self.events_queried,
+            "stream_waits": self.stream_waits,
+            "host_funcs": self.host_funcs,
+            "host_syncs": list(self.host_syncs),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceCounts(kernels={self.kernels}, allocations={self.allocations}, "
+            f"allocated_bytes={self.allocated_bytes}, events_recorded={self.events_recorded}, "
+            f"events_queried={self.events_queried}, stream_waits={self.stream_waits}, "
+            f"host_funcs={self.host_funcs}, host_syncs={len(self.host_syncs)})"
+        )
+
+
+_counting: list[DeviceCounts] = []  # the open counts; empty: nothing counts (one test a call)
+_counting_lock: Final = threading.Lock()
+
+
+def _count_launch(work: _Work) -> None:
+    name = _work_name(work)
+    with _counting_lock:
+        for c in _counting:
+            c.launches[name] += 1
+
+
+def _count_allocation(nbytes: int) -> None:
+    with _counting_lock:
+        for c in _counting:
+            c.allocations += 1
+            c.allocated_bytes += nbytes
+
+
+def _count(field: str) -> None:
+    with _counting_lock:
+        for c in _counting:
+            setattr(c, field, getattr(c, field) + 1)
+
+
+@contextlib.contextmanager
+def count_device_work() -> Iterator[DeviceCounts]:
+    """Count what every thread asks of the simulated devices while the block runs (See NOTE
+    [Counting device work])."""
+    counts = DeviceCounts()
+    with _counting_lock:
+        _counting.append(counts)
+    try:
+        yield counts
+    finally:
+        with _counting_lock:
+            _counting.remove(counts)
+
+
 # ----------------------------------------------------------------------------- host waits
 # NOTE [Host synchronisations]
 # A host wait blocks the calling thread until the device has run the work queued before it: the
@@ -2472,12 +2664,16 @@ def _describe_host_wait() -> tuple[str, str]:
 
 def _host_wait() -> None:
     """Called by every host wait, before it blocks: See NOTE [Host synchronisations]."""
-    if not _host_sync_state.forbidden and not _host_sync_records:
+    if not _host_sync_state.forbidden and not _host_sync_records and not _counting:
         return
     what, where = _describe_host_wait()
     with _host_sync_lock:
         for records in _host_sync_records:
             records.append((what, where))
+    if _counting:
+        with _counting_lock:
+            for c in _counting:
+                c.host_syncs.append((what, where))
     if _host_sync_state.forbidden:
         raise HostSyncError(
             f"host synchronisation by {what}, called from {where}, on a thread where "
@@ -2984,6 +3180,8 @@ class ndarray:
             raise ValueError(f"Shape mismatch: {host.shape} != {self._data.shape}")
         work = functools.partial(np.copyto, self._data, host, casting="unsafe")
         self._host_queue(stream).submit(work)
+        if _counting:
+            _count_launch(_HOST_TO_DEVICE)
 
     def item(self) -> Any:
         return self.get().item()
@@ -4129,6 +4327,7 @@ def __getattr__(name: str) -> Any:
 _WRITES_FIRST: Final = frozenset(
     {
         np.copyto,
+        _host_to_device,
         np.put,
         _take_into,
         _put,

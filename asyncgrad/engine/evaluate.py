@@ -193,11 +193,16 @@ async def _await(aw: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- final callbacks
-async def complete(gt: GraphTask) -> None:
-    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, wait until the GPU has
-    finished its work (See NOTE [Streams in the graph]), then complete it."""
+async def complete(gt: GraphTask, ahead: list[tuple[Any, int]] | None = None) -> None:
+    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, wait for its GPU work as
+    NOTE [Passes in flight] in asyncgrad/backend/cuda.py says (for the events ``ahead`` when
+    given: the passes in flight before it), then complete it."""
     current_graph_task.set(gt)
     try:
+        if ahead is not None:  # its callbacks have run, its streams are finished
+            await adapt_await(cuda.wait_until_done(ahead))
+            gt.finish()
+            return
         while gt.callbacks and not gt.done:
             cb = gt.callbacks.pop(0)
             r = call_user(cb)
@@ -205,7 +210,13 @@ async def complete(gt: GraphTask) -> None:
                 await adapt_await(r)
         st = gt.streams
         if st is not None and st.used and not gt.done:
-            await adapt_await(cuda.wait_until_done(streams.finish(st)))
+            ends = streams.finish(st)
+            if gt.captured:  # gradients for the caller to read
+                await adapt_await(cuda.wait_until_done(ends))
+            else:
+                wait = cuda.pass_queued(ends)
+                if wait:
+                    await adapt_await(cuda.wait_until_done(wait))
     except BaseException as e:
         if own_cancellation(e):
             raise

@@ -49,7 +49,13 @@ def route(gt: GraphTask, node: Node, out: Any, queue: ReadyQueue) -> Direct | No
             continue
         if st is not None:
             # See NOTE [Streams in the graph]; no gradient needs no ordering.
-            on = None if out[i] is None else arrive(node, nxt)
+            nd = nxt._device
+            if out[i] is None or (
+                nd is node._device and (nd.type != "cuda" or nxt._stream is node._stream)
+            ):
+                on = None  # the stream that is current will do
+            else:
+                on = arrive(node, nxt)
         d = deps[nxt]
         if d != 1:
             deps[nxt] = d - 1

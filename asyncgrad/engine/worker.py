@@ -24,6 +24,7 @@ from .routing import route, route_from_task
 from .scheduler import install_waker
 from .settings import settings
 from .streams import Launch, Streams
+from .streams import finish as finish_streams
 from .watch import enter_watch, exit_watch, recorders
 
 if TYPE_CHECKING:
@@ -170,6 +171,11 @@ def drain(
     gt: GraphTask
     st: Streams | None = None
     launch = Launch() if cuda.loaded else None
+    # The stream and device of the last CUDA node readied for the current graph task: the next
+    # node there needs nothing more, unless it reads the host or gradients from other streams
+    # or saved inputs must be held (See _on_gpu).
+    ready_stream: Any = None
+    ready_device: Any = None
     fair = queue.loop is not None  # a blocking caller's queue holds one graph task
     # Nodes of a CPU queue on a loop may leave it (See NOTE [Large nodes]).
     offload = fair and queue.device.type == "cpu"
@@ -204,14 +210,27 @@ def drain(
                         since = now
                     running.enter(gt)
                     cur = gt
+                    ready_stream = ready_device = None
                     create = gt.create_graph
                     keep = gt.keep_graph
                     st = gt.streams
                     # See NOTE [Watched graph tasks]: nothing per node for unwatched ones.
                     slow = gt.watch is not None or gt.exec_info is not None
             try:
-                if st is not None and _on_gpu(queue, gt, st, node, buf, launch):
-                    continue  # it waits for the GPU in a task of its own
+                if st is not None and (
+                    node._device is not ready_device  # (a CPU node: never ready_device)
+                    or node._stream is not ready_stream
+                    or node._copies_to_host
+                    or cuda.side_streams
+                    or (type(buf) is InputBuffer and buf.cross)
+                ):
+                    if _on_gpu(queue, gt, st, node, buf, launch):
+                        continue  # it waits for the GPU in a task of its own
+                    dev = node._device
+                    if dev is not None and dev.type == "cuda":
+                        assert launch is not None
+                        if launch.last is node._stream:
+                            ready_stream, ready_device = node._stream, dev
                 special = node._hooks is not None or node._special
                 if (
                     offload
@@ -406,7 +425,20 @@ def on_drained(gt: GraphTask) -> None:
     complete it."""
     if gt.loop is None:
         return  # a blocking caller completes it after draining (engine.execute_sync)
-    if gt.callbacks or (gt.streams is not None and gt.streams.used):
+    st = gt.streams
+    if st is not None and st.used and not gt.callbacks and not gt.captured:
+        # Nothing to wait for but older passes in flight (See NOTE [Passes in flight] in
+        # asyncgrad/backend/cuda.py): most often it ends here, without a task.
+        try:
+            wait = cuda.pass_queued(finish_streams(st))
+        except Exception as e:  # a device failed (See NOTE [Sticky errors] in sim.py)
+            gt.fail(e)
+            return
+        if wait:
+            _own_task(gt, gt.loop.create_task(complete(gt, wait)))
+        else:
+            gt.finish()
+    elif gt.callbacks or (st is not None and st.used):
         _own_task(gt, gt.loop.create_task(complete(gt)))
     else:
         gt.finish()

@@ -362,6 +362,8 @@ def nll_loss(
     xp = backend.namespace(la)
     n_cls = la.shape[1]
     wa = None if weight is None else arr(weight)
+    if la.ndim == 2 and backend.is_device_array(la):
+        return _nll_loss_on_device(input, ta, wa, ignore_index, reduction)
     if la.ndim == 2 and wa is None and reduction != "none" and ta.size:
         lo, hi = int(ta.min()), int(ta.max())
         if lo >= 0 and hi < n_cls and not lo <= ignore_index <= hi:
@@ -375,6 +377,7 @@ def nll_loss(
                 "ignore_index": ignore_index,
                 "denom": denom,
                 "all_valid": True,
+                "row_scale": None,
             }
             out = xp.asarray(total / denom, dtype=la.dtype)
             return make(OPS["nll_loss"], out, (input,), params)
@@ -403,6 +406,51 @@ def nll_loss(
         "ignore_index": ignore_index,
         "denom": denom,
         "all_valid": False,
+        "row_scale": None,
+    }
+    return make(OPS["nll_loss"], xp.asarray(out, dtype=la.dtype), (input,), params)
+
+
+# NOTE [Class indices on a device]
+# On the CPU nll_loss checks its targets on the host, as torch does: IndexError for one out of
+# range. On a CUDA device that check would read the targets on the host: a synchronisation that
+# holds the host until the GPU has run everything queued before it, every step (torch checks in
+# its kernel instead, and the device-side assert surfaces at a later CUDA call). So on a device
+# nothing is read on the host. Ignored targets are masked in the kernels, and a target out of
+# range makes the loss and every gradient it sends NaN, visible at the first read of either:
+# nothing is silently wrong. Each row's share of the loss, ``row_scale`` (minus its weight over
+# the mean's denominator; NaN for all when a target is out of range), is computed once in the
+# forward and is the whole backward: ``g * row_scale`` put at the targets' columns.
+def _nll_loss_on_device(
+    input: Tensor, ta: Any, wa: Any, ignore_index: int, reduction: str
+) -> Tensor:
+    la = input._array
+    xp = backend.namespace(la)
+    n, n_cls = la.shape
+    valid = ta != ignore_index
+    safe = xp.where(valid, ta, 0)
+    # Out of range, negative included: seen as unsigned, a negative index is a large one.
+    unsigned = xp.dtype(f"u{safe.dtype.itemsize}")
+    bad = (safe.view(unsigned) >= n_cls).any()
+    picked = xp.where(valid, la[xp.arange(n), safe], 0.0)  # an ignored target's NaN logp too
+    coef = valid.astype(la.dtype) if wa is None else xp.where(valid, wa[safe], 0.0)
+    row_scale = xp.where(bad, xp.nan, -coef).astype(la.dtype, copy=False)
+    if reduction == "none":
+        out = picked * row_scale
+    elif reduction == "sum":
+        out = xp.dot(picked, row_scale)
+    else:
+        total = coef.sum()
+        out = xp.dot(picked, row_scale) / total  # no valid target: 0/0, NaN as torch's
+        row_scale = xp.where(valid, row_scale / total, 0.0).astype(la.dtype, copy=False)
+    params = {
+        "target": safe,
+        "weight": None,
+        "reduction": reduction,
+        "ignore_index": ignore_index,
+        "denom": 1.0,
+        "all_valid": False,
+        "row_scale": row_scale,
     }
     return make(OPS["nll_loss"], xp.asarray(out, dtype=la.dtype), (input,), params)
 

@@ -291,9 +291,19 @@ def nll_grad(
     ignore_index: int,
     denom: float,
     all_valid: bool,
+    row_scale: Any = None,
 ) -> Any:
     # loss_i = -w[t_i] * logp[i, t_i]; grad wrt logp is -w[t_i] on the target column, else 0
     # (also where g is inf or NaN, and in the rows of ignored targets).
+    if row_scale is not None:  # on a device: See NOTE [Class indices on a device]
+        ns = backend.namespace(target)
+        coef = g * row_scale
+        if backend.is_device_array(logp) and backend.is_device_array(coef):
+            out = ns.zeros_like(logp)
+            out[ns.arange(target.shape[0]), target] = coef
+            return out
+        onehot = ns.arange(logp.shape[1]).reshape(1, -1) == ns.expand_dims(target, 1)
+        return xp.where(onehot, xp.expand_dims(coef, 1), 0.0)  # under create_graph
     if all_valid and type(logp) is backend.ndarray:
         out = xp.zeros_like(logp)
         out[backend.namespace(target).arange(target.shape[0]), target] = -(g / denom)

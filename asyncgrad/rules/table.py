@@ -263,8 +263,8 @@ defvjp(  # torch's binary_cross_entropy_with_logits_backward and its target's
 )
 defvjp(
     "nll_loss",
-    lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom, all_valid: nll_grad(
-        g, logp, target, weight, reduction, ignore_index, denom, all_valid
+    lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom, all_valid, row_scale: (
+        nll_grad(g, logp, target, weight, reduction, ignore_index, denom, all_valid, row_scale)
     ),
     save="logp",
 )

@@ -170,6 +170,8 @@ NOT_CUPYS: Final[dict[str, str]] = {
     "forbid_host_sync": "the simulator's own: host waits raise, to find them in tests",
     "record_host_syncs": "the simulator's own: collects host waits, to find them in tests",
     "HostSyncError": "the simulator's own: what forbid_host_sync raises",
+    "count_device_work": "the simulator's own: counts what a GPU would pay, for benchmarks",
+    "DeviceCounts": "the simulator's own: what count_device_work counts",
     "StreamOrderError": "the simulator's own: what the ordering check raises",
     # The classes are also at the simulator's top level for its own tests; CuPy has them only
     # under cuda and cuda.runtime, where they are checked ("cuda.Device", ...). asyncgrad reaches

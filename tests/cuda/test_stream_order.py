@@ -149,7 +149,7 @@ def test_a_forward_that_reads_the_leaf_before_its_copy_is_ordered_fails_at_the_r
         (w @ w).sum()
     message = str(info.value)
     assert message.startswith("matmul on ")
-    assert "copyto on asyncgrad-sim-stream-0-0" in message  # the copy from the host
+    assert "_host_to_device on asyncgrad-sim-stream-0-0" in message  # the copy from the host
 
 
 # ----------------------------------------------------------------------------- every case

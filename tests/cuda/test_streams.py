@@ -377,14 +377,34 @@ async def test_worker_runs_at_most_a_bounded_distance_ahead_of_the_gpu() -> None
     assert_ready(g, np.ones(4))
 
 
-async def test_abackward_resumes_when_grad_fields_are_computed(delays: Delays) -> None:
+async def test_abackward_returns_with_its_grad_fields_ordered_on_the_callers_stream(
+    delays: Delays,
+) -> None:
+    """NOTE [Passes in flight]: the awaited backward returns once its kernels are queued; a host
+    read on the caller's stream waits for them, and ``synchronize_async`` waits for them without
+    blocking the loop."""
     rng = np.random.default_rng(9)
-    for _ in range(REPEAT):
+    for i in range(REPEAT):
         xv = rng.standard_normal(64)
         x = leaf(xv)
         await asyncio.wait_for(branches_on_two_streams(x, delays).abackward(), 10)
         assert x.grad is not None
-        assert_ready(x.grad, _grad_branches(xv), rtol=1e-10)
+        if i % 2:
+            await asyncio.wait_for(ag.cuda.synchronize_async(), 10)
+            assert_ready(x.grad, _grad_branches(xv), rtol=1e-10)
+        else:
+            assert_close(host(x.grad), _grad_branches(xv), rtol=1e-10)
+
+
+async def test_agrad_resumes_when_its_gradients_are_computed(delays: Delays) -> None:
+    """A pass that returns gradients ends only once the GPU has computed them: reading them
+    does not block the loop."""
+    rng = np.random.default_rng(10)
+    for _ in range(REPEAT):
+        xv = rng.standard_normal(64)
+        x = leaf(xv)
+        (g,) = await asyncio.wait_for(ag.grad(branches_on_two_streams(x, delays), [x]), 10)
+        assert_ready(g, _grad_branches(xv), rtol=1e-10)
 
 
 async def test_each_device_has_its_own_worker(delays: Delays) -> None:
