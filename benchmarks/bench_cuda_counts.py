@@ -16,8 +16,12 @@ Workloads (bench_cuda.py's, at its full sizes unless ``--quick``):
   chain  the backward of 10,000 elementwise ops on float32[16], per node.
   serve  one input gradient of MLP 784-4096-4096-10 at batch 8, one pass per request, copied to
          the host: per request, 16 requests of 4 gradients each gathered on one loop.
+  overlap  wall time of awaited training steps (a small MLP) when every kernel takes 50 µs on
+         its stream (``sim.configure(kernel_time=...)``, the device on its own threads): the
+         host's own time, the device's, awaited steps as written, and the same steps each
+         followed by a wait for the GPU.
 
-Usage: python benchmarks/bench_cuda_counts.py [--quick] [--only mlp,chain,serve]
+Usage: python benchmarks/bench_cuda_counts.py [--quick] [--only mlp,chain,serve,overlap]
                                               [--top N] [--markdown PATH] [--tree LABEL=PATH]
 """
 
@@ -49,6 +53,7 @@ WORKLOADS = {
     "mlp": ["asyncgrad", "asyncgrad-sgd", "floor", "floor-sgd"],
     "chain": ["asyncgrad", "floor"],
     "serve": ["asyncgrad", "floor"],
+    "overlap": ["asyncgrad"],
 }
 LR = 0.01
 STEPS = 3  # counted MLP steps (after two uncounted ones)
@@ -215,7 +220,77 @@ def serve_worker(lib: str, variant: str, cfg: Any) -> dict[str, Any]:
     return counted(run, REQUESTS * ITEMS)
 
 
-WORKERS = {"mlp": mlp_worker, "chain": chain_worker, "serve": serve_worker}
+def overlap_worker(lib: str, variant: str, cfg: Any) -> dict[str, Any]:
+    """Wall time per training step with every kernel taking KERNEL_S on its stream (NOTE
+    [Modelled kernel times]), the device running on its own threads: ``as-is`` awaits each
+    step as a user writes it, ``waiting`` also waits for the GPU after each (what an awaited
+    backward did before NOTE [Passes in flight]), ``host`` is the same loop with kernels that
+    take no time (the host's own time per step)."""
+    import time
+
+    from asyncgrad.backend import sim
+
+    sim.configure(inline=False)
+    params, xv, yv = mlp_init(OVERLAP_SIZES, OVERLAP_BATCH)
+    import asyncgrad as ag
+    import asyncgrad.nn.functional as F
+
+    p = [ag.tensor(a, device="cuda", requires_grad=True) for a in params]
+    x, y = ag.tensor(xv, device="cuda"), ag.tensor(yv, device="cuda")
+    opt = ag.optim.SGD(p, lr=LR)
+    kernels = 0
+
+    async def step(wait: bool) -> None:
+        opt.zero_grad()
+        loss = F.cross_entropy(mlp_forward(F, p, x), y)
+        await ag.backward(loss)
+        opt.step()
+        if wait:
+            await ag.cuda.synchronize_async()
+
+    async def loop(n: int, wait: bool) -> float:
+        await ag.cuda.synchronize_async()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await step(wait)
+        await ag.cuda.synchronize_async()
+        return (time.perf_counter() - t0) / n
+
+    async def main() -> dict[str, Any]:
+        nonlocal kernels
+        await loop(3, False)  # warm-up
+        with sim.count_device_work() as c:
+            await loop(OVERLAP_STEPS, False)
+        kernels = c.kernels // OVERLAP_STEPS
+        host = min([await loop(OVERLAP_STEPS, False) for _ in range(3)])
+        sim.configure(kernel_time=KERNEL_S)
+        try:
+            as_is = min([await loop(OVERLAP_STEPS, False) for _ in range(3)])
+            waiting = min([await loop(OVERLAP_STEPS, True) for _ in range(3)])
+        finally:
+            sim.configure(kernel_time=0.0)
+        return {
+            "host_s": host,
+            "device_s": kernels * KERNEL_S,
+            "kernels": kernels,
+            "as_is_s": as_is,
+            "waiting_s": waiting,
+        }
+
+    return asyncio.run(main())
+
+
+OVERLAP_SIZES = (64, 128, 128, 10)
+OVERLAP_BATCH = 32
+OVERLAP_STEPS = 10
+KERNEL_S = 50e-6  # a modelled kernel's time: a small kernel on a GPU
+
+WORKERS = {
+    "mlp": mlp_worker,
+    "chain": chain_worker,
+    "serve": serve_worker,
+    "overlap": overlap_worker,
+}
 
 
 def worker_main(name: str, argv: list[str]) -> None:
@@ -298,6 +373,25 @@ def label(lib: str) -> str:
     return text + (f" [{tree}]" if tree else "")
 
 
+def overlap_rows(quick: bool) -> list[str]:
+    """The overlap table: medians over rounds, each round a fresh process."""
+    runs = []
+    for _ in range(1 if quick else 3):
+        runs.append(H.run_worker(__file__, "asyncgrad", ["--workload", "overlap"], timeout=600))
+    med = {k: H.median([r[k] for r in runs]) for k in runs[0]}
+    ms = 1e3
+    return [
+        f"\n**Awaited training steps against a modelled GPU** (MLP {'-'.join(map(str, OVERLAP_SIZES))}"
+        f", batch {OVERLAP_BATCH}, SGD; every kernel {KERNEL_S * 1e6:.0f} µs on its stream, "
+        f"{med['kernels']:.0f} kernels a step; ms per step, median of {len(runs)} processes)\n",
+        "| host alone (kernels take no time) | device alone (kernels x time) | awaited steps "
+        "| each step then waits for the GPU |",
+        "|---:|---:|---:|---:|",
+        f"| {med['host_s'] * ms:.2f} | {med['device_s'] * ms:.2f} | {med['as_is_s'] * ms:.2f} "
+        f"| {med['waiting_s'] * ms:.2f} |",
+    ]
+
+
 def main() -> None:
     w = H.worker_argv()
     if w is not None:
@@ -314,6 +408,9 @@ def main() -> None:
     lines = []
     failed = False
     for wl in a.only.split(","):
+        if wl == "overlap":
+            lines += overlap_rows(a.quick)
+            continue
         libs = list(WORKLOADS[wl])
         libs += [f"asyncgrad@{t}" for t in labels]
         rows: dict[str, dict[str, Any]] = {}

@@ -120,13 +120,13 @@ def available() -> bool:
 
 
 def device_count() -> int:
-    r = load()
+    r = rt if rt is not None else load()
     return 0 if r is None else int(r.cuda.runtime.getDeviceCount())
 
 
 def require(index: int | None) -> Any:
     """The runtime, checking that device ``cuda:index`` exists; a clear RuntimeError if not."""
-    r = load()
+    r = rt if rt is not None else load()
     if r is None:
         raise RuntimeError(f"cannot use a CUDA device: {_why}")
     if index is not None:
@@ -292,8 +292,9 @@ def stream_wait(consumer: Any, producer: Any, index: int) -> None:
 # the work is done. Polling an event from the loop is cheap (``cudaEventQuery``, about 2 us on an
 # H100) and quick to notice completion, but polling a long kernel wastes a core; a host function
 # (``launch_host_func``) calls back once the work before it has run, costing nothing meanwhile,
-# but reaches the loop some tens of microseconds late. So a wait first polls once per turn of the
-# loop (``asyncio.sleep(0)``, which lets everything else ready run in between) for POLL_SWITCH_S
+# but reaches the loop some tens of microseconds late. So a wait is first polled once per turn of
+# the loop (by the loop's one poller, See NOTE [One poller per loop], which lets everything else
+# ready run in between) for POLL_SWITCH_S
 # of wall time, which covers small backward passes; then it queues a host function and sleeps
 # until it calls back, with a slow poll (POLL_SLOW_S) as a safety net. The budget is measured with
 # ``perf_counter``, not as a sum of sleeps: a short ``asyncio.sleep`` lasts about a millisecond on
@@ -321,28 +322,86 @@ _wakers_lock = threading.Lock()
 async def wait_until_done(events: list[tuple[Any, int]]) -> None:
     """Wait, without blocking the running loop, until every ``(event, device index)`` is done;
     raise ``CUDARuntimeError`` if a device failed (See NOTE [Waiting for the GPU])."""
-    pending = _pending(events)
-    if not pending:
+    left = pending(events)
+    if not left:
         return
-    started = perf_counter()
-    while perf_counter() - started < POLL_SWITCH_S:
-        await asyncio.sleep(0)
-        pending = _pending(pending)
-        if not pending:
-            return
     loop = asyncio.get_running_loop()
-    for ev, idx in pending:
-        if not _pending([(ev, idx)]):
+    fut: asyncio.Future[list[tuple[Any, int]]] = loop.create_future()
+    poller = _pollers.get(loop)
+    if poller is None:
+        poller = _pollers[loop] = _Poller(loop)
+    poller.add(left, fut)
+    left = await fut  # what is left once the polling phase has passed
+    for ev, idx in left:
+        if not pending([(ev, idx)]):
             continue
-        fut: asyncio.Future[None] = loop.create_future()
-        _wake_after(ev, idx, loop, fut)
+        done: asyncio.Future[None] = loop.create_future()
+        _wake_after(ev, idx, loop, done)
         while True:
             try:
-                await asyncio.wait_for(asyncio.shield(fut), POLL_SLOW_S)
+                await asyncio.wait_for(asyncio.shield(done), POLL_SLOW_S)
             except TimeoutError:
                 pass
-            if not _pending([(ev, idx)]):
+            if not pending([(ev, idx)]):
                 break
+
+
+# NOTE [One poller per loop]
+# Many requests on one loop may wait for the GPU at once (one pass each). Were each to poll its
+# own events, every turn of the loop would resume every waiting coroutine: a task step, a sleep
+# and a query each. Instead one task per loop (``_Poller``) polls every waiting call's events
+# once per turn and resolves the call's future when they are done, with what is left when its
+# polling phase (POLL_SWITCH_S) has passed (the call then waits for a host function itself), or
+# with the device's error. It exists while some call waits, and ends when none does.
+class _Poller:
+    __slots__ = ("loop", "task", "waits")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        # (events left, the caller's future, when its polling phase ends)
+        self.waits: list[tuple[list[tuple[Any, int]], asyncio.Future[Any], float]] = []
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, events: list[tuple[Any, int]], fut: asyncio.Future[Any]) -> None:
+        self.waits.append((events, fut, perf_counter() + POLL_SWITCH_S))
+        if self.task is None:
+            self.task = self.loop.create_task(self._run(), name="asyncgrad-gpu-poller")
+
+    async def _run(self) -> None:
+        try:
+            while self.waits:
+                await asyncio.sleep(0)  # everything else ready runs in between
+                now = perf_counter()
+                keep = []
+                for events, fut, until in self.waits:
+                    if fut.done():  # its caller was cancelled
+                        continue
+                    if now >= until:
+                        fut.set_result(events)  # on to waiting for a host function
+                        continue
+                    try:
+                        left = pending(events)
+                    except Exception as e:  # a device failed
+                        fut.set_exception(e)
+                        continue
+                    if left:
+                        keep.append((left, fut, until))
+                    else:
+                        fut.set_result(left)
+                self.waits = keep
+        finally:
+            # Stopped from outside (the loop shuts down) with calls still waiting: they wait
+            # for a host function each instead.
+            for events, fut, _ in self.waits:
+                if not fut.done():
+                    fut.set_result(events)
+            self.waits = []
+            self.task = None
+            if _pollers.get(self.loop) is self:
+                del _pollers[self.loop]
+
+
+_pollers: dict[asyncio.AbstractEventLoop, _Poller] = {}  # See NOTE [One poller per loop]
 
 
 def query(event: Any, index: int) -> bool:
@@ -358,7 +417,7 @@ def query(event: Any, index: int) -> bool:
     raise error
 
 
-def _pending(events: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+def pending(events: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
     """The events not done yet; raises the error of a failed device."""
     return [(ev, idx) for ev, idx in events if not query(ev, idx)]
 
@@ -428,9 +487,11 @@ def pass_queued(ends: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
             if q is None:
                 q = _in_flight[idx] = deque()
             q.append(ev)
+            while len(q) > 1 and query(q[0], idx):  # passes the GPU has finished
+                q.popleft()
             while len(q) > MAX_PASSES_AHEAD:
                 over.append((q.popleft(), idx))
-    return _pending(over) if over else over
+    return pending(over) if over else over
 
 
 def in_flight(index: int) -> list[tuple[Any, int]]:

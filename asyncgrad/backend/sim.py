@@ -239,19 +239,29 @@ def configure(
 
 # NOTE [Modelled kernel times]
 # With ``configure(kernel_time=t)`` every kernel (not an event wait, a host function or the
-# simulator's own poisoning) keeps its stream busy for ``t`` seconds after it computed, sleeping
-# on the stream's thread, which leaves the host free as a GPU does. Whether a program's host work
-# overlaps its device work shows in its wall time: a loop of steps that waits for each step's
-# kernels before preparing the next takes host + device time per step, one that runs ahead
-# takes about the larger of the two.
-def _model_kernel_time(work: _Work) -> None:
+# simulator's own poisoning) keeps its stream busy for ``t`` seconds, as on a GPU that leaves the
+# host free. The stream keeps a device clock: a kernel starts when the one before it ended (or
+# when it arrives, on an idle stream), ends ``t`` later, and the stream's thread sleeps until
+# then. A sleep overshoots by tens of microseconds, but the clock does not drift with it: a
+# stream that is behind its clock runs its next kernels without sleeping. So N kernels queued at
+# once take N x t (within one sleep's overshoot), and whether a program's host work overlaps its
+# device work shows in its wall time: a loop of steps that waits for each step's kernels before
+# preparing the next takes host + device time per step, one that runs ahead about the larger.
+_RESTART_S: Final = 1e-3  # a stream idle this long after its clock starts its next kernel anew
+
+
+def _model_kernel_time(queue: _Queue, work: _Work) -> None:
     seconds = _settings().kernel_time
     if seconds <= 0:
         return
     func = getattr(work, "func", None)
     if func is _poison or func is _call_host_func or isinstance(func, types.MethodType):
         return  # not a kernel: poison, a host function, a stream's wait or a device's fault
-    time.sleep(seconds)
+    now = time.perf_counter()
+    start = queue.busy_until if now < queue.busy_until + _RESTART_S else now
+    queue.busy_until = end = start + seconds
+    if end > now:
+        time.sleep(end - now)
 
 
 def _pause() -> None:
@@ -668,6 +678,7 @@ class _Queue:
 
     __slots__ = (
         "__weakref__",
+        "busy_until",
         "completed",
         "device",
         "dismissed",
@@ -703,6 +714,7 @@ class _Queue:
         self.qid = next(_clock_entries)
         self.known: dict[int, int] = {}
         self.seen = -1  # the version of the host clock it joined last
+        self.busy_until = 0.0  # its device clock (See NOTE [Modelled kernel times])
         _order.queues[self.qid] = self
         device.queues.add(self)
 
@@ -789,7 +801,7 @@ class _Queue:
                         work()
                     except BaseException as exc:  # stored, raised at the next host wait
                         error = exc
-                    _model_kernel_time(work)
+                    _model_kernel_time(self, work)
                 with lock:
                     self.completed += 1
                     if error is not None:
@@ -2151,8 +2163,13 @@ def _filled(shape: Any, dt: Any, fill: Any) -> ndarray:
         else:
             value = _operand(fill)
             np.copyto(np.zeros((), buf.dtype), value, casting="unsafe")
-        _submit(device, functools.partial(np.copyto, buf, value, casting="unsafe"))
+        _submit(device, functools.partial(_fill, buf, value))
     return result
+
+
+def _fill(buf: _Array, value: Any) -> None:
+    """The kernel of a fill (named for NOTE [Counting device work]: not a copy)."""
+    np.copyto(buf, value, casting="unsafe")
 
 
 def _view_function(
@@ -2515,7 +2532,7 @@ _HANDLERS[np.take_along_axis] = _wrapping(_take_along_axis_wrapped)
 # allocation from the pool, an event record or query costs a few microseconds of driver time
 # each on a GPU and next to nothing here. ``count_device_work()`` counts them instead, on every
 # thread while it is open: kernel launches by kernel (the NumPy function or ufunc the simulator
-# runs for it; copies from the host are ``_host_to_device``), allocations and their
+# runs for it; copies from the host are ``_host_to_device``, fills ``_fill``), allocations and their
 # bytes (every new array that owns memory, from the pool or not: CuPy's pool makes a reuse
 # cheaper but not free), events recorded and queried (``Event.done``, ``eventQuery``,
 # ``Stream.done``), stream waits (``Stream.wait_event``, every call: CUDA queues one whether or
@@ -4328,6 +4345,7 @@ _WRITES_FIRST: Final = frozenset(
     {
         np.copyto,
         _host_to_device,
+        _fill,
         np.put,
         _take_into,
         _put,

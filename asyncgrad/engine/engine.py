@@ -378,7 +378,12 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
         if not run_here(q, gt, start[0], start[1]):
             push(gt, start[0], start[1])
         del start
-        await adapt_await(gt.future)  # done already when it ran here to the end: no yield then
+        fut = gt.future
+        assert fut is not None
+        if fut.done():  # it ran here to the end
+            fut.result()  # (its error, if it failed)
+        else:
+            await adapt_await(fut)
     except asyncio.CancelledError:
         gt.cancel()
         raise

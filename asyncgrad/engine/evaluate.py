@@ -56,7 +56,9 @@ def run_node(gt: GraphTask, node: Node, buf: list[Any], off_loop: bool = False) 
             if w is not None:
                 w.done(gt, node, None, t0, off_loop)
             return None
-        needed = [e is not None and e[0] in exec_info for e in node._next_edges]
+        needed = []  # (a loop, not a comprehension: no frame of its own before Python 3.12)
+        for e in node._next_edges:
+            needed.append(e is not None and e[0] in exec_info)
     out = node.apply(buf, needed, gt.create_graph)
     if not gt.keep_graph:
         node.release_variables()

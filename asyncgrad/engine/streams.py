@@ -19,9 +19,11 @@ object for every device, meaning the default stream of whichever device is curre
 [The null stream] in asyncgrad/backend/sim.py), so a stream is always used with its device
 current and never stands for a device alone. When the graph task ends, each of the caller's
 current streams (taken when the graph task was built) waits for those streams, so the caller's
-later work sees the gradients, as in PyTorch; an awaiting caller also resumes only once the GPU has
-finished them (See NOTE [Waiting for the GPU] in asyncgrad/backend/cuda.py), so reading a
-returned gradient does not block.
+later work sees the gradients, as in PyTorch. An awaiting caller that gets gradients back
+(``ag.grad``) also resumes only once the GPU has finished them (See NOTE [Waiting for the GPU] in
+asyncgrad/backend/cuda.py), so reading them does not block; one whose results are ``.grad``
+fields resumes once they are queued, with a bound on the passes in flight (See NOTE [Passes in
+flight] there).
 A leaf's accumulator is a consumer like any other: it runs on the stream that was current when
 it was made, at the leaf's first use in an op, and keeps that stream for the leaf's life (NOTE
 [Accumulator lifetime] in graph/accumulate_grad.py), so gradients from other streams are ordered

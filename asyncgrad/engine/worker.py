@@ -339,7 +339,8 @@ class _RunningFor:
     def leave(self) -> None:
         if self.mode_tok is not None:
             _grad_enabled.reset(self.mode_tok)
-            current_graph_task.reset(cast("Token[GraphTask | None]", self.gt_tok))
+            tok: Any = self.gt_tok  # (a Token; no cast(), a call on every switch)
+            current_graph_task.reset(tok)
             self.mode_tok = None
         if self.watch_toks is not None:
             exit_watch(self.watch_toks)
@@ -426,11 +427,13 @@ def on_drained(gt: GraphTask) -> None:
     if gt.loop is None:
         return  # a blocking caller completes it after draining (engine.execute_sync)
     st = gt.streams
-    if st is not None and st.used and not gt.callbacks and not gt.captured:
-        # Nothing to wait for but older passes in flight (See NOTE [Passes in flight] in
-        # asyncgrad/backend/cuda.py): most often it ends here, without a task.
+    if st is not None and st.used and not gt.callbacks:
+        # It waits for its own kernels when it returns gradients, else for older passes in
+        # flight only (See NOTE [Passes in flight] in asyncgrad/backend/cuda.py); with nothing
+        # left to wait for it ends here, without a task.
         try:
-            wait = cuda.pass_queued(finish_streams(st))
+            ends = finish_streams(st)
+            wait = cuda.pending(ends) if gt.captured else cuda.pass_queued(ends)
         except Exception as e:  # a device failed (See NOTE [Sticky errors] in sim.py)
             gt.fail(e)
             return

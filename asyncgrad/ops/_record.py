@@ -28,7 +28,7 @@ NO_PARAMS: Final[dict[str, Any]] = {}
 ndarray: Final = backend.ndarray
 CPU: Final = backend.CPU
 device_of: Final = backend.device_of
-current_stream: Final = backend.current_stream
+device_and_stream: Final = backend.device_and_stream
 
 # Bound once: every op runs these, and a module or class attribute lookup per call adds up.
 new_tensor: Final = Tensor._wrap
@@ -160,8 +160,7 @@ def record(
     if type(a) is ndarray:
         node._device = CPU
     else:
-        node._device = dev = device_of(a)
-        node._stream = current_stream(dev)
+        node._device, node._stream = device_and_stream(a)
     node._spos = _save(_keep(op, mask, tbits), saved, outs, inputs, arrays)
     node._saved = saved
     node.__class__ = op.node_cls
@@ -364,8 +363,7 @@ def _attach(
     if type(a) is ndarray:
         node._device = CPU
     else:
-        node._device = dev = device_of(a)
-        node._stream = current_stream(dev)
+        node._device, node._stream = device_and_stream(a)
     tbl = _SAVES.get(op)
     if tbl is None:
         tbl = _saves_table(op)
