@@ -166,19 +166,6 @@ def _argmax_nan(xp: Any, values: Any) -> int:
 # compiled to C (asyncgrad's compiled build) make no frames: count the pure build. Threads that
 # were running before the block began are counted from Python 3.12 on (``threading.
 # setprofile_all_threads``); before it, only the calling thread and threads started inside.
-def _runtime_files() -> tuple[str, ...]:
-    from .backend import sim
-
-    files = [os.path.abspath(sim.__file__)]
-    try:
-        import cupy
-    except ImportError:
-        pass
-    else:
-        files.append(os.path.dirname(os.path.abspath(cupy.__file__)) + os.sep)
-    return tuple(files)
-
-
 class PythonCalls:
     """The Python calls counted by ``count_python_calls()``: ``total`` and ``by_function``
     (``"path:line name"`` -> calls)."""
@@ -214,7 +201,7 @@ def count_python_calls() -> Iterator[PythonCalls]:
     interpreter's profiling hook, and gives back the one set before."""
     calls = PythonCalls()
     codes, lock = calls._codes, calls._lock
-    runtime = _runtime_files()
+    runtime = backend.runtime_files()
     state = threading.local()
 
     def profile(frame: FrameType, event: str, arg: object) -> None:

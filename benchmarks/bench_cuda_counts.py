@@ -380,8 +380,9 @@ def overlap_rows(quick: bool) -> list[str]:
         runs.append(H.run_worker(__file__, "asyncgrad", ["--workload", "overlap"], timeout=600))
     med = {k: H.median([r[k] for r in runs]) for k in runs[0]}
     ms = 1e3
+    sizes = "-".join(map(str, OVERLAP_SIZES))
     return [
-        f"\n**Awaited training steps against a modelled GPU** (MLP {'-'.join(map(str, OVERLAP_SIZES))}"
+        f"\n**Awaited training steps against a modelled GPU** (MLP {sizes}"
         f", batch {OVERLAP_BATCH}, SGD; every kernel {KERNEL_S * 1e6:.0f} µs on its stream, "
         f"{med['kernels']:.0f} kernels a step; ms per step, median of {len(runs)} processes)\n",
         "| host alone (kernels take no time) | device alone (kernels x time) | awaited steps "

@@ -552,6 +552,23 @@ def device_of(array: Any) -> Device:
     return dev
 
 
+def runtime_files() -> tuple[str, ...]:
+    """The source files of the device runtimes (the simulator, and CuPy's package where it is
+    installed): what ``asyncgrad.testing.count_python_calls`` leaves out."""
+    import os
+
+    from . import sim
+
+    files = [os.path.abspath(sim.__file__)]
+    try:
+        import cupy
+    except ImportError:
+        pass
+    else:
+        files.append(os.path.dirname(os.path.abspath(cupy.__file__)) + os.sep)
+    return tuple(files)
+
+
 def device_and_stream(array: Any) -> tuple[Device, Any]:
     """The device of a device array and this thread's current stream there, in one call (the
     recorders call it for every op on a CUDA device)."""

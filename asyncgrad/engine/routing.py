@@ -51,7 +51,8 @@ def route(gt: GraphTask, node: Node, out: Any, queue: ReadyQueue) -> Direct | No
             # See NOTE [Streams in the graph]; no gradient needs no ordering.
             nd = nxt._device
             if out[i] is None or (
-                nd is node._device and (nd.type != "cuda" or nxt._stream is node._stream)
+                nd is node._device
+                and (nd is None or nd.type != "cuda" or nxt._stream is node._stream)
             ):
                 on = None  # the stream that is current will do
             else:

@@ -55,12 +55,14 @@ def test_it_counts_launches_allocations_events_waits_and_host_syncs() -> None:
     assert len(c.host_syncs) == 1
     what, where = c.host_syncs[0]
     assert what == "__float__"
-    assert where.startswith("test_sim_counts.py:") and where.endswith("in " + _name())
+    assert where.startswith("test_sim_counts.py:")
+    assert where.endswith("in " + _name())
     assert total == float(np.sum(np.arange(6.0) * 2 + 1))
     assert z.shape == (3,)
     with sim.count_device_work() as later:
         a + a
-    assert later.kernels == 1 and c.kernels == 4  # a closed count stays as it was
+    assert later.kernels == 1
+    assert c.kernels == 4  # a closed count stays as it was
 
 
 def _name() -> str:

@@ -7,6 +7,7 @@ their bound (NOTE [Passes in flight] in asyncgrad/backend/cuda.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ WAIT_S = 10.0
 def _mlp(rng: np.random.Generator) -> tuple[list[ag.Tensor], ag.Tensor, ag.Tensor]:
     sizes = (12, 16, 16, 5)
     params = []
-    for fan_in, fan_out in zip(sizes, sizes[1:], strict=False):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         params.append(ag.tensor(rng.standard_normal((fan_out, fan_in)) * 0.3, device="cuda"))
         params.append(ag.tensor(rng.standard_normal(fan_out) * 0.1, device="cuda"))
     for p in params:
@@ -84,7 +85,8 @@ async def test_fresh_gradients_become_grad_fields_without_a_copy(sim: Any) -> No
     with sim.count_device_work() as counts:
         await asyncio.wait_for(ag.backward(w, g), WAIT_S)
     assert counts.launches["copyto"] == 1
-    assert w.grad is not None and w.grad._array is not g._array
+    assert w.grad is not None
+    assert w.grad._array is not g._array
     assert_close(host(w.grad), np.full(3, 2.0))
 
 
