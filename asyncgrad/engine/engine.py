@@ -378,12 +378,13 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
         if not run_here(q, gt, start[0], start[1]):
             push(gt, start[0], start[1])
         del start
-        fut = gt.future
-        assert fut is not None
-        if fut.done():  # it ran here to the end
-            fut.result()  # (its error, if it failed)
+        # (No local for the future: with its error in a traceback that holds this frame it
+        # would close a cycle; See the finally clause.)
+        assert gt.future is not None
+        if gt.future.done():  # it ran here to the end: no await, no call of adapt_await
+            gt.future.result()  # (its error, if it failed)
         else:
-            await adapt_await(fut)
+            await adapt_await(gt.future)
     except asyncio.CancelledError:
         gt.cancel()
         raise

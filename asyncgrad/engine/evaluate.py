@@ -195,30 +195,32 @@ async def _await(aw: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- final callbacks
-async def complete(gt: GraphTask, ahead: list[tuple[Any, int]] | None = None) -> None:
-    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, wait for its GPU work as
-    NOTE [Passes in flight] in asyncgrad/backend/cuda.py says (for the events ``ahead`` when
-    given: the passes in flight before it), then complete it."""
+def gpu_waits(gt: GraphTask) -> list[tuple[Any, int]]:
+    """Finish ``gt``'s streams (the caller's wait for them); the ``(event, device index)``
+    pairs it must wait for before it ends, as NOTE [Passes in flight] in
+    asyncgrad/backend/cuda.py says: its own when it returns gradients to read, else those of
+    the older passes in flight beyond the bound."""
+    st = gt.streams
+    if st is None or not st.used:
+        return []
+    ends = streams.finish(st)
+    return cuda.pending(ends) if gt.captured else cuda.pass_queued(ends)
+
+
+async def complete(gt: GraphTask, waits: list[tuple[Any, int]] | None = None) -> None:
+    """Run ``gt``'s final callbacks (``queue_callback``) on its loop, wait for its GPU work
+    (``waits``, when they are known already: See gpu_waits), then complete it."""
     current_graph_task.set(gt)
     try:
-        if ahead is not None:  # its callbacks have run, its streams are finished
-            await adapt_await(cuda.wait_until_done(ahead))
-            gt.finish()
-            return
-        while gt.callbacks and not gt.done:
-            cb = gt.callbacks.pop(0)
-            r = call_user(cb)
-            if isawaitable(r):
-                await adapt_await(r)
-        st = gt.streams
-        if st is not None and st.used and not gt.done:
-            ends = streams.finish(st)
-            if gt.captured:  # gradients for the caller to read
-                await adapt_await(cuda.wait_until_done(ends))
-            else:
-                wait = cuda.pass_queued(ends)
-                if wait:
-                    await adapt_await(cuda.wait_until_done(wait))
+        if waits is None:
+            while gt.callbacks and not gt.done:
+                cb = gt.callbacks.pop(0)
+                r = call_user(cb)
+                if isawaitable(r):
+                    await adapt_await(r)
+            waits = [] if gt.done else gpu_waits(gt)
+        if waits:
+            await adapt_await(cuda.wait_until_done(waits))
     except BaseException as e:
         if own_cancellation(e):
             raise

@@ -16,7 +16,7 @@ from ..graph.anomaly_mode import anomaly_mode
 from ..graph.grad_mode import _grad_enabled
 from ..graph.node import LargeMeta
 from ..rules.registry import FunctionNode
-from .evaluate import complete, evaluate, finish_blocking, own_cancellation, run_node
+from .evaluate import complete, evaluate, finish_blocking, gpu_waits, own_cancellation, run_node
 from .input_buffer import InputBuffer
 from .pools import compute_pool
 from .reentrant import current_graph_task
@@ -24,7 +24,6 @@ from .routing import route, route_from_task
 from .scheduler import install_waker
 from .settings import settings
 from .streams import Launch, Streams
-from .streams import finish as finish_streams
 from .watch import enter_watch, exit_watch, recorders
 
 if TYPE_CHECKING:
@@ -426,23 +425,21 @@ def on_drained(gt: GraphTask) -> None:
     complete it."""
     if gt.loop is None:
         return  # a blocking caller completes it after draining (engine.execute_sync)
-    st = gt.streams
-    if st is not None and st.used and not gt.callbacks:
-        # It waits for its own kernels when it returns gradients, else for older passes in
-        # flight only (See NOTE [Passes in flight] in asyncgrad/backend/cuda.py); with nothing
-        # left to wait for it ends here, without a task.
-        try:
-            ends = finish_streams(st)
-            wait = cuda.pending(ends) if gt.captured else cuda.pass_queued(ends)
-        except Exception as e:  # a device failed (See NOTE [Sticky errors] in sim.py)
-            gt.fail(e)
-            return
-        if wait:
-            _own_task(gt, gt.loop.create_task(complete(gt, wait)))
-        else:
-            gt.finish()
-    elif gt.callbacks or (st is not None and st.used):
+    if gt.callbacks:
         _own_task(gt, gt.loop.create_task(complete(gt)))
+        return
+    st = gt.streams
+    if st is None or not st.used:  # no GPU work
+        gt.finish()
+        return
+    # With nothing left to wait for on the GPU it ends here, without a task.
+    try:
+        waits = gpu_waits(gt)
+    except Exception as e:  # a device failed (See NOTE [Sticky errors] in sim.py)
+        gt.fail(e)
+        return
+    if waits:
+        _own_task(gt, gt.loop.create_task(complete(gt, waits)))
     else:
         gt.finish()
 
