@@ -411,6 +411,18 @@ def overlap_rows(quick: bool, trees: list[str]) -> list[str]:
     return out
 
 
+def _commit(path: str) -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 def main() -> None:
     w = H.worker_argv()
     if w is not None:
@@ -463,11 +475,14 @@ def main() -> None:
 
         facts = H.machine_facts()
         head = ", ".join(f"{k} {facts[k]}" for k in ("Python", "NumPy", "asyncgrad"))
-        args = " ".join(sys.argv[1:])
+        args = " ".join(["--quick"] if a.quick else [])
+        args += "".join(f" --tree {t}=PATH" for t in labels)
+        args += " --markdown benchmarks/cuda_counts.md"
+        trees = "; ".join(f"[{t}] is git {_commit(H.TREES[t])}" for t in labels)
         intro = [
             "## What a GPU would pay, counted on the simulated device (bench_cuda_counts.py)",
             "",
-            f"Command: `python benchmarks/bench_cuda_counts.py {args}`; run "
+            f"Command: `python benchmarks/bench_cuda_counts.py{args}`; run "
             f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {head}. No GPU: every count is "
             "the simulated device's (NOTE [Counting device work] in asyncgrad/backend/sim.py), "
             "with the device keeping up (work runs as it is queued), so the counts are the "
@@ -475,7 +490,7 @@ def main() -> None:
             "CuPy calls through the same counters. Python calls are function calls outside "
             "the device runtime on the pure build (`asyncgrad.testing.count_python_calls`). "
             "A row marked [LABEL] ran the package of another checkout (`--tree`) with this "
-            "tree's counters.",
+            "tree's simulator and counters" + (f" ({trees})." if trees else "."),
         ]
         Path(a.markdown).write_text("\n".join(intro) + "\n" + text)
     sys.exit(1 if failed else 0)

@@ -157,10 +157,11 @@ def main() -> None:
         gpu = H.HERE / "gpu.md"
         if gpu.exists():
             lines += [gpu.read_text().strip(), ""]
-    # Written by bench_instructions.py (slow), bench_offload.py (asyncgrad alone) and
-    # bench_anomaly.py (asyncgrad alone, with callgrind counts): run apart; engine_design.md,
-    # the measurements behind the engine's design and its A/B runs (ab_engine.py), by hand.
-    extras = ("offload.md", "anomaly.md", "instructions.md", "engine_design.md")
+    # Written by bench_cuda_counts.py (--markdown benchmarks/cuda_counts.md: no GPU needed),
+    # bench_instructions.py (slow), bench_offload.py (asyncgrad alone) and bench_anomaly.py
+    # (asyncgrad alone, with callgrind counts): run apart; engine_design.md, the measurements
+    # behind the engine's design and its A/B runs (ab_engine.py), by hand.
+    extras = ("cuda_counts.md", "offload.md", "anomaly.md", "instructions.md", "engine_design.md")
     for extra in (H.HERE / name for name in extras):
         if extra.exists():
             lines.append(extra.read_text(encoding="utf-8"))

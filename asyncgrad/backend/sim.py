@@ -240,26 +240,25 @@ def configure(
 # NOTE [Modelled kernel times]
 # With ``configure(kernel_time=t)`` every kernel (not an event wait, a host function or the
 # simulator's own poisoning) keeps its stream busy for ``t`` seconds, as on a GPU that leaves the
-# host free. The stream keeps a device clock: a kernel starts when the one before it ended (or
-# when it arrives, on an idle stream), ends ``t`` later, and the stream's thread sleeps until
+# host free. The stream keeps a device clock: a kernel starts when the one before it ended or
+# when it was queued, whichever is later, ends ``t`` later, and the stream's thread sleeps until
 # then. A sleep overshoots by tens of microseconds, but the clock does not drift with it: a
 # stream that is behind its clock runs its next kernels without sleeping. So N kernels queued at
 # once take N x t (within one sleep's overshoot), and whether a program's host work overlaps its
 # device work shows in its wall time: a loop of steps that waits for each step's kernels before
 # preparing the next takes host + device time per step, one that runs ahead about the larger.
-_RESTART_S: Final = 1e-3  # a stream idle this long after its clock starts its next kernel anew
 
 
-def _model_kernel_time(queue: _Queue, work: _Work) -> None:
+def _model_kernel_time(queue: _Queue, work: _Work, queued: float) -> None:
     seconds = _settings().kernel_time
     if seconds <= 0:
         return
     func = getattr(work, "func", None)
     if func is _poison or func is _call_host_func or isinstance(func, types.MethodType):
         return  # not a kernel: poison, a host function, a stream's wait or a device's fault
-    now = time.perf_counter()
-    start = queue.busy_until if now < queue.busy_until + _RESTART_S else now
+    start = max(queue.busy_until, queued)
     queue.busy_until = end = start + seconds
+    now = time.perf_counter()
     if end > now:
         time.sleep(end - now)
 
@@ -700,7 +699,8 @@ class _Queue:
         self.lock = threading.Lock()
         self.done = threading.Condition(self.lock)  # host waits and other streams' waits
         self.wake = threading.Condition(self.lock)  # the lingering thread's wait for work
-        self.items: collections.deque[_Work] = collections.deque()
+        # The work queued, and when it was (See NOTE [Modelled kernel times]).
+        self.items: collections.deque[tuple[_Work, float]] = collections.deque()
         self.submitted = 0
         self.completed = 0
         self.errors: list[BaseException] = []
@@ -750,7 +750,7 @@ class _Queue:
             self._run_now(work)
             return
         with self.lock:
-            self.items.append(work)
+            self.items.append((work, time.perf_counter()))
             self.submitted += 1
             self.dismissed = False
             if self.thread is not None:
@@ -788,7 +788,7 @@ class _Queue:
     def _drain(self) -> None:
         lock = self.lock
         with lock:
-            work = self.items.popleft()
+            work, queued = self.items.popleft()
         # CuPy never warns about floating-point errors; the error state is per thread. Other
         # warnings follow the process's filters: one that they turn into an error is stored like
         # any error (the host-side evaluation on stand-ins has usually raised it already).
@@ -801,7 +801,7 @@ class _Queue:
                         work()
                     except BaseException as exc:  # stored, raised at the next host wait
                         error = exc
-                    _model_kernel_time(self, work)
+                    _model_kernel_time(self, work, queued)
                 with lock:
                     self.completed += 1
                     if error is not None:
@@ -810,7 +810,7 @@ class _Queue:
                     if not self.items and not self.dismissed:
                         self.wake.wait(_LINGER_S)
                     if self.items:
-                        work = self.items.popleft()
+                        work, queued = self.items.popleft()
                         continue
                     self.thread = None
                     if not self.errors:
