@@ -9,6 +9,7 @@ from typing import Any
 from .. import dtypes, ops
 from .._tensor import Tensor
 from . import functional as F
+from .functional_core import _softmax_dim as softmax_dim
 from .modules import Module, Parameter
 
 __all__ = ["ELU", "LeakyReLU", "LogSoftmax", "Mish", "SiLU", "Softmax"]
@@ -50,7 +51,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input: Tensor) -> Tensor:
-        dim = self.dim if self.dim is not None else F._softmax_dim("softmax", input.ndim)
+        dim = self.dim if self.dim is not None else softmax_dim("softmax", input.ndim)
         return F.softmax(input, dim)
 
     def extra_repr(self) -> str:
@@ -65,7 +66,7 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, input: Tensor) -> Tensor:
-        dim = self.dim if self.dim is not None else F._softmax_dim("log_softmax", input.ndim)
+        dim = self.dim if self.dim is not None else softmax_dim("log_softmax", input.ndim)
         return F.log_softmax(input, dim)
 
     def extra_repr(self) -> str:

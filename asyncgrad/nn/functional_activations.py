@@ -14,7 +14,7 @@ from typing import Any
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
 from ..ops import activations as act
-from .functional import _softmax_dim, elu, leaky_relu, relu
+from .functional_core import _softmax_dim, elu, leaky_relu, relu
 
 __all__ = [
     "alpha_dropout",

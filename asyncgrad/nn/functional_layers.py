@@ -15,6 +15,16 @@ from typing import Any
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
+from .functional_core import (
+    batch_norm,
+    dropout,
+    embedding,
+    embedding_renorm_,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    softmax,
+)
 
 __all__ = ["bilinear", "embedding_bag", "multi_head_attention_forward", "rms_norm"]
 
@@ -198,7 +208,6 @@ def embedding_bag(
     equal to ``padding_idx`` are left out of their bag; an empty bag gives zeros.
     ``per_sample_weights`` (``mode="sum"`` only) scales each looked-up row. In ``max`` mode the
     gradient goes to the row that gave each maximum, as torch's."""
-    from .functional import embedding, embedding_renorm_
 
     if not isinstance(input, Tensor):
         input = ops.tensor(input)
@@ -552,7 +561,6 @@ def multi_head_attention_forward(
     convention: a bool mask's True forbids a position; a float mask is added to the scores.
     Returns ``(output, weights)``; the weights (averaged over heads with
     ``average_attn_weights``) only with ``need_weights``."""
-    from .functional import dropout, softmax
 
     batched = _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
     if not batched:
@@ -691,7 +699,6 @@ def torch_batch_norm(
     cudnn_enabled: bool,
 ) -> Tensor:
     """``torch.batch_norm``: ``F.batch_norm`` with torch's positional order."""
-    from .functional import batch_norm
 
     return batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
@@ -708,7 +715,6 @@ def torch_instance_norm(
     cudnn_enabled: bool,
 ) -> Tensor:
     """``torch.instance_norm``: ``F.instance_norm`` with torch's positional order."""
-    from .functional import instance_norm
 
     return instance_norm(
         input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps
@@ -724,7 +730,6 @@ def torch_layer_norm(
     cudnn_enable: bool = True,
 ) -> Tensor:
     """``torch.layer_norm``."""
-    from .functional import layer_norm
 
     return layer_norm(input, normalized_shape, weight, bias, eps)
 
@@ -738,7 +743,6 @@ def torch_group_norm(
     cudnn_enabled: bool = True,
 ) -> Tensor:
     """``torch.group_norm``."""
-    from .functional import group_norm
 
     return group_norm(input, num_groups, weight, bias, eps)
 
@@ -751,7 +755,6 @@ def torch_embedding(
     sparse: bool = False,
 ) -> Tensor:
     """``torch.embedding`` (weight first; a negative ``padding_idx`` means none)."""
-    from .functional import embedding
 
     pad = padding_idx if padding_idx >= 0 else None
     return embedding(indices, weight, pad, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
@@ -762,6 +765,5 @@ def torch_embedding_renorm_(
 ) -> Tensor:
     """``torch.embedding_renorm_``: rows of ``input`` indexed by ``indices`` renormalised in
     place to at most ``max_norm``."""
-    from .functional import embedding_renorm_
 
     return embedding_renorm_(input, indices, max_norm, norm_type)

@@ -17,8 +17,8 @@ from .._tensor import Tensor
 from ..ops import activations as act
 from ..ops._record import arr
 from ..ops.creation import scalar_name
-from .functional import cross_entropy, l1_loss, linear
 from .functional_activations import logsigmoid
+from .functional_core import cross_entropy, l1_loss, linear
 
 __all__ = [
     "binary_cross_entropy",

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
+from ..graph.grad_mode import no_grad
 from ..ops._record import wrap
 from ..ops.conv import (
     _one_more,
@@ -59,6 +60,7 @@ __all__ = [
     "fractional_max_pool3d",
     "fractional_max_pool3d_with_indices",
     "grid_sample",
+    "interpolate",
     "local_response_norm",
     "lp_pool1d",
     "lp_pool2d",
@@ -904,11 +906,257 @@ def fold(
     return out if input.ndim == 3 else out[0]
 
 
-# ----- upsample (deprecated spellings of interpolate) -----
-def _interpolate() -> Any:
-    from .functional import interpolate  # a layer apart: functional imports this module
+# ----- interpolate -----
+_INTERP_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+_INTERP_MODES = ("nearest", "nearest-exact", "area", *_INTERP_DIMS)
+_INT_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "bool": "Bool"}
 
-    return interpolate
+
+def interpolate(
+    input: Tensor,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial dims of ``input`` (N, C, *spatial) as torch's ``F.interpolate``:
+    ``mode`` "nearest", "nearest-exact", "area" (adaptive average pooling), "linear" (3-D
+    input), "bilinear" or "bicubic" (4-D) or "trilinear" (5-D), with ``align_corners`` for the
+    interpolating modes and ``antialias`` (bilinear and bicubic, 4-D). One separable pass per
+    spatial dim, built from index_select and
+    arithmetic with torch's source indices and weights (in its precision), so it is
+    differentiable (twice as well).
+
+    Example:
+        >>> import asyncgrad as ag
+        >>> x = ag.tensor([[[1.0, 2.0]]])
+        >>> ag.nn.functional.interpolate(x, scale_factor=2, mode="linear").tolist()
+        [[[1.0, 1.25, 1.75, 2.0]]]
+    """
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError(
+                "align_corners option can only be set with the interpolating modes: "
+                "linear | bilinear | bicubic | trilinear"
+            )
+    else:
+        align_corners = bool(align_corners)
+    spatial = input.ndim - 2
+    in_sizes = tuple(input.shape[2:])
+    factors: list[float] | None = None
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        if isinstance(size, (list, tuple)):
+            if len(size) != spatial:
+                raise ValueError(
+                    f"Input and output must have the same number of spatial dimensions, but got "
+                    f"input with spatial dimensions of {list(in_sizes)} and output size of "
+                    f"{size}. Please provide input tensor in (N, C, d1, d2, ...,dK) format and "
+                    "output size in (o1, o2, ...,oK) format."
+                )
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in size):
+                raise TypeError(
+                    "expected size to be one of int or Tuple[int] or Tuple[int, int] or "
+                    f"Tuple[int, int, int], but got size with types {[type(v) for v in size]}"
+                )
+            out_sizes = list(size)
+        else:
+            out_sizes = [int(size)] * spatial  # type: ignore[arg-type]
+    elif scale_factor is not None:
+        if isinstance(scale_factor, (list, tuple)):
+            if len(scale_factor) != spatial:
+                raise ValueError(
+                    f"Input and scale_factor must have the same number of spatial dimensions, "
+                    f"but got input with spatial dimensions of {list(in_sizes)} and "
+                    f"scale_factor of shape {scale_factor}. Please provide input tensor in "
+                    "(N, C, d1, d2, ...,dK) format and scale_factor in (s1, s2, ...,sK) format."
+                )
+            factors = [float(f) for f in scale_factor]
+        else:
+            factors = [float(scale_factor)] * spatial  # type: ignore[arg-type]
+        out_sizes = [int(n * f) for n, f in zip(in_sizes, factors, strict=True)]
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if recompute_scale_factor and size is not None:
+        raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+    if recompute_scale_factor or mode == "area":
+        factors = None  # the output size alone sets the scale
+    if antialias:
+        if not (mode in ("bilinear", "bicubic") and input.ndim == 4):
+            raise ValueError(
+                "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and "
+                "requires a 4-D tensor as input"
+            )
+    if input.ndim not in (3, 4, 5) or mode not in _INTERP_MODES:
+        raise NotImplementedError(
+            "Input Error: Only 3D, 4D and 5D input Tensors supported"
+            f" (got {input.ndim}D) for the modes: nearest | linear | bilinear | bicubic | "
+            f"trilinear | lanczos | area | nearest-exact (got {mode})"
+        )
+    if mode in _INTERP_DIMS and _INTERP_DIMS[mode] != spatial:
+        raise NotImplementedError(
+            f"Got {input.ndim}D input, but {mode} mode needs {_INTERP_DIMS[mode] + 2}D input"
+        )
+    if any(n <= 0 for n in out_sizes) or any(n <= 0 for n in in_sizes):
+        axes = ("D", "H", "W")[3 - spatial :]
+        raise RuntimeError(
+            "Input and output sizes should be greater than 0, but got input ("
+            + ", ".join(f"{a}: {n}" for a, n in zip(axes, in_sizes, strict=True))
+            + ") output ("
+            + ", ".join(f"{a}: {n}" for a, n in zip(axes, out_sizes, strict=True))
+            + ")"
+        )
+    if mode == "area":
+        return _adaptive_avg(input, out_sizes, spatial)
+    out = input
+    kind = input._array.dtype.kind
+    if kind in "biu" and mode not in ("nearest", "nearest-exact"):
+        # torch interpolates uint8 images (bilinear, bicubic) in fixed point; here in float32,
+        # rounded back (within 1 of torch's bilinear values)
+        if str(input._array.dtype) != "uint8" or mode not in ("bilinear", "bicubic"):
+            kernel = "cubic" if mode == "bicubic" else "linear"
+            raise NotImplementedError(
+                f'"compute_indices_weights_{kernel}" not implemented for '
+                f"'{_INT_NAMES.get(str(input._array.dtype), str(input._array.dtype))}'"
+            )
+        with no_grad():
+            y = interpolate(
+                input.to(dtypes.float32),
+                size,
+                scale_factor,
+                mode,
+                align_corners,
+                recompute_scale_factor,
+                antialias,
+            )
+        mod = backend.namespace(y._array)
+        return wrap(mod.clip(mod.rint(y._array), 0, 255).astype(input._array.dtype))
+    for d in range(spatial):
+        f = None if factors is None else factors[d]
+        resize = _resize_dim_aa if antialias else _resize_dim
+        out = resize(out, d + 2, in_sizes[d], out_sizes[d], f, mode, bool(align_corners))
+    return out
+
+
+def _resize_dim_aa(
+    x: Tensor, dim: int, n_in: int, n_out: int, factor: float | None, mode: str, corners: bool
+) -> Tensor:
+    """Antialiased resizing along ``dim`` as torch's (and PIL's): each output averages the
+    inputs under the filter (triangle, or Keys' cubic with a = -0.5) stretched by the scale
+    when downsampling, the weights normalised; one matrix product (n_out, n_in)."""
+    xa = x._array
+    mod = backend.namespace(xa)
+    dt = backend.np_namespace.dtype("float64" if xa.dtype.itemsize == 8 else "float32")
+    if corners:
+        scale = dt.type(n_in - 1) / dt.type(n_out - 1) if n_out > 1 else dt.type(0)
+    else:
+        scale = _scale(dt, n_in, n_out, factor)
+    taps = 4 if mode == "bicubic" else 2
+    support = dt.type(taps * 0.5 * scale if scale >= 1.0 else taps * 0.5)
+    width = math.ceil(support) * 2 + 1
+    center = (scale * (mod.arange(n_out).astype(dt) + dt.type(0.5))).astype(dt)
+    lo = mod.maximum((center - support + dt.type(0.5)).astype(mod.int64), 0)
+    size = mod.clip(
+        mod.minimum((center + support + dt.type(0.5)).astype(mod.int64), n_in) - lo, 0, width
+    )
+    j = mod.arange(width)
+    inv = dt.type(1.0 / scale) if scale >= 1.0 else dt.type(1.0)
+    t = mod.abs(((j + lo.reshape(-1, 1)).astype(dt) - center.reshape(-1, 1) + dt.type(0.5)) * inv)
+    if mode == "bicubic":
+        a = -0.5
+        w = mod.where(
+            t < 1.0,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            mod.where(t < 2.0, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
+        )
+    else:
+        w = mod.maximum(1.0 - t, 0.0)
+    w = mod.where(j < size.reshape(-1, 1), w, 0.0).astype(dt)
+    total = w.sum(axis=1, keepdims=True)
+    w = mod.where(total != 0, w / mod.where(total != 0, total, 1), w)
+    cols = mod.minimum(j + lo.reshape(-1, 1), n_in - 1)
+    rows = mod.broadcast_to(mod.arange(n_out).reshape(-1, 1), cols.shape)
+    weights = mod.zeros((n_out, n_in), dtype=dt)
+    keep = j < size.reshape(-1, 1)
+    weights[rows[keep], cols[keep]] = w[keep]
+    out = ops.matmul(ops.transpose(x, dim, -1), wrap(weights.T.astype(xa.dtype)))
+    return ops.transpose(out, dim, -1)
+
+
+def _scale(dt: Any, n_in: int, n_out: int, factor: float | None) -> Any:
+    """torch's compute_scales_value in precision ``dt``: 1 / scale_factor when one was given
+    (and not recomputed), else in / out."""
+    if factor is not None and factor > 0:
+        return dt.type(1.0 / factor)
+    return dt.type(n_in) / dt.type(n_out)
+
+
+def _resize_dim(
+    x: Tensor, dim: int, n_in: int, n_out: int, factor: float | None, mode: str, corners: bool
+) -> Tensor:
+    xa = x._array
+    mod = backend.namespace(xa)
+    i = mod.arange(n_out)
+
+    def take(idx: Any) -> Tensor:
+        return ops.index_select(x, dim, wrap(idx.astype(mod.int64)))
+
+    def along(w: Any) -> Tensor:
+        shape = [1] * x.ndim
+        shape[dim] = n_out
+        return wrap(w.astype(xa.dtype).reshape(shape))
+
+    if mode in ("nearest", "nearest-exact"):  # in float32, as torch's nearest_idx
+        f32 = backend.np_namespace.dtype("float32")
+        scale = _scale(f32, n_in, n_out, factor)
+        if mode == "nearest-exact":
+            src = mod.floor(((i + 0.5) * float(scale)).astype(f32))
+        elif n_out == n_in:
+            src = i
+        elif n_out == 2 * n_in:
+            src = i >> 1
+        else:
+            src = mod.floor(i.astype(f32) * scale)
+        return take(mod.minimum(src, n_in - 1))
+    # opmath: float64 for float64 input, else float32
+    ot = backend.np_namespace.dtype("float64" if xa.dtype.itemsize == 8 else "float32")
+    if corners:
+        scale = ot.type(n_in - 1) / ot.type(n_out - 1) if n_out > 1 else ot.type(0)
+    else:
+        scale = _scale(ot, n_in, n_out, factor)
+    io = i.astype(ot)
+    cubic = mode == "bicubic"
+    src = scale * io if corners else scale * (io + ot.type(0.5)) - ot.type(0.5)
+    if not cubic:
+        if n_out == n_in:  # torch copies
+            return take(i)
+        src = mod.maximum(src, ot.type(0))
+    lo = mod.minimum(mod.floor(src).astype(mod.int64), n_in - 1)
+    t = mod.clip(src - lo, 0, 1).astype(ot)
+    if cubic:  # A = -0.75, the taps clamped into the input
+        a = -0.75
+
+        def near(v: Any) -> Any:
+            return ((a + 2) * v - (a + 3)) * v * v + 1
+
+        def far(v: Any) -> Any:
+            return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+        coeffs = (far(t + 1), near(t), near(1 - t), far(2 - t))
+        out: Tensor | None = None
+        for j, c in enumerate(coeffs):
+            term = ops.mul(take(mod.clip(lo - 1 + j, 0, n_in - 1)), along(c))
+            out = term if out is None else ops.add(out, term)
+        assert out is not None
+        return out
+    hi = lo + (lo < n_in - 1)
+    return ops.add(ops.mul(take(lo), along(1 - t)), ops.mul(take(hi), along(t)))
+
+
+# ----- upsample (deprecated spellings of interpolate) -----
 
 
 def upsample(
@@ -923,7 +1171,7 @@ def upsample(
         "`nn.functional.upsample` is deprecated. Use `nn.functional.interpolate` instead.",
         stacklevel=2,
     )
-    out: Tensor = _interpolate()(input, size, scale_factor, mode, align_corners)
+    out: Tensor = interpolate(input, size, scale_factor, mode, align_corners)
     return out
 
 
@@ -933,7 +1181,7 @@ def upsample_nearest(input: Tensor, size: Any = None, scale_factor: Any = None) 
         "`nn.functional.upsample_nearest` is deprecated. Use `nn.functional.interpolate` instead.",
         stacklevel=2,
     )
-    out: Tensor = _interpolate()(input, size, scale_factor, mode="nearest")
+    out: Tensor = interpolate(input, size, scale_factor, mode="nearest")
     return out
 
 
@@ -944,7 +1192,7 @@ def upsample_bilinear(input: Tensor, size: Any = None, scale_factor: Any = None)
         "`nn.functional.upsample_bilinear` is deprecated. Use `nn.functional.interpolate` instead.",
         stacklevel=2,
     )
-    out: Tensor = _interpolate()(input, size, scale_factor, mode="bilinear", align_corners=True)
+    out: Tensor = interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
     return out
 
 

@@ -15,6 +15,7 @@ from . import functional as F
 from . import functional_layers as FL
 from . import init
 from ._backward_hooks import call_with_backward_hooks
+from .functional_core import _check_reduction as check_reduction
 
 
 class Parameter(Tensor):
@@ -1194,7 +1195,7 @@ class ModuleDict(Module):
 class _Loss(Module):
     def __init__(self, reduction: str = "mean") -> None:
         super().__init__()
-        F._check_reduction(reduction)
+        check_reduction(reduction)
         self.reduction = reduction
 
 
