@@ -539,17 +539,21 @@ def erf(a: Any) -> Any:
     return out.astype(a.dtype, copy=False) if hasattr(a, "dtype") else out
 
 
-_CUDA_DEVICES: Final[dict[int, Device]] = {}  # index -> Device("cuda", index), for device_of
+class _CudaDevices(dict[int, Device]):
+    """index -> ``Device("cuda", index)``, made on first use: a lookup without a call."""
+
+    def __missing__(self, index: int) -> Device:
+        dev = self[index] = Device("cuda", index)
+        return dev
+
+
+_CUDA_DEVICES: Final = _CudaDevices()
 
 
 def device_of(array: Any) -> Device:
     if type(array) is np.ndarray or type(array) not in _device_types:
         return CPU
-    index = int(array.device.id)
-    dev = _CUDA_DEVICES.get(index)
-    if dev is None:
-        dev = _CUDA_DEVICES[index] = Device("cuda", index)
-    return dev
+    return _CUDA_DEVICES[int(array.device.id)]
 
 
 def runtime_files() -> tuple[str, ...]:
@@ -573,10 +577,7 @@ def device_and_stream(array: Any) -> tuple[Device, Any]:
     """The device of a device array and this thread's current stream there, in one call (the
     recorders call it for every op on a CUDA device)."""
     index = int(array.device.id)
-    dev = _CUDA_DEVICES.get(index)
-    if dev is None:
-        dev = _CUDA_DEVICES[index] = Device("cuda", index)
-    return dev, cuda.rt.cuda.get_current_stream(index)
+    return _CUDA_DEVICES[index], cuda.rt.cuda.get_current_stream(index)
 
 
 def current_stream(dev: Device) -> Any:

@@ -1847,10 +1847,7 @@ def _upload(host: _Array) -> ndarray:
 
 def _host_to_device(buf: _Array, host: _Array) -> None:
     """The kernel of a copy from the host (named for NOTE [Counting device work])."""
-    np.copyto(buf, host)
-
-
-_HOST_TO_DEVICE: Final = functools.partial(_host_to_device)
+    np.copyto(buf, host, casting="unsafe")
 
 
 _Handler = Callable[
@@ -3195,10 +3192,10 @@ class ndarray:
         host = np.array(arr, copy=True)
         if host.shape != self._data.shape:
             raise ValueError(f"Shape mismatch: {host.shape} != {self._data.shape}")
-        work = functools.partial(np.copyto, self._data, host, casting="unsafe")
+        work = functools.partial(_host_to_device, self._data, host)
         self._host_queue(stream).submit(work)
         if _counting:
-            _count_launch(_HOST_TO_DEVICE)
+            _count_launch(work)
 
     def item(self) -> Any:
         return self.get().item()
