@@ -46,6 +46,9 @@ in tests, so the model is the strictest one CUDA allows:
   (NOTE [Generator state on the device]).
 * Host synchronisations. ``forbid_host_sync()`` makes every host wait on the calling thread raise
   HostSyncError, and ``record_host_syncs()`` collects them (NOTE [Host synchronisations]).
+* Raw kernels. ``RawModule`` and ``RawKernel`` take CUDA source as CuPy does and run each
+  kernel as the NumPy model registered for it (``model_kernel``), after checking every argument
+  against the kernel's C signature (NOTE [Modelled raw kernels]).
 * Counts. ``count_device_work()`` counts what a GPU would pay: kernel launches by kernel,
   allocations and bytes, events recorded and queried, stream waits, host functions and host
   synchronisations with their callers (NOTE [Counting device work]); with ``kernel_time`` set
@@ -71,7 +74,7 @@ Current device and current streams are per host thread, as in CuPy. The public n
 (``Device``, ``Stream``, ``Event`` and ``CUDARuntimeError`` also at the top level), and
 ``configure``, ``inject_fault``, ``reset_device``, the status codes (``NOT_READY``, ...),
 ``forbid_host_sync``, ``record_host_syncs``, ``count_device_work``, ``DeviceCounts``,
-``HostSyncError`` and ``StreamOrderError``, which are
+``model_kernel``, ``HostSyncError`` and ``StreamOrderError``, which are
 the simulator's own; CuPy's other functions and ufuncs (``sim.exp``, ``sim.concatenate``, ...) are
 NumPy's, dispatching to the simulated device (module ``__getattr__``). Only CuPy's names and
 arguments work, on the module, on ``ndarray`` and through NumPy's dispatch (no ``where=`` on a
@@ -92,6 +95,7 @@ import math
 import operator
 import os
 import random as _stdrandom
+import re
 import sys
 import threading
 import time
@@ -110,6 +114,8 @@ __all__ = [
     "DeviceCounts",
     "Event",
     "HostSyncError",
+    "RawKernel",
+    "RawModule",
     "Stream",
     "StreamOrderError",
     "arange",
@@ -130,6 +136,7 @@ __all__ = [
     "lib",
     "linalg",
     "linspace",
+    "model_kernel",
     "ndarray",
     "newaxis",
     "ones",
@@ -501,6 +508,10 @@ def _kernel_accesses(
         _arrays_in(plan, writes)
         _kernel_accesses(inner, inner_args, inner_kw, reads, writes)
         return
+    if func is _run_modelled:  # See NOTE [Modelled raw kernels]
+        reads.extend(args[4])
+        writes.extend(args[5])
+        return
     _arrays_in(args, reads)
     _arrays_in(kw, reads)
     _arrays_in(kw.get("out"), writes)
@@ -514,6 +525,8 @@ def _work_name(work: Any) -> str:
     func = getattr(work, "func", work)
     if func is _run_into:
         func = work.args[1]
+    elif func is _run_modelled:
+        return str(work.args[0]).partition("<")[0]  # type: ignore[attr-defined]
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     return str(name or type(func).__name__)
 
@@ -2521,6 +2534,213 @@ def _put_handler(
 _HANDLERS[np.take] = _wrapping(_take_wrap_mode)
 _HANDLERS[np.put] = _put_handler
 _HANDLERS[np.take_along_axis] = _wrapping(_take_along_axis_wrapped)
+
+
+# ----------------------------------------------------------------------------- raw kernels
+# NOTE [Modelled raw kernels]
+# CuPy compiles CUDA C++ with NVRTC (``RawModule``, ``RawKernel``); the simulator cannot run C.
+# The code that owns a kernel registers a NumPy model of it under the kernel's name
+# (``model_kernel``), and the simulator takes the source as CuPy does: it reads the signature of
+# each ``__global__`` function (its template parameters, and per parameter a pointer to const, a
+# pointer or a scalar, of a C type), and ``get_function`` with a name expression such as
+# ``'ce_rows<float,long long>'`` binds the template arguments. A call then checks what a GPU does
+# not, because there a mistake is a silently wrong result: the number of arguments; each pointer
+# argument an array on the current device, C-contiguous (a raw kernel ignores strides) and of
+# exactly the element type the signature declares (it reads the bytes as that type); each scalar
+# a NumPy scalar of exactly its type; at most 1,024 threads a block and 48 KiB of dynamic shared
+# memory. The model runs as one launch on the current stream, named after the kernel, reading
+# every pointer argument and writing those not to const: counted, modelled in time and ordered
+# (See NOTE [Ordering check]) like any other. It gets each array as the flat run of its elements,
+# as the kernel sees memory, after the launch configuration ``(grid, block, shared_mem)``.
+_C_TYPES: Final[dict[str, Any]] = {
+    "bool": np.bool_,
+    "char": np.int8,
+    "signed char": np.int8,
+    "unsigned char": np.uint8,
+    "short": np.int16,
+    "unsigned short": np.uint16,
+    "int": np.int32,
+    "unsigned int": np.uint32,
+    "long long": np.int64,
+    "unsigned long long": np.uint64,
+    "float": np.float32,
+    "double": np.float64,
+}
+_GLOBAL_FUNCTION: Final = re.compile(
+    r"(?:template\s*<(?P<tparams>[^>]*)>\s*)?__global__\s+void\s+(?P<name>\w+)\s*\((?P<params>[^)]*)\)"
+)
+_kernel_models: dict[str, Callable[..., None]] = {}
+
+
+def model_kernel(name: str, model: Callable[..., None]) -> None:
+    """Run ``model`` for the kernel ``name`` of a ``RawModule`` or ``RawKernel`` (See NOTE
+    [Modelled raw kernels]): ``model(launch, *args)``, ``launch`` being ``(grid, block,
+    shared_mem)`` and ``args`` the kernel's arguments, arrays as flat host buffers."""
+    _kernel_models[name] = model
+
+
+class _Param:
+    __slots__ = ("const", "ctype", "name", "pointer")
+
+    def __init__(self, decl: str, where: str) -> None:
+        words = decl.replace("*", " * ").split()
+        if len(words) < 2:
+            raise ValueError(f"{where}: cannot read the parameter {decl.strip()!r}")
+        self.name = words[-1]
+        rest = [w for w in words[:-1] if w not in ("__restrict__", "const", "*")]
+        self.const = "const" in words[:-1]
+        self.pointer = words[:-1].count("*")
+        if self.pointer > 1:
+            raise ValueError(f"{where}: a pointer to a pointer ({decl.strip()!r})")
+        self.ctype = " ".join(rest)
+
+
+def _kernels_in(code: str) -> dict[str, tuple[list[str], list[_Param]]]:
+    found: dict[str, tuple[list[str], list[_Param]]] = {}
+    for m in _GLOBAL_FUNCTION.finditer(code):
+        name = m["name"]
+        tparams = [p.split()[-1] for p in (m["tparams"] or "").split(",") if p.strip()]
+        params = [_Param(d, name) for d in m["params"].split(",") if d.strip()]
+        found[name] = (tparams, params)
+    return found
+
+
+def _split_template_args(text: str) -> list[str]:
+    return [" ".join(a.split()) for a in text.split(",")] if text.strip() else []
+
+
+class RawKernel:
+    """A kernel of CUDA source, run as its registered NumPy model (See NOTE [Modelled raw
+    kernels])."""
+
+    def __init__(
+        self,
+        code: str,
+        name: str,
+        options: tuple[str, ...] = (),
+        backend: str = "nvrtc",
+        translate_cucomplex: bool = False,
+        *,
+        enable_cooperative_groups: bool = False,
+        jitify: Any = None,
+    ) -> None:
+        base, _, targs = name.partition("<")
+        base = base.strip()
+        kernels = _kernels_in(code)
+        if base not in kernels:
+            raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name!r}")
+        tparams, params = kernels[base]
+        args = _split_template_args(targs.rstrip().removesuffix(">")) if targs else []
+        if len(args) != len(tparams):
+            raise RuntimeError(
+                f"{name!r}: kernel {base} takes {len(tparams)} template arguments "
+                f"({', '.join(tparams)}), got {len(args)}"
+            )
+        bound = dict(zip(tparams, args, strict=True))
+        self.name = name
+        self._base = base
+        self._params = params
+        self._types: list[Any] = []
+        for p in params:
+            ctype = bound.get(p.ctype, p.ctype)
+            if ctype not in _C_TYPES:
+                raise NotImplementedError(f"{name}: the simulated device has no C type {ctype!r}")
+            self._types.append(np.dtype(_C_TYPES[ctype]))
+
+    def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> None:
+        shared_mem = kwargs.pop("shared_mem", 0)
+        if kwargs:
+            raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
+        name = self.name
+        model = _kernel_models.get(self._base)
+        if model is None:
+            raise NotImplementedError(
+                f"the simulated device has no model of kernel {self._base!r} (sim.model_kernel)"
+            )
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        block = tuple(block) if isinstance(block, (tuple, list)) else (block,)
+        if (
+            not 1 <= len(grid) <= 3
+            or not 1 <= len(block) <= 3
+            or any(operator.index(n) < 1 for n in (*grid, *block))
+            or math.prod(block) > 1024
+            or not 0 <= shared_mem <= 48 * 1024
+        ):
+            raise ValueError(
+                f"{name}: invalid launch (grid {grid}, block {block}, shared_mem {shared_mem})"
+            )
+        args = tuple(args)
+        params = self._params
+        if len(args) != len(params):
+            raise TypeError(f"{name} takes {len(params)} arguments, got {len(args)}")
+        device = _local.device
+        data: list[Any] = []
+        reads: list[_Array] = []
+        writes: list[_Array] = []
+        for p, want, a in zip(params, self._types, args, strict=True):
+            what = f"{name}: argument {p.name}"
+            if p.pointer:
+                if not isinstance(a, ndarray):
+                    raise TypeError(f"{what} is a pointer to {p.ctype}; got {type(a).__name__}")
+                if a._dev != device:
+                    raise _peer_access(a._dev, device)
+                if a.dtype != want:
+                    raise TypeError(f"{what} points to {want}, got an array of {a.dtype}")
+                if not a._data.flags.c_contiguous:
+                    raise ValueError(f"{what}: a raw kernel ignores strides; got a strided view")
+                flat = a._data.reshape(-1)
+                data.append(flat)
+                reads.append(flat)
+                if not p.const:
+                    writes.append(flat)
+            else:
+                if not isinstance(a, np.generic) or a.dtype != want:
+                    raise TypeError(
+                        f"{what} is a {p.ctype} ({want}): pass a NumPy scalar of that type, "
+                        f"got {a!r}"
+                    )
+                data.append(a)
+        launch = (grid, block, shared_mem)
+        work = functools.partial(_run_modelled, name, model, launch, tuple(data), reads, writes)
+        _submit(device, work)
+
+
+def _run_modelled(
+    name: str,
+    model: Callable[..., None],
+    launch: tuple[Any, ...],
+    data: tuple[Any, ...],
+    reads: list[_Array],
+    writes: list[_Array],
+) -> None:
+    with np.errstate(all="ignore"):
+        model(launch, *data)
+
+
+class RawModule:
+    """CUDA source holding several kernels (See NOTE [Modelled raw kernels])."""
+
+    def __init__(
+        self,
+        code: str | None = None,
+        *,
+        path: str | None = None,
+        options: tuple[str, ...] = (),
+        backend: str = "nvrtc",
+        translate_cucomplex: bool = False,
+        enable_cooperative_groups: bool = False,
+        name_expressions: Any = None,
+        jitify: Any = None,
+    ) -> None:
+        if code is None or path is not None:
+            raise NotImplementedError("RawModule(path=...): the simulated device loads no binary")
+        self._code = code
+        self._names = None if name_expressions is None else tuple(name_expressions)
+
+    def get_function(self, name: str) -> RawKernel:
+        if "<" in name and (self._names is None or name not in self._names):
+            raise RuntimeError(f"{name!r} is not among the name expressions given to RawModule")
+        return RawKernel(self._code, name)
 
 
 # ----------------------------------------------------------------------------- counts

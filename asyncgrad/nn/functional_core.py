@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import backend, dtypes, ops
 from .._tensor import Tensor
-from ..backend import silent_fp
+from ..backend import kernels, silent_fp
 from ..graph.grad_mode import no_grad
 from ..ops import (
     gelu,
@@ -328,18 +328,9 @@ def _check_target_shape(ishape: tuple[int, ...], tshape: tuple[int, ...]) -> Non
         raise RuntimeError(f"Expected target size {list(want)}, got {list(tshape)}")
 
 
-@silent_fp  # See NOTE [Silent floating point]
-def nll_loss(
-    input: Tensor,
-    target: Any,
-    weight: Any = None,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-) -> Tensor:
-    """The negative log likelihood of class indices ``target`` under log-probabilities
-    ``input`` (classes along dim 1)."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
+def _class_indices(input: Tensor, target: Any, weight: Any) -> Any:
+    """The array of class indices ``target`` for log-probabilities (or logits) ``input``, after
+    torch's checks of its device, dtype and shape, and of ``weight``'s device."""
     la = input._array
     ta = arr(_beside(target, input))
     for name, other in (("target", ta), ("weight", arr(weight))):
@@ -355,6 +346,23 @@ def nll_loss(
             f"{getattr(ta, 'dtype', type(ta).__name__)}"
         )
     _check_target_shape(la.shape, ta.shape)
+    return ta
+
+
+@silent_fp  # See NOTE [Silent floating point]
+def nll_loss(
+    input: Tensor,
+    target: Any,
+    weight: Any = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> Tensor:
+    """The negative log likelihood of class indices ``target`` under log-probabilities
+    ``input`` (classes along dim 1)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    la = input._array
+    ta = _class_indices(input, target, weight)
     if la.ndim == 1:  # a single sample
         one = nll_loss(
             ops.unsqueeze(input, 0), ops.wrap(ta.reshape(1)), weight, ignore_index, reduction
@@ -474,8 +482,13 @@ def cross_entropy(
         raise ValueError("cross_entropy: input must have at least one dimension (classes)")
     cls_dim = 1 if input.ndim > 1 else 0
     target = _beside(target, input)
+    probs = getattr(arr(target), "dtype", dtypes.int64).kind == "f"
+    if not probs and label_smoothing == 0.0 and reduction != "none" and input.ndim == 2:
+        fused = _fused_cross_entropy(input, target, weight, ignore_index, reduction)
+        if fused is not None:
+            return fused
     logp = log_softmax(input, cls_dim)
-    if getattr(arr(target), "dtype", dtypes.int64).kind == "f":
+    if probs:
         return _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, cls_dim)
     loss = nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing == 0.0:
@@ -503,6 +516,50 @@ def cross_entropy(
             denom = float((wa[xp.where(ta != ignore_index, ta, 0)] * valid_a).sum())
         s = smooth.sum() / denom
     return loss * (1.0 - label_smoothing) + s * (label_smoothing / n_cls)
+
+
+# NOTE [One cross entropy op]
+# The common cross entropy, a batch of logits (n, c) and class indices reduced to a mean or a sum
+# without label smoothing, is one op, ``cross_entropy``, where torch records a log_softmax and
+# an nll_loss: one node in the graph, and on a CUDA device three kernels for the forward and the
+# backward where the composition launches about twenty (See NOTE [One cross entropy in three
+# kernels] in asyncgrad/backend/kernels.py). On the CPU it is taken when no weight is given and
+# every target is a class (checked on the host, as nll_loss checks); on a device for float32
+# and float64 logits, int32 and int64 targets and any weight, nothing read on the host. What
+# else there is (probabilities as targets, label smoothing, ``reduction="none"``, other dtypes or
+# shapes, an ignored or out-of-range target on the CPU) is the composition, with its errors. The
+# backward reads the logits (saved, so changing them in place before backward raises, as for any
+# saved tensor) and the rows' log-sum-exp, and gives what the composition gives; under
+# create_graph it is built of differentiable ops of the logits.
+@silent_fp  # See NOTE [Silent floating point]
+def _fused_cross_entropy(
+    input: Tensor, target: Any, weight: Any, ignore_index: int, reduction: str
+) -> Tensor | None:
+    la = input._array
+    ta = _class_indices(input, target, weight)
+    wa = None if weight is None else arr(weight)
+    mean = reduction == "mean"
+    if backend.is_device_array(la):
+        if not kernels.fusable(la, ta, wa):
+            return None
+        out, saved = kernels.cross_entropy_forward(la, ta, wa, ignore_index, mean)
+    else:
+        n, n_cls = la.shape
+        if wa is not None or la.dtype.kind != "f" or not n:
+            return None
+        lo, hi = int(ta.min()), int(ta.max())
+        if lo < 0 or hi >= n_cls or lo <= ignore_index <= hi:
+            return None  # the composition raises, or masks the ignored targets
+        xp = backend.namespace(la)
+        m = la.max(axis=1)
+        e = la - m[:, None]
+        xp.exp(e, out=e)
+        ls = xp.log(e.sum(axis=1))
+        total = (ls - (la[xp.arange(n), ta] - m)).sum()
+        out = xp.asarray(total / n if mean else total, dtype=la.dtype)
+        saved = (m + ls,)
+    params = {"target": ta, "mean": mean, "saved": saved}
+    return make(OPS["cross_entropy"], out, (input,), params)
 
 
 def _cross_entropy_probs(

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from .. import backend
 from .._tensor import Tensor
-from ..backend import mm, xp
+from ..backend import kernels, mm, xp
 
 SQRT_2: Final = math.sqrt(2.0)
 SQRT_2_OVER_PI: Final = math.sqrt(2.0 / math.pi)
@@ -280,6 +280,34 @@ def stack_grads(gs: list[Any], dim: int, shape: tuple[int, ...]) -> Any:
 def zeros_for(gs: list[Any], shape: tuple[int, ...]) -> Any:
     ref = next(g for g in gs if g is not None)
     return xp.zeros_like(ref, shape=shape)
+
+
+def cross_entropy_grad(g: Any, x: Any, target: Any, mean: bool, saved: tuple[Any, ...]) -> Any:
+    # See NOTE [One cross entropy op] in asyncgrad/nn/functional_core.py:
+    # dz = scale * coef * (softmax(z) - onehot(t)), scale = g / W (mean) or g (sum).
+    if len(saved) == 2:  # on a device: the kernels' rows and totals
+        if backend.is_device_array(g) and backend.is_device_array(x):
+            return kernels.cross_entropy_backward(g, x, target, saved, mean)
+        rows, totals = saved
+        coef = xp.expand_dims(rows[2], 1)
+        weight = totals[1]
+        scale = g / weight if mean else g * xp.where(xp.isnan(weight), weight, 1.0)
+    else:  # on the CPU: every target a class, no weight
+        n = x.shape[0]
+        coef = None
+        scale = g / n if mean else g
+        if type(x) is backend.ndarray and type(g) is backend.ndarray:
+            dz = xp.exp(x - xp.expand_dims(saved[0], 1))
+            dz *= scale
+            dz[xp.arange(n), target] -= scale
+            return dz
+    # Under create_graph (Tensors): differentiable in the logits.
+    ns = backend.namespace(target)
+    onehot = ns.arange(x.shape[1]).reshape(1, -1) == ns.expand_dims(target, 1)
+    # softmax is the same for any shift of a row: by the saved log-sum-exp, a constant here.
+    e = xp.exp(x - xp.expand_dims(saved[0] if coef is None else rows[0], 1))
+    factor = scale if coef is None else backend.masked(coef * scale, coef != 0)
+    return (e / xp.sum(e, axis=1, keepdims=True) - onehot) * factor
 
 
 def nll_grad(

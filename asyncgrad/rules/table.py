@@ -32,6 +32,7 @@ from .formulas import (
     copy_to,
     count,
     crop_like,
+    cross_entropy_grad,
     einsum_grad,
     expand,
     extreme_grad,
@@ -261,6 +262,11 @@ defvjp(  # torch's binary_cross_entropy_with_logits_backward and its target's
     None,
     save="x t w pw",
 )
+defvjp(  # See NOTE [One cross entropy op] in asyncgrad/nn/functional_core.py
+    "cross_entropy",
+    lambda g, ans, x, *, target, mean, saved: cross_entropy_grad(g, x, target, mean, saved),
+    save="x",
+)
 defvjp(
     "nll_loss",
     lambda g, ans, logp, *, target, weight, reduction, ignore_index, denom, all_valid, row_scale: (
@@ -414,7 +420,8 @@ _COSTS: dict[str, float] = {
     "log1p": 2 * P, "expm1": 2 * P, "sqrt": 2 * P, "tan": 2 * P, "sigmoid": 2 * P,
     "unbind": 2 * P, "mean": 2 * P, "dot": 2 * P, "mul": 3 * P, "tanh": 3 * P,
     "relu": 3 * P, "reciprocal": 3 * P, "pow": 4 * P, "rsqrt": 4 * P, "clamp": 4 * P,
-    "var": 4 * P, "std": 4 * P, "max_dim": 4 * P, "binary_cross_entropy_with_logits": 4 * P,
+    "cross_entropy": 4 * P, "var": 4 * P, "std": 4 * P, "max_dim": 4 * P,
+    "binary_cross_entropy_with_logits": 4 * P,
     "amax": 5 * P, "amin": 5 * P, "prod": 5 * P, "softmax": 5 * P, "abs": 6 * P,
     "norm": 6 * P, "logsumexp": 6 * P, "div": 7 * P, "log_softmax": 7 * P,
     # transcendental functions, selections, scans, sorts
@@ -425,7 +432,7 @@ _COSTS: dict[str, float] = {
 # The gradient is smaller than the array the rule writes (reductions, indexing, pooling).
 _SPECIAL = (
     "mean", "amax", "amin", "max_dim", "logsumexp", "var", "std", "prod", "norm", "dot",
-    "getitem", "diagonal", "topk", "unbind", "split", "nll_loss", "einsum",
+    "getitem", "diagonal", "topk", "unbind", "split", "nll_loss", "cross_entropy", "einsum",
     "binary_cross_entropy_with_logits", "max_pool2d_with_indices",
 )  # fmt: skip
 # A decomposition's backward, per (matrix elements x its smaller side): a few matrix products,

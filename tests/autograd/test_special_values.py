@@ -344,9 +344,16 @@ for _red in ["mean", "sum", "none"]:
 case(
     "nll_loss",
     "of_log_softmax",
-    lambda m, x: F(m).cross_entropy(x, m.tensor(_TARGET)),
+    lambda m, x: F(m).nll_loss(F(m).log_softmax(x, 1), m.tensor(_TARGET)),
     _LOGP,
 )
+for _red in ["mean", "sum"]:  # the fused op (See NOTE [One cross entropy op])
+    case(
+        "cross_entropy",
+        _red,
+        lambda m, x, red=_red: F(m).cross_entropy(x, m.tensor(_TARGET), reduction=red),
+        _LOGP,
+    )
 
 
 # ----- var, std, prod, norm, cumsum; dot, outer, einsum; sort, topk -----

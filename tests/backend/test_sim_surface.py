@@ -172,6 +172,7 @@ NOT_CUPYS: Final[dict[str, str]] = {
     "HostSyncError": "the simulator's own: what forbid_host_sync raises",
     "count_device_work": "the simulator's own: counts what a GPU would pay, for benchmarks",
     "DeviceCounts": "the simulator's own: what count_device_work counts",
+    "model_kernel": "the simulator's own: the NumPy model a raw kernel runs as",
     "StreamOrderError": "the simulator's own: what the ordering check raises",
     # The classes are also at the simulator's top level for its own tests; CuPy has them only
     # under cuda and cuda.runtime, where they are checked ("cuda.Device", ...). asyncgrad reaches
