@@ -59,11 +59,11 @@ def test_trains_saves_traces_and_draws(tmp_path: Path) -> None:
     trace = json.loads((tmp_path / "step_trace.json").read_text())
     names = [e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"]
     assert names.count("ConvolutionBackward0") >= 2  # one per conv, on each track it shows on
-    assert "NllLossBackward0" in names
+    assert "CrossEntropyBackward0" in names
 
     dot = (tmp_path / "backward_graph.dot").read_text()
     assert dot.startswith("digraph")
-    for label in ("conv1.weight", "head.bias", "ConvolutionBackward0", "NllLossBackward0"):
+    for label in ("conv1.weight", "head.bias", "ConvolutionBackward0", "CrossEntropyBackward0"):
         assert label in dot
 
 

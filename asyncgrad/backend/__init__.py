@@ -620,6 +620,35 @@ def _calibrate_sole_refcount() -> int:
 _SOLE_REFCOUNT: Final = _calibrate_sole_refcount()
 
 
+def _count_in(grads: list[Any], i: int) -> int:
+    g = grads[i]
+    return sys.getrefcount(g)
+
+
+# The reference count an array has inside sole_in() when the list's slot is its only reference
+# (measured with the same call shape).
+_SOLE_IN_LIST: Final = _count_in([np.empty(1)], 0)
+
+
+def sole_in(grads: list[Any], i: int) -> bool:
+    """Whether the array in ``grads[i]`` may be overwritten (See NOTE [Gradients overwritten in
+    place] in asyncgrad/rules/registry.py): the list holds its only reference (the caller has
+    taken none of its own), and it owns its memory, contiguous and writable."""
+    g = grads[i]
+    return (
+        ((type(g) is np.ndarray and g.flags.writeable) or type(g) in _device_types)
+        and g.base is None
+        and g.flags.c_contiguous
+        and sys.getrefcount(g) <= _SOLE_IN_LIST
+    )
+
+
+def zero_where(g: Any, drop: Any) -> Any:
+    """``g`` with 0 where boolean ``drop``, in place: ``masked(g, ~drop)`` without a new array."""
+    namespace(g).copyto(g, 0, where=drop)
+    return g
+
+
 def can_steal(g: Any) -> bool:
     """Whether array ``g`` (NumPy's or a device's) may become a tensor's storage without a copy:
     it owns its memory, is contiguous, and nobody but the caller's one local refers to it."""

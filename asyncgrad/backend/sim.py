@@ -2112,9 +2112,17 @@ def _copyto(
             np.copyto(np.zeros(1, dst.dtype), unit(src), casting=casting, where=unit(where))
     except Exception:
         return _sync_call(func, args, kwargs, device, found)
-    work = functools.partial(np.copyto, dst._data, real(src), casting=casting, where=real(where))
+    if where is True:
+        work = functools.partial(np.copyto, dst._data, real(src), casting=casting)
+    else:
+        work = functools.partial(_masked_copy, dst._data, real(src), casting, real(where))
     _submit(device, work)
     return None
+
+
+def _masked_copy(dst: _Array, src: Any, casting: str, where: Any) -> None:
+    """``copyto`` with ``where``: a kernel of its own (counted as ``_masked_copy``)."""
+    np.copyto(dst, src, casting=casting, where=where)
 
 
 def _like_params(
@@ -2749,7 +2757,8 @@ class RawModule:
 # allocation from the pool, an event record or query costs a few microseconds of driver time
 # each on a GPU and next to nothing here. ``count_device_work()`` counts them instead, on every
 # thread while it is open: kernel launches by kernel (the NumPy function or ufunc the simulator
-# runs for it; copies from the host are ``_host_to_device``, fills ``_fill``), allocations and their
+# runs for it; copies from the host are ``_host_to_device``, fills ``_fill``, ``copyto`` with
+# ``where`` ``_masked_copy``), allocations and their
 # bytes (every new array that owns memory, from the pool or not: CuPy's pool makes a reuse
 # cheaper but not free), events recorded and queried (``Event.done``, ``eventQuery``,
 # ``Stream.done``), stream waits (``Stream.wait_event``, every call: CUDA queues one whether or
@@ -4561,6 +4570,7 @@ def __getattr__(name: str) -> Any:
 _WRITES_FIRST: Final = frozenset(
     {
         np.copyto,
+        _masked_copy,
         _host_to_device,
         _fill,
         np.put,

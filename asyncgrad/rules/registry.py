@@ -55,6 +55,7 @@ class OpDef:
 
     __slots__ = (
         "_save_cache",
+        "into",
         "multi_input",
         "name",
         "node_cls",
@@ -79,6 +80,7 @@ class OpDef:
         self.uses = uses  # per input: the positions its rule reads
         self.num_outputs = num_outputs
         self.multi_input = multi_input
+        self.into: Rule | None = None  # See NOTE [Gradients overwritten in place]
         self._save_cache: dict[int, tuple[int, ...]] = {}
         cls_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
         self.node_cls: type[FunctionNode] = type(cls_name, (TableNode,), {"__slots__": ()})
@@ -123,6 +125,7 @@ def defvjp(
     save: str = "",
     outputs: int = 1,
     all_inputs: Rule | None = None,
+    into: Rule | None = None,
 ) -> OpDef:
     """Register the rules of op ``name``.
 
@@ -162,6 +165,13 @@ def defvjp(
         uses.append(tuple(sorted(positions[n] for n in read)))
     save_pos = tuple(sorted(positions[n] for n in save_names))
     op = OpDef(name, tuple(vjps), save_pos, tuple(uses), outputs, all_inputs)
+    if into is not None:
+        if outputs != 1 or len(vjps) != 1 or all_inputs is not None:
+            raise ValueError(f"{name}: an in-place rule is for ops of one input and one output")
+        missing = _reads(into, list(positions)) - set(save_names)
+        if missing:
+            raise ValueError(f"{name}: the in-place rule reads {sorted(missing)} not in save=")
+        op.into = into
     OPS[name] = op
     return op
 
@@ -286,6 +296,16 @@ def keeps_for_backward(node: Node | None, keeps: bool = True) -> None:
 # chain's node. So no subclass of FunctionNode overrides them
 # (tests/engine/test_compiled_traps.py checks every one).
 @mypyc_attr(allow_interpreted_subclasses=True)  # each op's node class subclasses it
+# NOTE [Gradients overwritten in place]
+# A rule that masks its gradient (relu's: 0 where the output is 0) may write the mask into the
+# gradient it gets instead of into a new array of the same size, where nothing else can see that
+# gradient: its op's ``into`` rule (``defvjp(..., into=)``). FunctionNode.apply calls it when not
+# building a graph and the engine's list of the node's gradients holds the only reference to the
+# array (``backend.sole_in``: checked by reference count before apply takes one itself, and the
+# array owns its memory). Whoever else holds it (another edge's buffer, a hook's arguments, a
+# retained or captured gradient, the caller's ``gradient=``, a CUDA node of another stream that
+# has yet to run: See NOTE [Deferred frees] in asyncgrad/backend/cuda.py) is a reference, and
+# the ordinary rule runs. On one stream, kernels that read the array before run before the write.
 class FunctionNode(Node):
     """Backward node of a table op; ``OpDef.node_cls`` subclasses it to carry the torch name.
 
@@ -307,6 +327,9 @@ class FunctionNode(Node):
         if saved is _FREED:
             raise_freed(self)
         op = self._op
+        into = op.into
+        if into is not None and (create or not backend.sole_in(grads, 0)):
+            into = None  # before this frame holds the gradient: See NOTE [Gradients ...]
         edges = self._next_edges
         if op.num_outputs == 1:
             g = grads[0]
@@ -355,7 +378,7 @@ class FunctionNode(Node):
                 # An input whose edge exists has a rule (defvjp gives None only to inputs that
                 # cannot require grad, like where's condition). The common arities are called
                 # without unpacking ``vals``, which would build a tuple (and, compiled, a list).
-                rule = vjps[i]
+                rule = vjps[i] if into is None else into
                 if params:
                     r = rule(g, *vals, **params)  # type: ignore[misc]
                 elif n == 2:

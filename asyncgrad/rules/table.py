@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..backend import is_basic_index, masked, mm, xp
+from ..backend import is_basic_index, masked, mm, xp, zero_where
 from ..graph.node import ELEMENT_PASS, LARGE_ELEMENTS, Node, size_work
 from .formulas import (
     bce_logits_grad_input,
@@ -135,7 +135,12 @@ defvjp("cos", lambda g, ans, x: -g * xp.sin(x), save="x")
 defvjp("tan", lambda g, ans, x: g * (1.0 + ans * ans), save="ans")
 defvjp("tanh", lambda g, ans, x: g * (1.0 - ans * ans), save="ans")
 defvjp("sigmoid", lambda g, ans, x: g * (1.0 - ans) * ans, save="ans")
-defvjp("relu", lambda g, ans, x: masked(g, ans != 0), save="ans")  # ans is >= 0 or NaN
+defvjp(  # ans is >= 0 or NaN
+    "relu",
+    lambda g, ans, x: masked(g, ans != 0),
+    save="ans",
+    into=lambda g, ans, x: zero_where(g, ans == 0),  # See NOTE [Gradients overwritten in place]
+)
 defvjp("abs", lambda g, ans, x: g * sign(x), save="x")
 defvjp("sign", lambda g, ans, x: xp.zeros_like(g))
 defvjp("erf", lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * xp.exp(-x * x), save="x")

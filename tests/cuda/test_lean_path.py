@@ -132,3 +132,29 @@ def _hold(stream: Any) -> Any:
     done = threading.Event()
     stream._queue.submit(lambda: done.wait(WAIT_S))
     return done
+
+
+@pytest.mark.parametrize("consumer_first", [True, False])
+def test_relu_overwrites_no_gradient_another_stream_still_reads(
+    delays: Any, consumer_first: bool
+) -> None:
+    """One gradient sent to two relus on two streams (add's rule sends the same array to both):
+    the one that runs second may not write into it while the other's kernels may still read it
+    (NOTE [Gradients overwritten in place] in asyncgrad/rules/registry.py). The ordering check
+    fails the test at such a write; the delays make a wrong value visible too."""
+    from .conftest import side_stream
+
+    xv = np.array([-1.0, 2.0, 0.0, 3.0, -0.5])
+    wv = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    x = ag.tensor(xv, device="cuda", requires_grad=True)
+    s1, s2 = side_stream(), side_stream()
+    with ag.cuda.stream(s1):
+        r1 = (x * 1.0).relu()
+    with ag.cuda.stream(s2):
+        r2 = (x * -1.0).relu()
+    current = ag.cuda.current_stream()
+    current.wait_stream(s1)
+    current.wait_stream(s2)
+    out = (r1 + r2) if consumer_first else (r2 + r1)
+    out.backward(ag.tensor(wv, device="cuda") * 1.0)
+    assert_close(host(x.grad), wv * (xv > 0) - wv * (xv < 0))
