@@ -643,9 +643,17 @@ def sole_in(grads: list[Any], i: int) -> bool:
     )
 
 
-def zero_where(g: Any, drop: Any) -> Any:
-    """``g`` with 0 where boolean ``drop``, in place: ``masked(g, ~drop)`` without a new array."""
-    namespace(g).copyto(g, 0, where=drop)
+def masked_nonzero_into(g: Any, a: Any) -> Any:
+    """``masked(g, a != 0)`` written into ``g``: 0 where ``a`` is 0, also where ``g`` is inf or
+    NaN. On the CPU a multiplication in place (a masked copy is five times slower), with the
+    zeros put back where ``g`` was not finite; on a device one masked copy."""
+    if type(g) is np.ndarray:
+        keep = a != 0
+        np.multiply(g, keep, out=g)
+        if not np.isfinite(g).all():  # inf or NaN times 0 is NaN where torch gives 0
+            np.copyto(g, 0, where=~keep)
+        return g
+    namespace(g).copyto(g, 0, where=a == 0)
     return g
 
 

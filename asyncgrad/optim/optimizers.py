@@ -366,7 +366,18 @@ class SGD(Optimizer):
                 buf *= mom
                 buf += (1 - group["dampening"]) * g
             g = g + mom * buf if group["nesterov"] else buf
-        _subtract(old, group["lr"] * g, out)
+        lr = group["lr"]
+        if (
+            out is not old
+            and type(out) is type(g)
+            and out.shape == g.shape
+            and out.dtype == g.dtype
+        ):
+            # ``lr * g`` into ``out``, then ``old - out``: the same roundings, no temporary
+            backend.namespace(g).multiply(g, lr, out=out)
+            _subtract(old, out, out)
+        else:
+            _subtract(old, lr * g, out)
 
 
 class Adam(Optimizer):

@@ -181,11 +181,15 @@ def sum_to(g: Any, shape: tuple[int, ...]) -> Any:
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
+    # An array's own method skips NumPy's Python-level wrapper of np.sum (a Tensor's, under
+    # create_graph, takes torch's arguments: np.sum dispatches it).
+    method = backend.is_array(g)
     if lead:
-        g = xp.sum(g, axis=tuple(range(lead)))  # a fresh array, not a view
+        axis = tuple(range(lead))
+        g = g.sum(axis=axis) if method else xp.sum(g, axis=axis)  # a fresh array, not a view
     axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
     if axes:
-        g = xp.sum(g, axis=axes, keepdims=True)
+        g = g.sum(axis=axes, keepdims=True) if method else xp.sum(g, axis=axes, keepdims=True)
     return g
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..backend import is_basic_index, masked, mm, xp, zero_where
+from ..backend import is_basic_index, masked, masked_nonzero_into, mm, xp
 from ..graph.node import ELEMENT_PASS, LARGE_ELEMENTS, Node, size_work
 from .formulas import (
     bce_logits_grad_input,
@@ -139,7 +139,7 @@ defvjp(  # ans is >= 0 or NaN
     "relu",
     lambda g, ans, x: masked(g, ans != 0),
     save="ans",
-    into=lambda g, ans, x: zero_where(g, ans == 0),  # See NOTE [Gradients overwritten in place]
+    into=lambda g, ans, x: masked_nonzero_into(g, ans),  # See NOTE [Gradients overwritten in place]
 )
 defvjp("abs", lambda g, ans, x: g * sign(x), save="x")
 defvjp("sign", lambda g, ans, x: xp.zeros_like(g))
