@@ -526,7 +526,7 @@ def _work_name(work: Any) -> str:
     if func is _run_into:
         func = work.args[1]
     elif func is _run_modelled:
-        return str(work.args[0]).partition("<")[0]  # type: ignore[attr-defined]
+        return str(work.args[0]).partition("<")[0]
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     return str(name or type(func).__name__)
 
@@ -2120,7 +2120,7 @@ def _copyto(
     return None
 
 
-def _masked_copy(dst: _Array, src: Any, casting: str, where: Any) -> None:
+def _masked_copy(dst: _Array, src: Any, casting: Any, where: Any) -> None:
     """``copyto`` with ``where``: a kernel of its own (counted as ``_masked_copy``)."""
     np.copyto(dst, src, casting=casting, where=where)
 
