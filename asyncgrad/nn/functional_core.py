@@ -557,7 +557,7 @@ def _fused_cross_entropy(
         ls = xp.log(e.sum(axis=1))
         total = (ls - (la[xp.arange(n), ta] - m)).sum()
         out = xp.asarray(total / n if mean else total, dtype=la.dtype)
-        saved = (m + ls,)
+        saved = ((m + ls)[:, None],)  # the rows' log-sum-exp, as a column
     params = {"target": ta, "mean": mean, "saved": saved}
     return make(OPS["cross_entropy"], out, (input,), params)
 

@@ -297,7 +297,7 @@ def cross_entropy_grad(g: Any, x: Any, target: Any, mean: bool, saved: tuple[Any
         coef = None
         scale = g / n if mean else g
         if type(x) is backend.ndarray and type(g) is backend.ndarray:
-            dz = xp.exp(x - xp.expand_dims(saved[0], 1))
+            dz = xp.exp(x - saved[0])
             dz *= scale
             dz[xp.arange(n), target] -= scale
             return dz
@@ -305,7 +305,7 @@ def cross_entropy_grad(g: Any, x: Any, target: Any, mean: bool, saved: tuple[Any
     ns = backend.namespace(target)
     onehot = ns.arange(x.shape[1]).reshape(1, -1) == ns.expand_dims(target, 1)
     # softmax is the same for any shift of a row: by the saved log-sum-exp, a constant here.
-    e = xp.exp(x - xp.expand_dims(saved[0] if coef is None else rows[0], 1))
+    e = xp.exp(x - (saved[0] if coef is None else rows[0][:, None]))
     factor = scale if coef is None else backend.masked(coef * scale, coef != 0)
     return (e / xp.sum(e, axis=1, keepdims=True) - onehot) * factor
 
