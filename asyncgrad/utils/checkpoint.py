@@ -19,6 +19,9 @@ also callable as that function: ``ag.utils.checkpoint(fn, *args)``.)
 # dropout draws the same mask: the states of its generators (CPU and each CUDA device's, through
 # RandomState.get_state: a CUDA generator cannot be deep-copied) are saved when the forward starts
 # and set back for the recomputation only (another thread drawing meanwhile would see them).
+# Early stop (non-reentrant, on unless ``set_checkpoint_early_stop(False)`` was in force when the
+# forward ran, as in torch): the recomputation stops as soon as it has saved as many tensors as
+# the forward did, so what ``fn`` does after its last save does not run again.
 """
 
 from __future__ import annotations
@@ -40,7 +43,28 @@ from ..engine.reentrant import current_graph_task
 from ..graph.grad_mode import enable_grad, inference_mode, no_grad
 from ..ops.creation import default_generator
 
-__all__ = ["CheckpointError", "checkpoint"]
+__all__ = ["CheckpointError", "checkpoint", "checkpoint_sequential", "set_checkpoint_early_stop"]
+
+# Whether non-reentrant checkpoints made from now on stop their recomputation early (See NOTE
+# [Two checkpoints]); set with set_checkpoint_early_stop, per thread as torch's global is.
+_early_stop = threading.local()
+
+
+@contextmanager
+def set_checkpoint_early_stop(enable: bool) -> Iterator[None]:
+    """Within the block, non-reentrant checkpoints stop recomputing once they have the tensors
+    backward needs (``True``, the default) or run their function to its end (``False``). It
+    applies to checkpoints whose forward runs in the block, wherever their backward runs."""
+    prev = getattr(_early_stop, "on", True)
+    _early_stop.on = bool(enable)
+    try:
+        yield
+    finally:
+        _early_stop.on = prev
+
+
+class _StopRecomputation(Exception):
+    """Raised inside a recomputation once it has every tensor it needs (early stop)."""
 
 
 # The default generator's states: its CPU generator's and each CUDA device's it has drawn on.
@@ -151,6 +175,7 @@ class _Frame:
         self.count = 0  # tensors saved by the forward
         self.recomputed: dict[int, tuple[Any, dict[int, Any]]] = {}
         self.lock = threading.Lock()
+        self.early_stop = getattr(_early_stop, "on", True)
 
     def pack(self, t: Tensor) -> tuple[_Frame, int]:
         i = self.count
@@ -164,17 +189,23 @@ class _Frame:
             # A tensor that needs no grad is kept as it is: its backward gets the very object
             # the forward saved (an input, a constant), as torch does.
             got[len(got)] = t.detach() if t.requires_grad else t
+            if early and len(got) == self.count:
+                raise _StopRecomputation
 
         def unpack(_: None) -> Tensor:
             raise RuntimeError("checkpoint: the recomputation's graph is not for backward")
 
-        with (
-            _rng_restored(self.rng),
-            inference_mode(False),
-            enable_grad(),
-            saved_tensors_hooks(pack, unpack),
-        ):
-            self.fn(*self.args, **self.kwargs)
+        early = self.early_stop
+        try:
+            with (
+                _rng_restored(self.rng),
+                inference_mode(False),
+                enable_grad(),
+                saved_tensors_hooks(pack, unpack),
+            ):
+                self.fn(*self.args, **self.kwargs)
+        except _StopRecomputation:
+            pass
         if len(got) != self.count:
             raise CheckpointError(
                 "torch.utils.checkpoint: A different number of tensors was saved during the "
@@ -255,6 +286,41 @@ def checkpoint(
     frame = _Frame(function, args, kwargs, _rng_snapshot() if preserve_rng_state else None)
     with saved_tensors_hooks(frame.pack, _Frame.unpack):
         return function(*args, **kwargs)
+
+
+def checkpoint_sequential(
+    functions: Any,
+    segments: int,
+    input: Any,
+    use_reentrant: bool | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Run the modules or functions of ``functions`` (a Sequential or a list) one after another
+    on ``input``, in ``segments`` parts of ``len(functions) // segments`` each: every part but
+    the last under ``checkpoint``, the last (with what is left over) as usual.
+    ``preserve_rng_state`` may be given as a keyword, as to ``checkpoint``."""
+    preserve = kwargs.pop("preserve_rng_state", True)
+    if kwargs:
+        raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+    children = getattr(functions, "children", None)  # a Sequential: its modules, in order
+    functions = list(children() if callable(children) else functions)
+
+    def run(start: int, end: int) -> Callable[[Any], Any]:
+        def forward(x: Any) -> Any:
+            for j in range(start, end + 1):
+                x = functions[j](x)
+            return x
+
+        return forward
+
+    size = len(functions) // segments
+    end = -1
+    for start in range(0, size * (segments - 1), size):
+        end = start + size - 1
+        input = checkpoint(
+            run(start, end), input, use_reentrant=use_reentrant, preserve_rng_state=preserve
+        )
+    return run(end + 1, len(functions) - 1)(input)
 
 
 class _CallableModule(types.ModuleType):
