@@ -482,7 +482,9 @@ class Module:
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy values into the parameters. Shapes must match; with ``strict`` (the default),
-        so must the keys. Nothing is copied when an error is raised. A lazy module's
+        so must the keys. Nothing is copied when an error is raised, except that with
+        load-state-dict post hooks (``register_load_state_dict_post_hook``) the keys are checked
+        after the hooks, once the values are copied, as torch does. A lazy module's
         uninitialized parameters take the shapes of the values given."""
         for mprefix, m in self.named_modules():
             if isinstance(m, LazyModuleMixin):
@@ -490,13 +492,32 @@ class Module:
         own = self._named_state()
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
-        errors = []
+        errors: list[str] = []
+        post = [
+            (m, hook)
+            for m in _post_order(self)
+            for hook in list((m.__dict__.get("_load_state_dict_post_hooks") or {}).values())
+        ]
+        if post:  # the keys are checked after the hooks, which may change them
+            return self._load_with_post_hooks(state_dict, strict, own, missing, unexpected, post)
         if strict and (missing or unexpected):
             if unexpected:
                 names = ", ".join(map(repr, unexpected))
                 errors.append(f"Unexpected key(s) in state_dict: {names}")
             if missing:
                 errors.append(f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}")
+        values = self._state_values(state_dict, own, errors)
+        if errors:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
+            )
+        self._assign_state(own, values)
+        return IncompatibleKeys(missing, unexpected)
+
+    def _state_values(
+        self, state_dict: dict[str, Any], own: dict[str, Tensor], errors: list[str]
+    ) -> dict[str, Any]:
         values = {}
         for n, p in own.items():
             if n not in state_dict:
@@ -509,17 +530,68 @@ class Module:
                     f"checkpoint, the shape in current model is {tuple(p.shape)}"
                 )
             values[n] = arr
-        if errors:
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
-                + "\n\t".join(errors)
-            )
+        return values
+
+    @staticmethod
+    def _assign_state(own: dict[str, Tensor], values: dict[str, Any]) -> None:
         for n, arr in values.items():
             p = own[n]
             if arr is not p._array:
                 backend.assign(p._array, arr)
                 p._vc[0] += 1
-        return IncompatibleKeys(missing, unexpected)
+
+    def _load_with_post_hooks(
+        self,
+        state_dict: dict[str, Any],
+        strict: bool,
+        own: dict[str, Tensor],
+        missing: list[str],
+        unexpected: list[str],
+        post: list[tuple[Module, Callable[..., Any]]],
+    ) -> IncompatibleKeys:
+        """load_state_dict with load-state-dict post hooks, as torch's: the values are copied,
+        each module's hooks (children before their parent) get the module and the keys, which
+        they may change in place, and then a strict load checks the keys. A size mismatch
+        still raises before anything is copied. Every hook sees the whole load's keys (torch's
+        see those found so far)."""
+        errors: list[str] = []
+        values = self._state_values(state_dict, own, errors)
+        if errors:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
+            )
+        self._assign_state(own, values)
+        keys = IncompatibleKeys(missing, unexpected)
+        for m, hook in post:
+            if hook(m, keys) is not None:
+                raise AssertionError(
+                    "Hooks registered with ``register_load_state_dict_post_hook`` are not "
+                    "expected to return new values, if incompatible_keys need to be modified, "
+                    "it should be done inplace."
+                )
+        if strict and (missing or unexpected):
+            if unexpected:
+                names = ", ".join(map(repr, unexpected))
+                errors.append(f"Unexpected key(s) in state_dict: {names}")
+            if missing:
+                errors.append(f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}")
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
+            )
+        return keys
+
+    def register_load_state_dict_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """``hook(module, incompatible_keys)`` after ``load_state_dict`` has copied the values
+        into this module and its children: it may change ``incompatible_keys.missing_keys`` and
+        ``unexpected_keys`` in place (emptied, a strict load does not raise) and must return
+        None."""
+        hooks = self.__dict__.get("_load_state_dict_post_hooks")
+        if hooks is None:
+            hooks = OrderedDict()
+            object.__setattr__(self, "_load_state_dict_post_hooks", hooks)
+        return RemovableHandle(hooks, hook)
 
     # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
@@ -532,6 +604,14 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _post_order(m: Module) -> Iterator[Module]:
+    """``m``'s modules, each child's before its parent (torch's order of loading)."""
+    for child in m._modules.values():
+        if child is not None:
+            yield from _post_order(child)
+    yield m
 
 
 def _indent(text: str) -> str:
