@@ -261,18 +261,25 @@ class Module:
             yield b
 
     def register_forward_pre_hook(
-        self, hook: Callable[..., Any], *, prepend: bool = False
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
     ) -> RemovableHandle:
         """``hook(module, args)`` runs before ``forward``; a non-None result replaces the
-        positional arguments (a non-tuple result becomes a 1-tuple)."""
-        return RemovableHandle(self._forward_pre_hooks, hook, prepend)
+        positional arguments (a non-tuple result becomes a 1-tuple). With ``with_kwargs``,
+        ``hook(module, args, kwargs)``, whose non-None result is ``(new_args, new_kwargs)``."""
+        handle = RemovableHandle(self._forward_pre_hooks, hook, prepend)
+        if with_kwargs:
+            _kwargs_ids(self, "_forward_pre_hooks_with_kwargs", handle)
+        return handle
 
     def register_forward_hook(
-        self, hook: Callable[..., Any], *, prepend: bool = False
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
     ) -> RemovableHandle:
         """``hook(module, args, output)`` runs after ``forward``; a non-None result replaces
-        the output."""
-        return RemovableHandle(self._forward_hooks, hook, prepend)
+        the output. With ``with_kwargs``, ``hook(module, args, kwargs, output)``."""
+        handle = RemovableHandle(self._forward_hooks, hook, prepend)
+        if with_kwargs:
+            _kwargs_ids(self, "_forward_hooks_with_kwargs", handle)
+        return handle
 
     def register_full_backward_hook(
         self, hook: Callable[..., Any], prepend: bool = False
@@ -336,10 +343,21 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         pre = self.__dict__.get("_forward_pre_hooks")
         if pre:
-            for hook in list(pre.values()):
-                res = hook(self, args)
-                if res is not None:
-                    args = res if isinstance(res, tuple) else (res,)
+            with_kw = self.__dict__.get("_forward_pre_hooks_with_kwargs") or ()
+            for hid, hook in list(pre.items()):
+                if hid in with_kw:
+                    res = hook(self, args, kwargs)
+                    if res is not None:
+                        if not (isinstance(res, tuple) and len(res) == 2):
+                            raise RuntimeError(
+                                "forward pre-hook must return None or a tuple of (new_args, "
+                                f"new_kwargs), but got {res}."
+                            )
+                        args, kwargs = res
+                else:
+                    res = hook(self, args)
+                    if res is not None:
+                        args = res if isinstance(res, tuple) else (res,)
         bw = self.__dict__.get("_backward_hooks")
         bw_pre = self.__dict__.get("_backward_pre_hooks")
         if bw or bw_pre:
@@ -350,15 +368,19 @@ class Module:
                 kwargs,
                 list(bw.values()) if bw else [],
                 list(bw_pre.values()) if bw_pre else [],
-                self._run_forward_hooks,
+                lambda a, out: self._run_forward_hooks(a, out, kwargs),
             )
-        return self._run_forward_hooks(args, self.forward(*args, **kwargs))
+        return self._run_forward_hooks(args, self.forward(*args, **kwargs), kwargs)
 
-    def _run_forward_hooks(self, args: tuple[Any, ...], out: Any) -> Any:
+    def _run_forward_hooks(self, args: tuple[Any, ...], out: Any, kwargs: Any = None) -> Any:
         post = self.__dict__.get("_forward_hooks")
         if post:
-            for hook in list(post.values()):
-                res = hook(self, args, out)
+            with_kw = self.__dict__.get("_forward_hooks_with_kwargs") or ()
+            for hid, hook in list(post.items()):
+                if hid in with_kw:
+                    res = hook(self, args, {} if kwargs is None else kwargs, out)
+                else:
+                    res = hook(self, args, out)
                 if res is not None:
                     out = res
         return out
@@ -663,6 +685,16 @@ class RemovableHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def _kwargs_ids(module: Module, field: str, handle: RemovableHandle) -> None:
+    """Mark ``handle``'s hook as taking keyword arguments (the ids stay after a removal, as
+    torch's do: an id is never reused)."""
+    ids = module.__dict__.get(field)
+    if ids is None:
+        ids = set()
+        object.__setattr__(module, field, ids)
+    ids.add(handle.id)
 
 
 def _check_hook(hook: Any) -> None:
