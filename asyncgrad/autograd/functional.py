@@ -461,7 +461,7 @@ def _single_output(func: Any, fn_name: str, strict: bool) -> Callable[..., Steps
                 f"The Tensor returned by the function given to {fn_name} should contain a single "
                 "element"
             )
-        return out
+        return out.squeeze()  # as torch's: a (1, 1, 1) output gives the Hessian's own shape
 
     return call
 
