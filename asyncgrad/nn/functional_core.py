@@ -349,6 +349,12 @@ def _class_indices(input: Tensor, target: Any, weight: Any) -> Any:
     return ta
 
 
+def _every_target_a_class(ta: Any, n_cls: int, ignore_index: int) -> bool:
+    """Whether the (host, non-empty) targets ``ta`` are all classes and none is ignored."""
+    lo, hi = int(ta.min()), int(ta.max())
+    return lo >= 0 and hi < n_cls and not lo <= ignore_index <= hi
+
+
 @silent_fp  # See NOTE [Silent floating point]
 def nll_loss(
     input: Tensor,
@@ -374,8 +380,7 @@ def nll_loss(
     if la.ndim == 2 and backend.is_device_array(la):
         return _nll_loss_on_device(input, ta, wa, ignore_index, reduction)
     if la.ndim == 2 and wa is None and reduction != "none" and ta.size:
-        lo, hi = int(ta.min()), int(ta.max())
-        if lo >= 0 and hi < n_cls and not lo <= ignore_index <= hi:
+        if _every_target_a_class(ta, n_cls, ignore_index):
             # Every target is a valid class and none is ignored: the common case, in few ops.
             total = -la[xp.arange(ta.shape[0]), ta].sum()
             denom = float(ta.shape[0]) if reduction == "mean" else 1.0
@@ -547,8 +552,7 @@ def _fused_cross_entropy(
         n, n_cls = la.shape
         if wa is not None or la.dtype.kind != "f" or not n:
             return None
-        lo, hi = int(ta.min()), int(ta.max())
-        if lo < 0 or hi >= n_cls or lo <= ignore_index <= hi:
+        if not _every_target_a_class(ta, n_cls, ignore_index):
             return None  # the composition raises, or masks the ignored targets
         xp = backend.namespace(la)
         m = la.max(axis=1)

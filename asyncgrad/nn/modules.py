@@ -522,20 +522,19 @@ class Module:
         ]
         if post:  # the keys are checked after the hooks, which may change them
             return self._load_with_post_hooks(state_dict, strict, own, missing, unexpected, post)
-        if strict and (missing or unexpected):
-            if unexpected:
-                names = ", ".join(map(repr, unexpected))
-                errors.append(f"Unexpected key(s) in state_dict: {names}")
-            if missing:
-                errors.append(f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}")
+        if strict:
+            _key_errors(missing, unexpected, errors)
         values = self._state_values(state_dict, own, errors)
+        self._raise_load_errors(errors)
+        self._assign_state(own, values)
+        return IncompatibleKeys(missing, unexpected)
+
+    def _raise_load_errors(self, errors: list[str]) -> None:
         if errors:
             raise RuntimeError(
                 f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
                 + "\n\t".join(errors)
             )
-        self._assign_state(own, values)
-        return IncompatibleKeys(missing, unexpected)
 
     def _state_values(
         self, state_dict: dict[str, Any], own: dict[str, Tensor], errors: list[str]
@@ -578,11 +577,7 @@ class Module:
         see those found so far)."""
         errors: list[str] = []
         values = self._state_values(state_dict, own, errors)
-        if errors:
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
-                + "\n\t".join(errors)
-            )
+        self._raise_load_errors(errors)
         self._assign_state(own, values)
         keys = IncompatibleKeys(missing, unexpected)
         for m, hook in post:
@@ -592,16 +587,9 @@ class Module:
                     "expected to return new values, if incompatible_keys need to be modified, "
                     "it should be done inplace."
                 )
-        if strict and (missing or unexpected):
-            if unexpected:
-                names = ", ".join(map(repr, unexpected))
-                errors.append(f"Unexpected key(s) in state_dict: {names}")
-            if missing:
-                errors.append(f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}")
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
-                + "\n\t".join(errors)
-            )
+        if strict:
+            _key_errors(missing, unexpected, errors)
+            self._raise_load_errors(errors)
         return keys
 
     def register_load_state_dict_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
@@ -626,6 +614,14 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _key_errors(missing: list[str], unexpected: list[str], errors: list[str]) -> None:
+    """A strict load's messages for the keys it did not expect and those it missed."""
+    if unexpected:
+        errors.append(f"Unexpected key(s) in state_dict: {', '.join(map(repr, unexpected))}")
+    if missing:
+        errors.append(f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}")
 
 
 def _post_order(m: Module) -> Iterator[Module]:
