@@ -100,7 +100,6 @@ class _Meta:
     __slots__ = (
         "grad_edge",
         "hooks",
-        "inference",
         "name",
         "post_acc_hooks",
         "published",
@@ -118,7 +117,6 @@ class _Meta:
         self.retains_grad = False
         self.view_chain: ViewChain | None = None
         self.view_version = 0
-        self.inference = False
         self.name: str | None = None
         # The arrays optimizer steps published for this tensor, newest first, as (id(array),
         # version counter) pairs (See NOTE [Serving while training] in optim/optimizers.py).
@@ -338,6 +336,8 @@ class Tensor:
                 "only Tensors of floating point dtype can require gradients, "
                 f"got {self._array.dtype}"
             )
+        if requires_grad and type(self._vc) is not list:  # an inference tensor
+            self._vc.refuse_requires_grad()  # type: ignore[attr-defined]
         self._requires_grad = bool(requires_grad)
         return self
 
@@ -357,7 +357,10 @@ class Tensor:
 
     @property
     def _version(self) -> _int:
-        return self._vc[0]
+        vc = self._vc
+        if type(vc) is not list:  # See NOTE [Inference tensors] in graph/inference.py
+            raise RuntimeError("Inference tensors do not track version counter.")
+        return vc[0]
 
     def _is_view(self) -> _bool:
         return self._base is not None
@@ -408,8 +411,9 @@ class Tensor:
         self._get_meta().name = value
 
     def is_inference(self) -> _bool:
-        m = self._meta
-        return bool(m is not None and m.inference)
+        """Whether this is an inference tensor (See NOTE [Inference tensors] in
+        graph/inference.py)."""
+        return type(self._vc) is not list
 
     def detach(self) -> Tensor:
         """A new tensor sharing storage and version counter, outside the graph."""
@@ -2188,6 +2192,8 @@ class Tensor:
         shape = tuple(_int(s) for s in sizes)
         if any(s < 0 for s in shape):
             raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
+        if type(self._vc) is not list:  # an inference tensor
+            self._vc.refuse_write()  # type: ignore[attr-defined]
         if self.requires_grad:
             raise RuntimeError("cannot resize variables that require grad")
         a = self._array

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextvars import Token
+from contextvars import ContextVar, Token
 from typing import Any, NamedTuple
 
 from .._tensor import Tensor
 from ..engine.reentrant import current_graph_task
+from ..graph import saved_mutation
 from ..graph.accumulate_grad import AccumulateGrad
 from ..graph.graph_root import GraphRoot
 from ..graph.hooks import RemovableHandle
 from ..graph.node import Edge, Node
-from ..graph.saved_tensor import SavedTensor, hooks_used, saved_hooks
+from ..graph.saved_mutation import MutationContext, mutation_context
+from ..graph.saved_tensor import SavedTensor, pop_hooks, push_hooks
 
 __all__ = [
     "AccumulateGrad",
@@ -23,6 +25,8 @@ __all__ = [
     "Node",
     "RemovableHandle",
     "SavedTensor",
+    "allow_mutation_on_saved_tensors",
+    "disable_saved_tensors_hooks",
     "register_multi_grad_hook",
     "save_on_cpu",
     "saved_tensors_hooks",
@@ -50,23 +54,67 @@ class saved_tensors_hooks:
                 raise TypeError(f"saved_tensors_hooks: {name} must be callable, got {fn!r}")
         self.pack_hook = pack_hook
         self.unpack_hook = unpack_hook
-        self._tokens: list[Token[Any]] = []
 
     def __enter__(self) -> saved_tensors_hooks:
-        hooks_used()
-        self._tokens.append(saved_hooks.set((self.pack_hook, self.unpack_hook)))
+        why = _hooks_disabled.get()
+        if why is not None:
+            raise RuntimeError(why)
+        push_hooks((self.pack_hook, self.unpack_hook))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # The most recent token of this context (a shared object may be open in several tasks:
-        # See NOTE [Shared mode objects] in asyncgrad/graph/grad_mode.py).
-        for tok in reversed(self._tokens):
-            try:
-                saved_hooks.reset(tok)
-            except ValueError:
-                continue
-            self._tokens.remove(tok)
-            return
+        # The innermost open block's pair goes, as torch's stack (See NOTE [Saved tensor
+        # hooks] in asyncgrad/graph/saved_tensor.py).
+        pop_hooks()
+
+
+# The reason given by the innermost open disable_saved_tensors_hooks block, if any.
+_hooks_disabled: ContextVar[str | None] = ContextVar("asyncgrad_hooks_disabled", default=None)
+
+
+class disable_saved_tensors_hooks:
+    """Inside this block, opening a saved_tensors_hooks block (save_on_cpu, a non-reentrant
+    checkpoint, allow_mutation_on_saved_tensors) raises RuntimeError(error_message), as torch's.
+    Blocks already open stay in force."""
+
+    def __init__(self, error_message: str) -> None:
+        self.error_message = error_message
+        self._tokens: list[Token[str | None]] = []
+
+    def __enter__(self) -> disable_saved_tensors_hooks:
+        self._tokens.append(_hooks_disabled.set(self.error_message))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _hooks_disabled.reset(self._tokens.pop())
+
+
+class allow_mutation_on_saved_tensors:
+    """Inside this block, tensors saved for backward may be changed in place: the backward
+    computes with the values they had when they were saved, as torch's (See NOTE [Mutation on
+    saved tensors] in asyncgrad/graph/saved_mutation.py). A backward of a graph recorded inside
+    must run inside too. Blocks cannot be nested."""
+
+    def __init__(self) -> None:
+        self._open: list[tuple[MutationContext, Token[MutationContext | None]]] = []
+
+    def __enter__(self) -> MutationContext:
+        if mutation_context.get() is not None:
+            raise RuntimeError("allow_mutation_on_saved_tensors contexts cannot be nested")
+        why = _hooks_disabled.get()
+        if why is not None:
+            raise RuntimeError(why)
+        ctx = MutationContext()
+        saved_mutation.opened()
+        self._open.append((ctx, mutation_context.set(ctx)))
+        push_hooks((ctx.pack, ctx.unpack))
+        return ctx
+
+    def __exit__(self, *exc: object) -> None:
+        ctx, tok = self._open.pop()
+        pop_hooks()
+        mutation_context.reset(tok)
+        ctx.close()
 
 
 class save_on_cpu(saved_tensors_hooks):

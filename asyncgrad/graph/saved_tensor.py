@@ -155,8 +155,17 @@ def version_counter_of(tensor: Tensor, array: Any) -> list[int]:
 # offloading), only its version counter, shape and dtype for the in-place check, and the
 # gradient edge to give the unpacked tensor under create_graph. As in torch, the tensor a
 # backward unpacks has the version counter of what ``unpack`` returned, and a tensor saved with
-# no place in the graph unpacks to that very object.
-saved_hooks: ContextVar[tuple[Callable[[Tensor], Any], Callable[[Any], Any]] | None] = ContextVar(
+# no place in the graph unpacks to that very object. Its version is checked only while it is the
+# saved tensor's own (the hook kept the tensor itself): where ``unpack`` gives a copy made at
+# save time, an in-place change of the original since changes nothing it returns (torch checks
+# neither case).
+#
+# The blocks open form a stack, as torch's: the context variable holds the tuple of the open
+# blocks' pairs (None when there is none), an exit pops the top whichever block it belongs to,
+# and a block opened or closed by user code inside a backward (an unpack hook, See NOTE [User
+# code in a backward leaves no state] in local_state.py) is undone when that code returns.
+HookPair = tuple[Callable[[Tensor], Any], Callable[[Any], Any]]
+saved_hooks: ContextVar[tuple[HookPair, ...] | None] = ContextVar(
     "asyncgrad_saved_tensors_hooks", default=None
 )
 _hooks_used = False
@@ -167,6 +176,20 @@ def hooks_used() -> None:
     context variable."""
     global _hooks_used
     _hooks_used = True
+
+
+def push_hooks(pair: HookPair) -> None:
+    """Open a saved_tensors_hooks block: ``pair`` applies until the matching pop."""
+    hooks_used()
+    stack = saved_hooks.get()
+    saved_hooks.set((pair,) if stack is None else (*stack, pair))
+
+
+def pop_hooks() -> None:
+    """Close the innermost open block (none open: nothing to close)."""
+    stack = saved_hooks.get()
+    if stack is not None:
+        saved_hooks.set(stack[:-1] or None)
 
 
 # The slots' descriptors: HookedSavedTensor's ``array`` property hides the slot, whose storage
@@ -187,8 +210,8 @@ class _Packed:
         self.edge = edge
 
 
-def _pack(st: SavedTensor, tensor: Tensor, hooks: Any) -> None:
-    pack_hook, unpack_hook = hooks
+def _pack(st: SavedTensor, tensor: Tensor, hooks: tuple[HookPair, ...]) -> None:
+    pack_hook, unpack_hook = hooks[-1]
     arr = st.array
     if st.is_output:
         # The output has no grad_fn yet (it is being recorded): the hook gets a tensor over its
@@ -217,7 +240,12 @@ class HookedSavedTensor(SavedTensor):
 
     def _unpacked(self) -> Tensor:
         p: _Packed = _array_slot.__get__(self)
-        t = p.unpack_hook(p.packed)
+        hooks = saved_hooks.get()
+        try:
+            t = p.unpack_hook(p.packed)
+        finally:  # See NOTE [User code in a backward leaves no state] in local_state.py
+            if saved_hooks.get() is not hooks:
+                saved_hooks.set(hooks)
         if not isinstance(t, Tensor):
             raise TypeError(
                 "Output of saved tensor unpack_hook expected to be a Tensor but got result of "
@@ -237,6 +265,8 @@ class HookedSavedTensor(SavedTensor):
 
     def check(self, node: Node) -> None:
         if self.vc[0] != self.version:
+            if self._unpacked()._vc is not self.vc:
+                return  # the hook's own copy, which the change did not reach
             shape, dtype = _array_slot.__get__(self).meta
             what = "output" if self.is_output else "input"
             raise RuntimeError(

@@ -16,6 +16,7 @@ from .._tensor import Tensor
 from ..graph.anomaly_mode import anomaly_mode, forward_metadata
 from ..graph.copy_slices import ViewChain
 from ..graph.grad_mode import _grad_enabled, _inference
+from ..graph.inference import inference_version
 from ..graph.node import _next_sequence_nr as next_sequence_nr
 from ..graph.node import metas, one_output_meta, outputs_meta
 from ..graph.saved_tensor import SavedTensor
@@ -44,7 +45,7 @@ def wrap(array: Any) -> Tensor:
         array = backend.ensure_array(array)
     t = new_tensor(array)
     if inference_enabled():
-        t._get_meta().inference = True
+        t._vc = inference_version()
     return t
 
 
@@ -411,11 +412,13 @@ def _save(
                 saved[0] = tuple(SavedTensor(o, True) for o in outs)
             continue
         x = inputs[pos - 1]
-        m = x._meta
-        if m is not None and m.inference:
+        if type(x._vc) is not list:  # See NOTE [Inference tensors]
             raise RuntimeError(
-                "Inference tensors cannot be saved for backward. To work around you can "
-                "make a clone to get a normal tensor and use it in autograd."
+                "Inference tensors cannot be saved for backward. Please do not use Tensors "
+                "created in inference mode in computation tracked by autograd. To work around "
+                "this, you can make a clone to get a normal tensor and use it in autograd, or "
+                "use `torch.no_grad()` instead of `torch.inference_mode()`. (The op's input "
+                f"{pos - 1}, of shape {list(x._array.shape)}, is an inference tensor.)"
             )
         saved[pos] = SavedTensor(x, False, None if arrays is None else arrays[pos - 1])
     return spos
@@ -450,7 +453,7 @@ def make(
         out = backend.ensure_array(out)
     t = new_tensor(out)
     if inference_enabled():
-        t._get_meta().inference = True
+        t._vc = inference_version()
     if grad_enabled():
         if len(inputs) == 1 and isinstance(inputs[0], Tensor):
             record_unary(op, t, inputs[0], params, None if arrays is None else arrays[0])
@@ -481,9 +484,13 @@ def as_view(out: Tensor, x: Tensor, name: str, params: dict[str, Any]) -> Tensor
     )
     new: ViewChain = (*chain, (name, params))
     if not grad_enabled():  # See NOTE [Views made under no_grad]
-        new = NoGradView(new)
+        new = InferenceModeView(new) if inference_enabled() else NoGradView(new)
     elif isinstance(chain, NoGradView):
-        new = ViewOfNoGradView(new)
+        new = (
+            ViewOfInferenceModeView(new)
+            if isinstance(chain, (InferenceModeView, ViewOfInferenceModeView))
+            else ViewOfNoGradView(new)
+        )
     m.view_chain = new
     m.view_version = x._vc[0]
     return out
@@ -504,4 +511,15 @@ class NoGradView(tuple[tuple[str, dict[str, Any]], ...]):
 
 @mypyc_attr(native_class=False)
 class ViewOfNoGradView(NoGradView):
+    __slots__ = ()
+
+
+# Made under inference mode, of a normal tensor: the same rule, with torch's words for it.
+@mypyc_attr(native_class=False)
+class InferenceModeView(NoGradView):
+    __slots__ = ()
+
+
+@mypyc_attr(native_class=False)
+class ViewOfInferenceModeView(ViewOfNoGradView):
     __slots__ = ()

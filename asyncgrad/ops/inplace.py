@@ -12,8 +12,18 @@ from ..backend import silent_fp
 from ..graph.copy_slices import CopySlices
 from ..graph.grad_mode import _grad_enabled
 from ..graph.hooks import move_retain
+from ..graph.inference import check_writable
+from ..graph.saved_mutation import before_write
 from ..rules import keeps_for_backward
-from ._record import OPS, NoGradView, ViewOfNoGradView, arr, make
+from ._record import (
+    OPS,
+    InferenceModeView,
+    NoGradView,
+    ViewOfInferenceModeView,
+    ViewOfNoGradView,
+    arr,
+    make,
+)
 from .convert import to
 from .pointwise import _binary, clamp, masked_fill, mul, pow, relu
 
@@ -25,19 +35,29 @@ _CLARIFY_NO_GRAD_VIEW = (
 )
 
 
+_CLARIFY_INFERENCE_VIEW = (
+    "created in inference mode and is being modified inplace in normal mode. Given that this "
+    "use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+    "moving both the view and the inplace either both inside the inference_mode block or both "
+    "outside."
+)
+
+
 def check_no_grad_view(self: Tensor) -> None:
-    """Raise for an in-place op, recorded, on a view made under no_grad (See NOTE [Views made
-    under no_grad] in ops/_record.py)."""
+    """Raise for an in-place op, recorded, on a view made under no_grad or inference mode (See
+    NOTE [Views made under no_grad] in ops/_record.py)."""
     m = self._meta
     chain = None if m is None else m.view_chain
-    if type(chain) is NoGradView:
+    ty = type(chain)
+    if ty is NoGradView:
         raise RuntimeError("A view was " + _CLARIFY_NO_GRAD_VIEW)
-    if type(chain) is ViewOfNoGradView:
+    if ty is InferenceModeView:
+        raise RuntimeError("A view was " + _CLARIFY_INFERENCE_VIEW)
+    if ty is ViewOfNoGradView or ty is ViewOfInferenceModeView:
         assert chain is not None
         made_by = OPS[chain[-1][0]].node_cls.__name__
-        raise RuntimeError(
-            f"Output 0 of {made_by} is a view of a view which was " + _CLARIFY_NO_GRAD_VIEW
-        )
+        why = _CLARIFY_NO_GRAD_VIEW if ty is ViewOfNoGradView else _CLARIFY_INFERENCE_VIEW
+        raise RuntimeError(f"Output 0 of {made_by} is a view of a view which was " + why)
 
 
 def _check_not_expanded(self: Tensor) -> None:
@@ -108,6 +128,9 @@ def _write(self: Tensor, res: Any) -> None:
 def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Tensor:
     """Run ``compute(alias)`` (an out-of-place op on self's value), write the result into self
     and rebase self's history onto the op's node (CopySlices for a view)."""
+    if type(self._vc) is not list:  # See NOTE [Inference tensors]
+        check_writable(self)
+    before_write(self)  # See NOTE [Mutation on saved tensors]
     if not _grad_enabled.get():
         _write(self, compute(self)._array)
         return self
@@ -153,6 +176,9 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
 
 @silent_fp  # See NOTE [Silent floating point]
 def _inplace_arith(self: Tensor, name: str, fname: str, other: Any) -> Tensor:
+    if type(self._vc) is not list:  # See NOTE [Inference tensors]
+        check_writable(self)
+    before_write(self)  # See NOTE [Mutation on saved tensors]
     oa = arr(other)
     if not _grad_enabled.get() or not (
         self.requires_grad or (isinstance(other, Tensor) and other.requires_grad)

@@ -10,6 +10,7 @@ from typing import Any, Final, overload
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..backend import quiet_fp, restore_fp
+from ..graph.inference import inference_version
 from ..rules import OpDef, pow_scalar
 from ._record import (
     NO_PARAMS,
@@ -128,7 +129,7 @@ def _binary_function(op: OpDef, fname: str, name: str) -> BinaryOp:
         t._base = None
         t._meta = None
         if inference_enabled():
-            t._get_meta().inference = True
+            t._vc = inference_version()
         if grad_enabled():
             # The operands as read above (See NOTE [Ops save what they read]).
             if xt and (ty is float or ty is int):  # a tensor and a number
@@ -354,7 +355,7 @@ def _unary(op: OpDef, fn: Any, x: Any, params: dict[str, Any] = NO_PARAMS) -> Te
         out = backend.ensure_array(out)
     t = new_tensor(out)
     if inference_enabled():
-        t._get_meta().inference = True
+        t._vc = inference_version()
     if grad_enabled():
         record_unary(op, t, x, params, read)  # See NOTE [Ops save what they read]
     return t
@@ -403,7 +404,7 @@ def _ufunc_function(op: OpDef, fname: str, name: str, arg: Any = _NO_ARG) -> Una
         t._base = None
         t._meta = None
         if inference_enabled():
-            t._get_meta().inference = True
+            t._vc = inference_version()
         if grad_enabled():
             record_unary(op, t, x, NO_PARAMS, read)  # See NOTE [Ops save what they read]
         return t

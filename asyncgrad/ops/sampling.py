@@ -22,6 +22,7 @@ from typing import Any
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import no_grad
+from ._record import wrap
 from .creation import Generator, _size, default_generator, scalar_name
 
 __all__ = ["bernoulli", "binomial", "normal", "poisson"]
@@ -68,7 +69,7 @@ def bernoulli(input: Tensor, p: Any = None, *, generator: Generator | None = Non
     if bool(bad.any()):
         raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
     u = _uniform(generator, a, tuple(a.shape))
-    return Tensor._wrap((u < probs).astype(a.dtype))
+    return wrap((u < probs).astype(a.dtype))
 
 
 def normal(
@@ -96,7 +97,7 @@ def normal(
             dtype=dtype,
             device=device,
         )
-        out = Tensor._wrap(z._array * std + mean if (std != 1 or mean != 0) else z._array)
+        out = wrap(z._array * std + mean if (std != 1 or mean != 0) else z._array)
         return out.requires_grad_(True) if requires_grad else out
     like = mean._array if isinstance(mean, Tensor) else std._array
     m, s = _arr(mean, like), _arr(std, like)
@@ -105,7 +106,7 @@ def normal(
     shape = tuple(backend.np_namespace.broadcast_shapes(m.shape, s.shape))
     dt = (mean if isinstance(mean, Tensor) else std).dtype
     z = _normal(generator, like, shape)
-    return Tensor._wrap((m + s * z).astype(dt, copy=False))
+    return wrap((m + s * z).astype(dt, copy=False))
 
 
 def _host_draw(input: Tensor, draw: Any) -> Tensor:
@@ -113,7 +114,7 @@ def _host_draw(input: Tensor, draw: Any) -> Tensor:
     a = input._array
     host = backend.to_device(a, backend.CPU) if type(a) is not backend.ndarray else a
     out = draw(host)
-    return Tensor._wrap(backend.on_device(out.astype(a.dtype), backend.device_of(a)))
+    return wrap(backend.on_device(out.astype(a.dtype), backend.device_of(a)))
 
 
 def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:

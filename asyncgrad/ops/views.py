@@ -18,6 +18,7 @@ from typing import Any
 from .. import backend, dtypes
 from .._tensor import Tensor
 from ..graph.grad_mode import _grad_enabled
+from ..graph.inference import check_writable
 from ..rules import keeps_for_backward
 from ._record import OPS, arr, as_view, make, wrap
 from .convert import clone, contiguous, to
@@ -1038,6 +1039,8 @@ def _become(self: Tensor, v: Tensor) -> Tensor:
         raise RuntimeError(
             "a leaf Variable that requires grad is being used in an in-place operation."
         )
+    if type(self._vc) is not list:  # See NOTE [Inference tensors]
+        check_writable(self)
     self._array = v._array
     if v._grad_fn is not None:
         self._grad_fn, self._output_nr = v._grad_fn, v._output_nr

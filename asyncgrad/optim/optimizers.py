@@ -17,6 +17,7 @@ from .. import backend
 from .._tensor import Tensor
 from ..backend import cuda
 from ..graph.grad_mode import enable_grad
+from ..graph.inference import check_writable
 
 # NOTE [Serving while training]
 # A server may run requests (a forward, then `await ag.grad(...)`) while a trainer steps the same
@@ -93,8 +94,14 @@ _UNHELD_REFS: Final = _probe_refs()
 def _publish(p: Tensor, new: Any) -> None:
     """Bind parameter ``p`` to array ``new`` at one version past its current one (See NOTE
     [Serving while training]): the published pair first, then the array, then the counter."""
+    old_vc = p._vc
+    if type(old_vc) is not list:  # See NOTE [Inference tensors] in graph/inference.py
+        check_writable(p)
+        old_vc[0] += 1  # inside inference mode: it stays an inference tensor
+        p._array = new
+        return
     m = p._get_meta()
-    old, old_vc = p._array, p._vc
+    old = p._array
     vc = [old_vc[0] + 1]
     keep: list[tuple[int, list[int]]] = [(id(new), vc), (id(old), old_vc)]
     for pair in m.published or ():
@@ -205,6 +212,10 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        for group in self.param_groups:  # refused before any state changes
+            for p in group["params"]:
+                if type(p._vc) is not list and p.grad is not None:
+                    check_writable(p)  # See NOTE [Inference tensors] in graph/inference.py
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:

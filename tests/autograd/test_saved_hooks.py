@@ -190,15 +190,40 @@ def test_custom_function_saves_go_through_the_hooks() -> None:
     np.testing.assert_allclose(x.grad.numpy(), [6.0])
 
 
-def test_in_place_change_still_detected() -> None:
+def test_in_place_change_detected_where_the_hook_kept_the_tensor() -> None:
+    # The hook keeps the tensor itself: the change reaches what backward would read.
     x = ag.randn(3, requires_grad=True)
+    with saved_tensors_hooks(lambda t: t, lambda t: t):
+        h = x * 1.0
+        y = h.exp()
+    y.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_in_place_change_of_what_the_hook_copied_is_harmless() -> None:
+    # The hook keeps a copy made at save time: backward reads the value saved, as torch's
+    # (which checks no version under hooks at all).
+    x = ag.randn(3, dtype=ag.float64, requires_grad=True)
     with saved_tensors_hooks(lambda t: t.detach().clone(), lambda t: t):
         h = x * 1.0
         y = h.exp()
         h2 = y * 2
     y.add_(1.0)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        h2.sum().backward()
+    h2.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.exp(x.detach().numpy()))
+    tt = torch_or_skip()
+    xt = tt.tensor(x.detach().numpy(), requires_grad=True)
+    with tt.autograd.graph.saved_tensors_hooks(lambda t: t.detach().clone(), lambda t: t):
+        yt = (xt * 1.0).exp()
+        h2t = yt * 2
+    yt.add_(1.0)
+    h2t.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy())
+
+
+def torch_or_skip() -> Any:
+    return pytest.importorskip("torch", reason="torch is the reference for this comparison")
 
 
 def test_unpack_must_return_a_tensor() -> None:
