@@ -167,15 +167,33 @@ def test_a_non_callable_hook_is_refused() -> None:
         nn.Linear(1, 1).register_full_backward_hook(3)  # type: ignore[arg-type]
 
 
-def test_forward_returning_a_dict_with_backward_hooks_raises() -> None:
-    class D(nn.Module):
-        def forward(self, x: Any) -> Any:
-            return {"y": x * 2}
+@pytest.mark.parametrize("container", [dict, list])
+def test_forward_returning_a_dict_or_list_warns_and_runs_no_hook(
+    container: type, torch: Any
+) -> None:
+    # As torch: a warning naming the type, no hook called, gradients as without hooks.
+    results = []
+    for lib in (ag, torch):
 
-    d = D()
-    d.register_full_backward_hook(lambda m, gi, go: None)
-    with pytest.raises(RuntimeError, match=r"D has backward hooks.*returned a dict"):
-        d(ag.randn(2, requires_grad=True))
+        class D(lib.nn.Module):
+            def forward(self, x: Any) -> Any:
+                y = x * 2
+                return {"y": y} if container is dict else [y]
+
+        d = D()
+        calls: list[Any] = []
+        d.register_full_backward_hook(lambda m, gi, go, calls=calls: calls.append(gi))
+        d.register_full_backward_pre_hook(lambda m, go, calls=calls: calls.append(go))
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        with pytest.warns(
+            UserWarning,
+            match=r"For backward hooks to be called, module output should be a Tensor or a "
+            rf"tuple of Tensors but received <class '{container.__name__}'>",
+        ):
+            out = d(x)
+        (out["y"] if container is dict else out[0]).sum().backward()
+        results.append((calls, x.grad.tolist()))
+    assert results[0] == results[1] == ([], [2.0, 2.0])
 
 
 def test_async_hooks_in_a_script() -> None:

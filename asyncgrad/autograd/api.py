@@ -274,8 +274,6 @@ def _prepare_grad(
             is_grads_batched=is_grads_batched,
             materialize_grads=materialize_grads,
         )
-    if is_grads_batched:
-        raise NotImplementedError("is_grads_batched=True is not supported")
     if materialize_grads and allow_unused is False:
         raise ValueError(
             "Expected allow_unused to be True or not passed when materialize_grads=True, but got: "
@@ -295,6 +293,68 @@ def _prepare_grad(
     edges = _input_edges(ins, False)
     keep = create_graph if retain_graph is None else retain_graph
     return ins, allow_unused, _task(roots, values, edges, False, keep, create_graph, priority)
+
+
+# NOTE [Batched grad_outputs]
+# ``grad(..., is_grads_batched=True)`` takes each grad_output with a leading batch dimension and
+# gives each gradient the same leading dimension: entry b is the gradient for grad_outputs[b].
+# torch computes the batch with vmap in one pass; asyncgrad, which has no vmap, runs one pass per
+# entry over the same graph (kept until the last, which keeps it as ``retain_graph`` says) and
+# stacks the results. Same values, B passes of time; a gradient that is None for every entry is
+# None (materialize_grads makes it zeros).
+def _batches(
+    outputs: Any, grad_outputs: Any, retain_graph: bool | None, create_graph: bool
+) -> list[tuple[Any, bool | None]]:
+    outs = _tensors(outputs, "outputs")
+    if grad_outputs is None:
+        raise RuntimeError(
+            "grad(is_grads_batched=True) needs grad_outputs, each with a leading batch dimension"
+        )
+    gos = [grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs)
+    if len(gos) != len(outs):
+        raise RuntimeError(
+            f"grad can be implicitly created only for scalar outputs; got {len(gos)} "
+            f"grad_outputs for {len(outs)} outputs"
+        )
+    sizes = set()
+    for i, (g, o) in enumerate(zip(gos, outs, strict=True)):
+        if not isinstance(g, Tensor):
+            raise TypeError(
+                f"grad(is_grads_batched=True): grad_outputs[{i}] must be a Tensor with a leading "
+                f"batch dimension, got {type(g).__name__}"
+            )
+        if g.ndim != o.ndim + 1 or tuple(g.shape[1:]) != tuple(o.shape):
+            raise RuntimeError(
+                f"If `is_grads_batched=True`, we interpret the first dimension of each grad_output "
+                f"as the batch dimension. The sizes of the remaining dimensions are expected to "
+                f"match the shape of corresponding output, but a mismatch was detected: "
+                f"grad_output[{i}] has a shape of {list(g.shape)} and output[{i}] has a shape "
+                f"of {list(o.shape)}."
+            )
+        sizes.add(int(g.shape[0]))
+    if len(sizes) > 1:
+        raise RuntimeError(
+            f"grad(is_grads_batched=True): the grad_outputs' batch sizes differ: {sorted(sizes)}"
+        )
+    n = sizes.pop()
+    if n == 0:
+        raise RuntimeError("grad(is_grads_batched=True): the batch is empty")
+    last = create_graph if retain_graph is None else retain_graph
+    return [([g[b] for g in gos], True if b < n - 1 else last) for b in range(n)]
+
+
+def _stacked(parts: list[tuple[Tensor | None, ...]]) -> tuple[Tensor | None, ...]:
+    from ..ops import stack  # ops sit above the entry points' module at import time
+
+    res: list[Tensor | None] = []
+    for column in zip(*parts, strict=True):
+        if all(g is None for g in column):
+            res.append(None)
+            continue
+        like = next(g for g in column if g is not None)
+        zero = backend.full_like(like._array, 0)
+        res.append(stack([Tensor._wrap(zero) if g is None else g for g in column]))
+    return tuple(res)
 
 
 def _task(
@@ -465,6 +525,23 @@ async def _grad(
     priority: int = 0,
 ) -> tuple[Tensor | None, ...]:
     """The coroutine of :func:`grad`, always (the library's own awaited calls use it)."""
+    if is_grads_batched is True:  # See NOTE [Batched grad_outputs]
+        parts = []
+        for one, keep in _batches(outputs, grad_outputs, retain_graph, create_graph):
+            parts.append(
+                await _grad(
+                    outputs,
+                    inputs,
+                    one,
+                    keep,
+                    create_graph,
+                    allow_unused,
+                    False,
+                    materialize_grads,
+                    priority,
+                )
+            )
+        return _stacked(parts)
     ins, allow, task = _prepare_grad(
         outputs,
         inputs,
@@ -498,6 +575,22 @@ def grad_sync(
     priority: int = 0,
 ) -> tuple[Tensor | None, ...]:
     """Blocking twin of :func:`grad`: runs on the calling thread (inside a running loop too)."""
+    if is_grads_batched is True:  # See NOTE [Batched grad_outputs]
+        parts = [
+            grad_sync(
+                outputs,
+                inputs,
+                one,
+                keep,
+                create_graph,
+                allow_unused,
+                False,
+                materialize_grads,
+                priority,
+            )
+            for one, keep in _batches(outputs, grad_outputs, retain_graph, create_graph)
+        ]
+        return _stacked(parts)
     ins, allow, task = _prepare_grad(
         outputs,
         inputs,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,9 +64,16 @@ def numerical_jacobian(
 
 
 def analytical_jacobian(func: Callable[..., Any], inputs: tuple[Any, ...]) -> list[list[Any]]:
+    return _jacobian_and_grads(func, inputs)[0]
+
+
+def _jacobian_and_grads(
+    func: Callable[..., Any], inputs: tuple[Any, ...]
+) -> tuple[list[list[Any]], list[tuple[int, Tensor]]]:
     outs = _diff_outputs(func, inputs)
     diff_in = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
     jac: list[list[Any]] = []
+    some: dict[int, Tensor] = {}
     for o in outs:
         rows: list[Any] = [_block(o, x) for x in inputs]
         if o.requires_grad:
@@ -85,8 +93,44 @@ def analytical_jacobian(func: Callable[..., Any], inputs: tuple[Any, ...]) -> li
                         g = next(gi)
                         if g is not None:
                             rows[i][k, :] = _host64(g._array)
+                            some.setdefault(i, g)
         jac.append(rows)
-    return jac
+    return jac, sorted(some.items())
+
+
+def _check_inputs(inputs: tuple[Any, ...]) -> None:
+    """torch's checks of gradcheck's inputs: one requires grad, a warning for each that is not
+    double precision, and no expanded (stride 0) input, whose finite differences would perturb
+    several elements at once."""
+    diff = [(i, x) for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not diff:
+        raise ValueError(
+            "gradcheck expects at least one input tensor to require gradient, but none of "
+            "them have requires_grad=True."
+        )
+    for i, x in diff:
+        if x.dtype.kind not in "fc" or x.dtype.itemsize < (8 if x.dtype.kind == "f" else 16):
+            warnings.warn(
+                f"Input #{i} requires gradient and is not a double precision floating point or "
+                "complex. This check will likely fail if all the inputs are not of double "
+                "precision floating point or complex. ",
+                UserWarning,
+                stacklevel=3,
+            )
+        a = x._array
+        if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True)):
+            raise RuntimeError(
+                f"The {i}th input has a dimension with stride 0. gradcheck only supports inputs "
+                "that are non-overlapping to be able to compute the numerical gradients "
+                "correctly. You should call .contiguous on the input before passing it to "
+                "gradcheck."
+            )
+
+
+def _fail(raise_exception: bool, msg: str) -> bool:
+    if raise_exception:
+        raise GradcheckError(msg)
+    return False
 
 
 def gradcheck(
@@ -97,17 +141,26 @@ def gradcheck(
     atol: float = 1e-5,
     rtol: float = 1e-3,
     raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
     check_batched_grad: bool = False,
+    check_batched_forward_grad: bool = False,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
     fast_mode: bool = False,
+    masked: bool | None = None,
 ) -> bool:
-    """Compare ``func``'s analytical Jacobian with central finite differences.
+    """Compare ``func``'s analytical Jacobian with central finite differences, as torch's.
 
-    Inputs that require grad should be float64 (float32 differences are too coarse).
-    ``check_batched_grad=True`` also checks vector-Jacobian products with random (non-basis)
-    grad_outputs against the numerical Jacobian, one vector at a time: asyncgrad has no vmap,
-    so a batch of grad_outputs is a loop (See NOTE [Gradcheck options]). ``fast_mode=True``
-    runs the full check (torch's fast mode checks a random projection; the full check is at
-    least as strict).
+    Inputs that require grad should be float64 (others get torch's warning: float32 differences
+    are too coarse). Every backward runs twice, and the two must agree within ``nondet_tol``
+    (torch's reentrancy check). ``check_undefined_grad`` checks that the backward takes outputs
+    that get no gradient (See NOTE [Gradcheck options]); ``check_grad_dtypes`` that each gradient
+    has its input's dtype and device. ``check_batched_grad=True`` also checks vector-Jacobian
+    products with random (non-basis) grad_outputs. ``fast_mode=True`` runs the full check
+    (torch's fast mode checks a random projection; the full check is at least as strict).
+    Forward-mode checks are not built (asyncgrad has no forward-mode AD yet).
 
     Example:
         >>> import asyncgrad as ag
@@ -115,27 +168,112 @@ def gradcheck(
         >>> ag.autograd.gradcheck(lambda t: (t * t).sum(), (x,))
         True
     """
+    if not check_forward_ad and not check_backward_ad:
+        raise AssertionError(  # torch's is an assert too
+            "Expected at least one of check_forward_ad or check_backward_ad to be True"
+        )
+    if check_forward_ad or check_batched_forward_grad:
+        raise NotImplementedError(
+            "gradcheck(check_forward_ad=True / check_batched_forward_grad=True): asyncgrad has no "
+            "forward-mode AD yet; only the backward (reverse-mode) checks run"
+        )
+    if masked:
+        raise NotImplementedError("gradcheck(masked=True): asyncgrad has no sparse tensors")
     inputs = _as_tuple(inputs)
-    for i, x in enumerate(inputs):
-        if isinstance(x, Tensor) and x.requires_grad and x.dtype != dtypes.float64:
-            raise GradcheckError(
-                f"gradcheck: input {i} requires grad but is {x.dtype}; use float64 inputs"
-            )
+    _check_inputs(inputs)
     num = numerical_jacobian(func, inputs, eps)
-    ana = analytical_jacobian(func, inputs)
+    ana, again, grads = _analytical(func, inputs)
+    outs = _diff_outputs(func, inputs)
     for o, (nrow, arow) in enumerate(zip(num, ana, strict=False)):
         for i, (n, a) in enumerate(zip(nrow, arow, strict=False)):
             if n is None:
                 continue
+            if not outs[o].requires_grad:
+                if backend.allclose(n, 0 * n, rtol=0.0, atol=atol):
+                    continue
+                return _fail(raise_exception, "Numerical gradient for function expected to be zero")
             if not backend.allclose(a, n, rtol=rtol, atol=atol):
-                if not raise_exception:
-                    return False
-                raise GradcheckError(
+                return _fail(
+                    raise_exception,
                     f"Jacobian mismatch for output {o} with respect to input {i},\n"
-                    f"numerical:{n}\nanalytical:{a}\n"
+                    f"numerical:{n}\nanalytical:{a}\n",
                 )
-    if check_batched_grad:
-        return _check_vjps(func, inputs, num, rtol, atol, raise_exception)
+    for arow, brow in zip(ana, again, strict=False):
+        for a, b in zip(arow, brow, strict=False):
+            if a is not None and not backend.allclose(a, b, rtol=0.0, atol=nondet_tol):
+                return _fail(
+                    raise_exception,
+                    "Backward is not reentrant, i.e., running backward with same input and "
+                    "grad_output multiple times gives different values, although analytical "
+                    "gradient matches numerical gradient.The tolerance for nondeterminism was "
+                    f"{nondet_tol}.",
+                )
+    if check_grad_dtypes:
+        for i, g in grads:
+            x = inputs[i]
+            if g.dtype != x.dtype:
+                return _fail(raise_exception, "Gradient has dtype mismatch")
+            if g.device != x.device:
+                return _fail(raise_exception, "Gradient has device mismatch")
+    if check_batched_grad and not _check_vjps(func, inputs, num, rtol, atol, raise_exception):
+        return False
+    if not _zero_in_zero_out(func, inputs, raise_exception):
+        return False
+    return not check_undefined_grad or _undefined_grads_ok(func, inputs, raise_exception)
+
+
+def _zero_in_zero_out(
+    func: Callable[..., Any], inputs: tuple[Any, ...], raise_exception: bool
+) -> bool:
+    """torch's check that the backward multiplies by grad_output: zero in, zero out."""
+    diff_in = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    outs = [o for o in _diff_outputs(func, inputs) if o.requires_grad]
+    if not outs:
+        return True
+    gs = grad_sync(
+        outs,
+        diff_in,
+        [Tensor._wrap(backend.full_like(o._array, 0)) for o in outs],
+        allow_unused=True,
+    )
+    if any(g is not None and bool((g._array != 0).any()) for g in gs):
+        return _fail(raise_exception, "backward not multiplied by grad_output")
+    return True
+
+
+def _analytical(
+    func: Callable[..., Any], inputs: tuple[Any, ...]
+) -> tuple[list[list[Any]], list[list[Any]], list[tuple[int, Tensor]]]:
+    """The analytical Jacobian twice (torch's reentrancy check compares them), and one
+    gradient per input that got one (for the dtype check)."""
+    first, grads = _jacobian_and_grads(func, inputs)
+    second, _ = _jacobian_and_grads(func, inputs)
+    return first, second, grads
+
+
+def _undefined_grads_ok(
+    func: Callable[..., Any], inputs: tuple[Any, ...], raise_exception: bool
+) -> bool:
+    """See NOTE [Gradcheck options]: with several outputs, each may get no gradient at all."""
+    diff_in = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+    outs = [o for o in _diff_outputs(func, inputs) if o.requires_grad]
+    for skip in range(len(outs) if len(outs) > 1 else 0):
+        case = [o for k, o in enumerate(outs) if k != skip]
+        try:
+            grad_sync(
+                case,
+                diff_in,
+                [Tensor._wrap(backend.full_like(o._array, 0)) for o in case],
+                retain_graph=True,
+                allow_unused=True,
+            )
+        except (RuntimeError, TypeError) as e:
+            if raise_exception:
+                raise GradcheckError(
+                    "Expected backward function to handle undefined output grads. Please look at "
+                    '"Notes about undefined output gradients" in "tools/autograd/derivatives.yaml"'
+                ) from e
+            return False
     return True
 
 
@@ -146,6 +284,12 @@ def gradcheck(
 # right for grad_outputs that are not basis vectors (the Jacobian check uses only those): for a
 # few random vectors v, grad(func(inputs), inputs, v) must equal v @ J from finite differences.
 # fast_mode is accepted and runs the full check.
+#
+# check_undefined_grad: torch marks output gradients undefined with an internal node; here an
+# output that gets no gradient is one left out of the pass. With several outputs, each in turn
+# is left out and the backward must still run (a custom Function's backward then gets None, or
+# zeros where it materializes them). Zero grad_outputs for all of them must give zero or no
+# gradients: torch's "backward not multiplied by grad_output", which runs for every check.
 _BATCH = 2  # random grad_outputs per check
 
 
@@ -201,22 +345,40 @@ def gradgradcheck(
     eps: float = 1e-6,
     atol: float = 1e-5,
     rtol: float = 1e-3,
+    gen_non_contig_grad_outputs: bool = False,
     raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
     check_batched_grad: bool = False,
+    check_fwd_over_rev: bool = False,
+    check_rev_over_rev: bool = True,
     fast_mode: bool = False,
+    masked: bool = False,
 ) -> bool:
     """Check second derivatives: gradcheck of ``grad(func(inputs), inputs, v, create_graph=True)``
-    with respect to both ``inputs`` and the vector ``v`` (random when not given).
-    ``check_batched_grad`` and ``fast_mode`` as gradcheck's."""
+    with respect to both ``inputs`` and the vector ``v`` (random when not given; strided views
+    with ``gen_non_contig_grad_outputs``). The other options as gradcheck's."""
+    if check_fwd_over_rev:
+        raise NotImplementedError(
+            "gradgradcheck(check_fwd_over_rev=True): asyncgrad has no forward-mode AD yet"
+        )
+    if not check_rev_over_rev:
+        raise ValueError("gradgradcheck: check_rev_over_rev=False leaves nothing to check")
     inputs = _as_tuple(inputs)
     with no_grad():
         outs0 = _diff_outputs(func, inputs)
     if grad_outputs is None:
         rng = backend.RandomState(0)
-        grad_outputs = tuple(
-            Tensor._wrap(backend.on_device(rng.normal(o.shape, o.dtype), o.device)).requires_grad_()
-            for o in outs0
-        )
+
+        def random_like(o: Tensor) -> Tensor:
+            if not gen_non_contig_grad_outputs or o.ndim == 0:
+                a = rng.normal(o.shape, o.dtype)
+            else:  # every other element of a wider array: not contiguous
+                a = rng.normal((*o.shape[:-1], 2 * o.shape[-1]), o.dtype)[..., ::2]
+            return Tensor._wrap(backend.on_device(a, o.device)).requires_grad_()
+
+        grad_outputs = tuple(random_like(o) for o in outs0)
     grad_outputs = _as_tuple(grad_outputs)
     n_in = len(inputs)
     diff_idx = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
@@ -249,6 +411,10 @@ def gradgradcheck(
         atol=atol,
         rtol=rtol,
         raise_exception=raise_exception,
+        nondet_tol=nondet_tol,
+        check_undefined_grad=check_undefined_grad,
+        check_grad_dtypes=check_grad_dtypes,
         check_batched_grad=check_batched_grad,
         fast_mode=fast_mode,
+        masked=masked,
     )

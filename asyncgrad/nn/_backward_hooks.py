@@ -224,13 +224,18 @@ def call_with_backward_hooks(
     out = after_forward(args, forward(*args, **kwargs))
     if isinstance(out, Tensor):
         outs: list[Any] = [out]
-    elif isinstance(out, (tuple, list)):
+    elif isinstance(out, tuple):
         outs = list(out)
     else:
-        raise RuntimeError(
-            f"{type(module).__name__} has backward hooks, which need its forward to return a "
-            f"Tensor or a tuple or list of them, but it returned a {type(out).__name__}"
+        # As torch: a warning, and the hooks are not called (nor the input side's above).
+        warnings.warn(
+            "For backward hooks to be called, module output should be a Tensor or a tuple of "
+            f"Tensors but received {type(out)} ({type(module).__name__}'s forward)",
+            UserWarning,
+            stacklevel=3,
         )
+        state.hooks = []
+        return out
     # As torch: grad_output has an entry per output, None where it is not a tensor that
     # requires grad (those do not pass through the node).
     opos = [i for i, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad]
@@ -243,6 +248,4 @@ def call_with_backward_hooks(
         outs[i] = t
     if isinstance(out, Tensor):
         return outs[0]
-    if isinstance(out, list):
-        return outs
     return type(out)(*outs) if hasattr(out, "_fields") else tuple(outs)
