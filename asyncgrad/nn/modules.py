@@ -154,6 +154,16 @@ _MIXED_BACKWARD_HOOKS = (
 )
 
 
+class _HooksRun:
+    """Which forward hooks have run in one call, and the output they were given last."""
+
+    __slots__ = ("ids", "out")
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self.out: Any = None
+
+
 def _first_tensor(out: Any) -> Tensor | None:
     """The tensor torch's legacy backward hook follows: the output itself, else the first
     element (a dict's first tensor value), recursively."""
@@ -354,13 +364,23 @@ class Module:
         return handle
 
     def register_forward_hook(
-        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
+        self,
+        hook: Callable[..., Any],
+        *,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+        always_call: bool = False,
     ) -> RemovableHandle:
         """``hook(module, args, output)`` runs after ``forward``; a non-None result replaces
-        the output. With ``with_kwargs``, ``hook(module, args, kwargs, output)``."""
+        the output. With ``with_kwargs``, ``hook(module, args, kwargs, output)``. With
+        ``always_call``, it also runs when the forward (or an earlier hook) raises, with output
+        None where the forward raised; an error it raises then is a warning, and the first
+        error goes on, as torch's."""
         handle = RemovableHandle(self._forward_hooks, hook, prepend)
         if with_kwargs:
             _kwargs_ids(self, "_forward_hooks_with_kwargs", handle)
+        if always_call:
+            _kwargs_ids(self, "_forward_hooks_always_called", handle)
         return handle
 
     def register_full_backward_hook(
@@ -457,6 +477,14 @@ class Module:
                     res = hook(self, args)
                     if res is not None:
                         args = res if isinstance(res, tuple) else (res,)
+        if self.__dict__.get("_forward_hooks_always_called"):
+            return self._call_always(args, kwargs)
+        return self._call_forward(args, kwargs, None)
+
+    def _call_forward(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], ran: _HooksRun | None
+    ) -> Any:
+        """The forward and its hooks; ``ran`` follows the forward hooks run and the output."""
         bw = self.__dict__.get("_backward_hooks")
         bw_pre = self.__dict__.get("_backward_pre_hooks")
         if bw or bw_pre:
@@ -467,19 +495,24 @@ class Module:
                 kwargs,
                 list(bw.values()) if bw else [],
                 list(bw_pre.values()) if bw_pre else [],
-                lambda a, out: self._run_forward_hooks(a, out, kwargs),
+                lambda a, out: self._run_forward_hooks(a, out, kwargs, ran),
             )
-        out = self._run_forward_hooks(args, self.forward(*args, **kwargs), kwargs)
+        out = self._run_forward_hooks(args, self.forward(*args, **kwargs), kwargs, ran)
         legacy = self.__dict__.get("_legacy_backward_hooks")
         if legacy:
             _attach_legacy_backward_hooks(self, list(legacy.values()), args, out)
         return out
 
-    def _run_forward_hooks(self, args: tuple[Any, ...], out: Any, kwargs: Any = None) -> Any:
+    def _run_forward_hooks(
+        self, args: tuple[Any, ...], out: Any, kwargs: Any = None, ran: _HooksRun | None = None
+    ) -> Any:
         post = self.__dict__.get("_forward_hooks")
         if post:
             with_kw = self.__dict__.get("_forward_hooks_with_kwargs") or ()
             for hid, hook in list(post.items()):
+                if ran is not None:
+                    ran.ids.add(hid)
+                    ran.out = out
                 if hid in with_kw:
                     res = hook(self, args, {} if kwargs is None else kwargs, out)
                 else:
@@ -487,6 +520,35 @@ class Module:
                 if res is not None:
                     out = res
         return out
+
+    def _call_always(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call (forward, then its hooks) when some forward hook has ``always_call``: if
+        anything raises, those not run yet run with the output so far (None where the forward
+        raised) before the error goes on."""
+        ran = _HooksRun()
+        try:
+            return self._call_forward(args, kwargs, ran)
+        except BaseException:
+            out = ran.out
+            always = self.__dict__["_forward_hooks_always_called"]
+            with_kw = self.__dict__.get("_forward_hooks_with_kwargs") or ()
+            for hid, hook in list(self._forward_hooks.items()):
+                if hid not in always or hid in ran.ids:
+                    continue
+                try:
+                    if hid in with_kw:
+                        res = hook(self, args, kwargs, out)
+                    else:
+                        res = hook(self, args, out)
+                    if res is not None:
+                        out = res
+                except Exception as e:
+                    warnings.warn(
+                        "module forward hook with ``always_call=True`` raised an exception that "
+                        f"was silenced as another error was raised in forward: {e}",
+                        stacklevel=3,
+                    )
+            raise
 
     # ------------------------------------------------------------------ traversal
     def _named_params(self, prefix: str, recurse: bool, dedup: bool) -> Iterator[tuple[str, Any]]:
