@@ -98,6 +98,7 @@ class _Meta:
     """Rarely used autograd state of a tensor, allocated on first use to keep tensors small."""
 
     __slots__ = (
+        "grad_dtype",
         "grad_edge",
         "hooks",
         "name",
@@ -114,6 +115,8 @@ class _Meta:
         self.grad_edge: tuple[AccumulateGrad, int] | None = None
         self.hooks: Hooks | None = None  # a leaf's tensor hooks
         self.post_acc_hooks: dict[int, Callable[..., Any]] | None = None
+        # A leaf's grad_dtype: SAME_DTYPE (its own dtype), None (any) or a dtype.
+        self.grad_dtype: Any = SAME_DTYPE
         self.retains_grad = False
         self.view_chain: ViewChain | None = None
         self.view_version = 0
@@ -121,6 +124,10 @@ class _Meta:
         # The arrays optimizer steps published for this tensor, newest first, as (id(array),
         # version counter) pairs (See NOTE [Serving while training] in optim/optimizers.py).
         self.published: tuple[tuple[_int, list[_int]], ...] | None = None
+
+
+# A leaf's default grad_dtype, its own dtype (See Tensor.grad_dtype).
+SAME_DTYPE: Any = "same as the tensor"
 
 
 class Tensor:
@@ -389,12 +396,40 @@ class Tensor:
                     "assigned grad has data located on a different device: "
                     f"expected {self.device}, got {value.device}"
                 )
-            if value.dtype != self.dtype:
+            m = self._meta
+            want = self.dtype if m is None or m.grad_dtype is SAME_DTYPE else m.grad_dtype
+            if want is not None and value.dtype != want:
                 raise RuntimeError(
-                    f"assigned grad has data of a different type: expected {self.dtype}, "
-                    f"got {value.dtype}"
+                    f"attempting to assign a gradient with dtype '{value.dtype}' to a tensor "
+                    f"with grad_dtype '{want}'. The gradient must match the tensor's grad_dtype "
+                    "(defaults to the tensor's dtype). You can set the tensor's grad_dtype "
+                    "attribute with a specific dtype, or None to allow any dtype."
                 )
         self._grad = value
+
+    @property
+    def grad_dtype(self) -> Any:
+        """The dtype a gradient accumulated into ``.grad`` is cast to (the tensor's own by
+        default; None: whatever dtype it comes in), as torch's. Leaf tensors only."""
+        if self._grad_fn is not None:
+            raise RuntimeError("grad_dtype can only be accessed on leaf tensors.")
+        m = self._meta
+        return self.dtype if m is None or m.grad_dtype is SAME_DTYPE else m.grad_dtype
+
+    @grad_dtype.setter
+    def grad_dtype(self, value: Any) -> None:
+        if self._grad_fn is not None:
+            raise RuntimeError("grad_dtype can only be set on leaf tensors.")
+        if value is not None:
+            value = dtypes.to_dtype(value)
+        g = self._grad
+        if g is not None and value is not None and g.dtype != value:
+            raise RuntimeError(
+                f"Cannot set grad_dtype to '{value}' because there is already a gradient with "
+                f"dtype '{g.dtype}'. Please clear the gradient (.grad = None) before changing "
+                "grad_dtype, or ensure the new grad_dtype matches the existing gradient's dtype."
+            )
+        self._get_meta().grad_dtype = SAME_DTYPE if value == self.dtype else value
 
     @property
     def retains_grad(self) -> _bool:
@@ -2212,6 +2247,15 @@ class Tensor:
 
     def resize_as_(self, other: Tensor, memory_format: Any = None) -> Tensor:
         return self.resize_(tuple(other.shape))
+
+    def set_(
+        self,
+        source: Any = None,
+        storage_offset: _int = 0,
+        size: Any = None,
+        stride: Any = None,
+    ) -> Tensor:
+        return _ops.views.set_(self, source, storage_offset, size, stride)
 
     # ----- end of section H3 -----
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from .. import backend, engine
-from .._tensor import Tensor
+from .._tensor import SAME_DTYPE, Tensor
 from ..graph.node import Edge
 from .entry import AT_ONCE, awaitable, backward_done, call_use, finished, loop_running
 from .graph import GradientEdge
@@ -392,10 +392,12 @@ def _finish_grad(
                 )
             # materialize_grads never comes with a GradientEdge input (See _prepare_grad)
             res.append(Tensor._wrap(backend.full_like(t._array, 0)) if materialize else None)
-        elif create:
-            res.append(g)
-        else:
-            res.append(Tensor._wrap(g))
+            continue
+        m = t._meta if isinstance(t, Tensor) else None
+        if m is not None and m.grad_dtype is not SAME_DTYPE and m.grad_dtype is not None:
+            if g.dtype != m.grad_dtype:  # a leaf's grad_dtype, as torch's engine casts to it
+                g = g.to(m.grad_dtype) if create else g.astype(m.grad_dtype)
+        res.append(g if create else Tensor._wrap(g))
     return tuple(res)
 
 

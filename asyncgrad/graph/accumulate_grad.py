@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 from .. import backend
-from .._tensor import Tensor
+from .._tensor import SAME_DTYPE, Tensor
 from .hooks import Hooks
 from .node import ACCUMULATE_SEQUENCE_NR, ELEMENT_PASS, Edge, Node, one_output_meta, size_work
 
@@ -109,16 +109,20 @@ class AccumulateGrad(Node):
                 f"AccumulateGrad got a gradient of shape {tuple(g.shape)} for a leaf of shape "
                 f"{tuple(var.shape)}"
             )
+        want = var.dtype
+        m = var._meta
+        if m is not None and m.grad_dtype is not SAME_DTYPE:  # See Tensor.grad_dtype
+            want = g.dtype if m.grad_dtype is None else m.grad_dtype
         with _LOCKS[id(self) >> 4 & 63]:  # See NOTE [Accumulation locks]
             old = var._grad
             if create:
                 # See NOTE [Rules are NumPy]: g is a Tensor carrying its own graph.
-                if g.dtype != var.dtype:
-                    g = g.to(var.dtype)
+                if g.dtype != want:
+                    g = g.to(want)
                 var._grad = g.clone() if old is None else old + g
             else:
-                if g.dtype != var.dtype:
-                    g = g.astype(var.dtype)
+                if g.dtype != want:
+                    g = g.astype(want)
                 elif old is None and not backend.can_steal(g):
                     # Someone else still holds this array (another edge, a hook, the caller's
                     # `gradient`): copy, so that `.grad` never aliases memory it doesn't own.

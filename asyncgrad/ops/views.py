@@ -52,7 +52,7 @@ from .index import (
 from .index import (
     take as _take_idx,
 )
-from .inplace import inplace
+from .inplace import check_inplace, inplace
 from .pointwise import add, div, floor_divide, mul, where
 from .reduce import sum
 from .shape import (
@@ -1818,3 +1818,56 @@ def scatter_reduce_array(
             sel = rank == k
             flat[lin[sel]] = ufunc(flat[lin[sel]], vals[sel])
     return out
+
+
+def set_(
+    input: Tensor,
+    source: Any = None,
+    storage_offset: int = 0,
+    size: Sequence[int] | None = None,
+    stride: Sequence[int] | None = None,
+) -> Tensor:
+    """``Tensor.set_``: ``input`` takes ``source``'s memory (with ``size``/``stride``/
+    ``storage_offset``: a strided view of it), or an empty array when there is no source. The
+    two share their elements, not their version counters, as torch's. Not differentiable."""
+    if type(input._vc) is not list:  # See NOTE [Inference tensors]
+        check_writable(input)
+    if _grad_enabled.get():
+        check_inplace(input)
+    if source is None:
+        new = backend.empty((0,), input.dtype, input.device)
+    elif isinstance(source, Tensor):
+        if source.dtype != input.dtype:
+            raise RuntimeError(
+                f"Could not set tensor of type {source.dtype} to a tensor of type {input.dtype}"
+            )
+        if source.device != input.device:
+            raise RuntimeError(
+                f'Attempted to set the storage of a tensor on device "{input.device}" to a '
+                f'storage on different device "{source.device}".  This is no longer allowed; '
+                "the devices must match."
+            )
+        if _grad_enabled.get() and source.requires_grad:
+            raise RuntimeError(
+                "set_: the source requires grad, and set_ is not differentiable (torch's backward "
+                "raises 'derivative for set_ is not implemented'); call it under no_grad() or "
+                "pass source.detach()"
+            )
+        if size is None:
+            new = source._array
+        else:
+            st = stride
+            if st is None:  # C-contiguous strides for ``size``
+                acc, rev = 1, []
+                for n in reversed(tuple(size)):
+                    rev.append(acc)
+                    acc *= int(n)
+                st = tuple(reversed(rev))
+            new = as_strided(source.detach(), size, st, storage_offset)._array
+    else:
+        raise TypeError(
+            f"set_(): argument 'source' must be a Tensor or None, not {type(source).__name__}"
+        )
+    input._array = new
+    input._vc[0] += 1
+    return input
