@@ -26,6 +26,7 @@ also callable as that function: ``ag.utils.checkpoint(fn, *args)``.)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
@@ -150,6 +151,15 @@ class _CheckpointFunction(Function):
         return (None, None, *(d.grad if isinstance(d, Tensor) else None for d in args))
 
 
+def _metadata(t: Tensor) -> tuple[Any, Any, Any]:
+    return tuple(t.shape), t.dtype, t.device
+
+
+def _describe(meta: tuple[Any, Any, Any]) -> str:
+    shape, dtype, device = meta
+    return f"{{'shape': {list(shape)}, 'dtype': {dtype}, 'device': {device}}}"
+
+
 class CheckpointError(RuntimeError):
     """A non-reentrant checkpoint's recomputation does not match its forward, or a saved
     tensor was unpacked twice in one backward (torch's class)."""
@@ -173,6 +183,9 @@ class _Frame:
         self.kwargs = kwargs
         self.rng = rng
         self.count = 0  # tensors saved by the forward
+        self.meta: list[tuple[Any, Any, Any]] = []  # their shapes, dtypes and devices
+        self.check = True  # determinism_check="default"
+        self.recompute_ctx: Any = contextlib.nullcontext()
         self.recomputed: dict[int, tuple[Any, dict[int, Any]]] = {}
         self.lock = threading.Lock()
         self.early_stop = getattr(_early_stop, "on", True)
@@ -180,6 +193,7 @@ class _Frame:
     def pack(self, t: Tensor) -> tuple[_Frame, int]:
         i = self.count
         self.count += 1
+        self.meta.append(_metadata(t))
         return self, i
 
     def recompute(self) -> dict[int, Any]:
@@ -202,6 +216,7 @@ class _Frame:
                 inference_mode(False),
                 enable_grad(),
                 saved_tensors_hooks(pack, unpack),
+                self.recompute_ctx,
             ):
                 self.fn(*self.args, **self.kwargs)
         except _StopRecomputation:
@@ -213,6 +228,19 @@ class _Frame:
                 f"Number of tensors saved during forward: {self.count}\n"
                 f"Number of tensors saved during recomputation: {len(got)}"
             )
+        if self.check:
+            wrong = [
+                f"tensor at position {i}:\n"
+                f"saved metadata: {_describe(self.meta[i])}\n"
+                f"recomputed metadata: {_describe(_metadata(t))}\n"
+                for i, t in got.items()
+                if _metadata(t) != self.meta[i]
+            ]
+            if wrong:
+                raise CheckpointError(
+                    "torch.utils.checkpoint: Recomputed values for the following tensors have "
+                    "different metadata than during the forward pass.\n" + "".join(wrong)
+                )
         return got
 
     def forget(self, key: int) -> None:
@@ -245,11 +273,18 @@ class _Frame:
         return t
 
 
+def _no_contexts() -> tuple[Any, Any]:
+    return contextlib.nullcontext(), contextlib.nullcontext()
+
+
 def checkpoint(
     function: Callable[..., Any],
     *args: Any,
     use_reentrant: bool | None = None,
     preserve_rng_state: bool = True,
+    context_fn: Callable[[], tuple[Any, Any]] = _no_contexts,
+    determinism_check: str = "default",
+    debug: bool = False,
     **kwargs: Any,
 ) -> Any:
     """Run ``function(*args, **kwargs)`` keeping none of its activations for backward; they are
@@ -259,7 +294,11 @@ def checkpoint(
     recompute inside a nested backward, for ``backward()`` only; False: recompute through
     saved-tensor hooks, which also serves ``grad()`` and higher order, and allows keyword
     arguments. ``preserve_rng_state``: the recomputation draws the same random numbers
-    (dropout) as the forward did.
+    (dropout) as the forward did. Non-reentrant only: ``context_fn()`` gives two context
+    managers, the forward's and the recomputation's; ``determinism_check="default"`` checks
+    that each recomputed saved tensor has the shape, dtype and device the forward's had
+    (``"none"``: not checked); ``debug`` is accepted (torch's adds a trace of the ops to a
+    failed check's message, asyncgrad's message names the tensor's position).
 
     Example:
         >>> import asyncgrad as ag
@@ -274,6 +313,16 @@ def checkpoint(
         raise TypeError(f"use_reentrant must be True, False or None, got {use_reentrant!r}")
     if not callable(function):
         raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
+    if determinism_check not in ("default", "none"):
+        raise ValueError(
+            f"determinism_check should be one of ['default', 'none'], but got {determinism_check}"
+        )
+    if use_reentrant and (context_fn is not _no_contexts or debug):
+        raise ValueError(
+            "Passing `context_fn` or `debug` is only supported when use_reentrant=False."
+        )
+    if debug and context_fn is not _no_contexts:
+        raise ValueError("debug=True is incompatible with non-default context_fn")
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
@@ -283,8 +332,11 @@ def checkpoint(
                 stacklevel=2,
             )
         return _CheckpointFunction.apply(function, bool(preserve_rng_state), *args)
+    forward_ctx, recompute_ctx = context_fn()
     frame = _Frame(function, args, kwargs, _rng_snapshot() if preserve_rng_state else None)
-    with saved_tensors_hooks(frame.pack, _Frame.unpack):
+    frame.recompute_ctx = recompute_ctx
+    frame.check = determinism_check == "default"
+    with saved_tensors_hooks(frame.pack, _Frame.unpack), forward_ctx:
         return function(*args, **kwargs)
 
 
