@@ -28,7 +28,11 @@ class Parameter(Tensor):
         if data is None:
             data = backend.empty((0,), dtypes.get_default_dtype())
         arr = data._array if isinstance(data, Tensor) else ops.as_array(data)
-        super().__init__(arr, requires_grad=requires_grad)
+        super().__init__(arr)
+        if isinstance(data, Tensor) and type(data._vc) is not list:
+            self._vc = data._vc  # an inference tensor's parameter is one too, as torch's
+        if requires_grad:
+            self.requires_grad_(True)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()

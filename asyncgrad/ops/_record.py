@@ -493,6 +493,10 @@ def as_view(out: Tensor, x: Tensor, name: str, params: dict[str, Any]) -> Tensor
         )
     m.view_chain = new
     m.view_version = x._vc[0]
+    if type(x._vc) is not list:  # See NOTE [Inference tensors]
+        # A view of an inference tensor is one, outside the graph (as torch's).
+        out._grad_fn = None
+        out._output_nr = 0
     return out
 
 

@@ -128,13 +128,16 @@ def _write(self: Tensor, res: Any) -> None:
 def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Tensor:
     """Run ``compute(alias)`` (an out-of-place op on self's value), write the result into self
     and rebase self's history onto the op's node (CopySlices for a view)."""
-    if type(self._vc) is not list:  # See NOTE [Inference tensors]
-        check_writable(self)
-    before_write(self)  # See NOTE [Mutation on saved tensors]
     if not _grad_enabled.get():
+        if type(self._vc) is not list:  # See NOTE [Inference tensors]
+            check_writable(self)
+        before_write(self)  # See NOTE [Mutation on saved tensors]
         _write(self, compute(self)._array)
         return self
-    check_inplace(self)
+    check_inplace(self)  # before the inference check, as torch's order of errors
+    if type(self._vc) is not list:
+        check_writable(self)
+    before_write(self)
     op = OPS.get(name)
     if op is None or 1 in op.save:
         # The op's backward needs self's old value, which the write below destroys: save a copy
@@ -176,15 +179,15 @@ def inplace(self: Tensor, name: str, compute: Callable[[Tensor], Tensor]) -> Ten
 
 @silent_fp  # See NOTE [Silent floating point]
 def _inplace_arith(self: Tensor, name: str, fname: str, other: Any) -> Tensor:
-    if type(self._vc) is not list:  # See NOTE [Inference tensors]
-        check_writable(self)
-    before_write(self)  # See NOTE [Mutation on saved tensors]
     oa = arr(other)
     if not _grad_enabled.get() or not (
         self.requires_grad or (isinstance(other, Tensor) and other.requires_grad)
     ):
         if _grad_enabled.get():
             check_inplace(self)
+        if type(self._vc) is not list:  # See NOTE [Inference tensors]
+            check_writable(self)
+        before_write(self)  # See NOTE [Mutation on saved tensors]
         dst = self._array
         if _overlaps_itself(dst):
             raise RuntimeError(_OVERLAP_MESSAGE)

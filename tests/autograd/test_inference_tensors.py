@@ -79,6 +79,16 @@ def _program(lib: Any) -> dict[str, tuple[str, Any]]:
         with lib.inference_mode(False):
             out["nested False"] = _outcome(lambda: lib.ones(1).is_inference())
     out["after inside"] = _outcome(lambda: a)
+    with lib.inference_mode():
+        c = lib.ones(3, requires_grad=True)
+    out["view of inference leaf"] = _outcome(
+        lambda: [c.view(-1).is_inference(), c.view(-1).requires_grad, (c * 2).requires_grad]
+    )
+    out["leaf error first"] = _outcome(lambda: c.add_(lib.ones(3)))
+    out["Parameter of it"] = _outcome(lambda: lib.nn.Parameter(a))
+    out["Parameter without grad"] = _outcome(
+        lambda: lib.nn.Parameter(a, requires_grad=False).is_inference()
+    )
     # Last: torch transposes and resizes before it raises (as it writes fill_'s value), where
     # asyncgrad refuses first and changes nothing (test_refused_update_changes_nothing).
     out["t_"] = _outcome(lambda: a.t_())
@@ -89,6 +99,29 @@ def _program(lib: Any) -> dict[str, tuple[str, Any]]:
 def _no_grad(lib: Any, fn: Callable[[], Any]) -> Any:
     with lib.no_grad():
         return fn()
+
+
+def test_a_view_made_inside_of_a_tensor_that_requires_grad() -> None:
+    # torch marks it requires_grad but gives it no grad_fn, and no gradient reaches anything
+    # through it; asyncgrad's does not require grad (the README's differences), and likewise
+    # no gradient reaches the leaf.
+    for lib in (ag, torch):
+        leaf = lib.ones(3, requires_grad=True)
+        s = leaf * 1
+        with lib.inference_mode():
+            sv = s.view(-1)
+        assert sv.grad_fn is None
+        assert not sv.is_inference()
+        if sv.requires_grad:
+            (sv * 2).sum().backward()
+        assert leaf.grad is None
+    assert not sv_requires_grad(ag)
+
+
+def sv_requires_grad(lib: Any) -> bool:
+    s = lib.ones(3, requires_grad=True) * 1
+    with lib.inference_mode():
+        return bool(s.view(-1).requires_grad)
 
 
 def test_inference_tensors_as_torch() -> None:
