@@ -391,7 +391,7 @@ __all__ += [
 import builtins as _builtins  # noqa: E402  (``int``, ``bool`` and ``float`` are dtypes here)
 import math as _math  # noqa: E402
 
-from . import linalg, serving  # noqa: E402, F401
+from . import attribution, linalg, serving  # noqa: E402, F401
 from .dtypes import get_default_dtype, set_default_dtype  # noqa: E402
 from .ops import (  # noqa: E402
     clip,

@@ -40,6 +40,9 @@ backward, and gives each caller its own rows of the input gradient:
     after the batch's forward, before its backward: the predicted class's one-hot, say), and
     ``vjp`` returns the request's output rows with its gradient, so a caller that needs the
     prediction too pays no second forward.
+  - forward only: ``forward`` asks for the output rows alone (perturbation methods such as
+    occlusion, predictions): such requests batch with each other, under ``no_grad``, and never
+    with gradient requests.
   - the engine: a batch is one backward pass, so ``configure(max_running=N)`` counts it once,
     and it runs at the priority given to the coalescer.
   - sizing: a batch costs the per-pass overhead once (about 120 µs on a 2-core VM) plus its
@@ -78,12 +81,22 @@ __all__ = ["Coalescer"]
 CONCURRENT_S = 0.002
 
 
-# A request's grad_output: none (ones), rows, or a function of its output rows.
-_GradOutput = Tensor | Callable[[Tensor], Tensor] | None
+class _ForwardOnly:
+    """The grad_output of a request that wants the output rows alone (``Coalescer.forward``)."""
+
+    def __repr__(self) -> str:
+        return "FORWARD_ONLY"
 
 
-# What a request gets: its output rows (None unless asked for), and its gradient rows.
-_Result = tuple[Tensor | None, Tensor]
+FORWARD_ONLY = _ForwardOnly()
+
+# A request's grad_output: none (ones), rows, a function of its output rows, or FORWARD_ONLY.
+_GradOutput = Tensor | Callable[[Tensor], Tensor] | _ForwardOnly | None
+
+
+# What a request gets: its output rows (None unless asked for), and its gradient rows (None
+# for a forward-only request).
+_Result = tuple[Tensor | None, Tensor | None]
 
 
 class _Request:
@@ -186,14 +199,25 @@ class Coalescer:
         gradient of each output row's sum); it may be a function of the request's own output
         rows (detached) that returns them, for a weighting that depends on the output, such as
         the predicted class's one-hot."""
-        return (await self._submit(x, args, grad_output, False))[1]
+        g = (await self._submit(x, args, grad_output, False))[1]
+        assert g is not None
+        return g
 
     async def vjp(self, x: Any, *args: Any, grad_output: Any = None) -> tuple[Tensor, Tensor]:
         """``(output, gradient)``: the request's rows of ``model(x, *args)`` (detached), and
         the gradient ``grad`` returns, from the same batched pass."""
         out, g = await self._submit(x, args, grad_output, True)
         assert out is not None
+        assert g is not None
         return out, g
+
+    async def forward(self, x: Any, *args: Any) -> Tensor:
+        """The request's rows of ``model(x, *args)`` (detached, no gradient), from a batched
+        forward shared with the other forward-only requests of its kind (perturbation methods,
+        predictions)."""
+        out, _ = await self._submit(x, args, FORWARD_ONLY, True)
+        assert out is not None
+        return out
 
     def _submit(
         self, x: Any, args: tuple[Any, ...], grad_output: Any, output: bool
@@ -209,7 +233,13 @@ class Coalescer:
             return self._one(parts, g, output)
         # What each row of grad_output is: none, its shape, or a function of the output.
         kind: Any = (
-            None if g is None else tuple(g.shape[1:]) if isinstance(g, Tensor) else "function"
+            None
+            if g is None
+            else tuple(g.shape[1:])
+            if isinstance(g, Tensor)
+            else "forward"
+            if g is FORWARD_ONLY
+            else "function"
         )
         key = (tuple((tuple(p.shape[1:]), p.dtype, p.device) for p in parts), kind)
         # See NOTE [Coalesced gradients]: alone, or concurrent with another caller's request.
@@ -301,6 +331,8 @@ class Coalescer:
         if not x.is_floating_point():
             raise TypeError(f"Coalescer.grad: x must be floating point, got {x.dtype}")
         g: _GradOutput = None
+        if isinstance(grad_output, _ForwardOnly):
+            return x, grad_output
         if callable(grad_output) and not isinstance(grad_output, Tensor):
             return x, cast("Callable[[Tensor], Tensor]", grad_output)
         if grad_output is not None:
@@ -421,12 +453,14 @@ class Coalescer:
         else:
             with no_grad():  # the requests' tensors may require grad: stacking records nothing
                 parts = tuple(ops.cat([p[i] for p in xs], 0) for i in range(len(xs[0])))
-        x = parts[0].detach().requires_grad_(True)
+        forward_only = gs[0] is FORWARD_ONLY
+        x = parts[0].detach().requires_grad_(not forward_only)
         args = [a.detach() for a in parts[1:]]
+        run = _forward_only if forward_only else _forward
         if self.forward_off_loop:
-            out = await run_off_loop(_forward, self.model, x, args)
+            out = await run_off_loop(run, self.model, x, args)
         else:
-            out = _forward(self.model, x, args)
+            out = run(self.model, x, args)
         if not isinstance(out, Tensor):
             raise TypeError(
                 f"Coalescer: the model returned {type(out).__name__}, not a Tensor of "
@@ -438,9 +472,14 @@ class Coalescer:
                 f"input row ({n} rows): its outputs are not per-sample, so the batched "
                 "gradient would not be each request's own"
             )
+        st = self._stats
         outs: list[Tensor] | None = None
         if output or (gs[0] is not None and not isinstance(gs[0], Tensor)):
             outs = _split(out.detach(), rows)
+        if forward_only:
+            assert outs is not None
+            _count_batch(st, n)
+            return [(o, None) for o in outs]
         # A batch's requests all give grad_output or none does (they share a key). Without,
         # the gradient of the outputs' sum is the same as with ones, one op cheaper.
         if gs[0] is None:
@@ -449,11 +488,7 @@ class Coalescer:
             given = [_grad_output_of(g, outs, i) for i, g in enumerate(gs)]
             go = given[0] if len(given) == 1 else ops.cat(given, 0)
             (gx,) = await _grad(out, x, grad_outputs=go, priority=self.priority)
-        st = self._stats
-        st["batches"] += 1
-        st["rows"] += n
-        if n > st["largest_batch"]:
-            st["largest_batch"] = n
+        _count_batch(st, n)
         assert gx is not None
         grads = _split(gx, rows)
         if outs is None:
@@ -483,6 +518,19 @@ def _forward(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Ten
         return model(x, *args)
 
 
+def _forward_only(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Tensor:
+    """``model(x, *args)`` recording nothing."""
+    with no_grad():
+        return model(x, *args)
+
+
+def _count_batch(st: dict[str, int], n: int) -> None:
+    st["batches"] += 1
+    st["rows"] += n
+    if n > st["largest_batch"]:
+        st["largest_batch"] = n
+
+
 def _split(t: Tensor, rows: list[int]) -> list[Tensor]:
     """Each request's rows of ``t``."""
     if len(rows) == 1:
@@ -501,6 +549,7 @@ def _grad_output_of(g: _GradOutput, outs: list[Tensor] | None, i: int) -> Tensor
         assert g is not None  # a batch mixes no request without one (their keys differ)
         return g
     assert outs is not None
+    assert not isinstance(g, _ForwardOnly)  # forward-only batches have no backward
     out = outs[i]
     with no_grad():
         got = g(out)

@@ -473,3 +473,31 @@ async def test_output_dependent_grad_output_on_a_cuda_device() -> None:
         assert_close(host(out), want_out, rtol=1e-12, atol=1e-14)
         assert_close(host(g), want_g, rtol=1e-12, atol=1e-14)
     assert c.stats()["batches"] == 2
+
+
+async def test_forward_only_requests_batch_with_each_other_and_record_nothing() -> None:
+    model = mlp(11)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+    xs = [rows(n, 70 + i) for i, n in enumerate((2, 1, 3, 2))]
+    # A gradient request first (it runs alone, holding its kind's place), then one of its kind
+    # (which queues behind it), then two forward-only ones (which queue, concurrent with that).
+    calls = [
+        functools.partial(c.grad, xs[0]),
+        functools.partial(c.grad, xs[3]),
+        functools.partial(c.forward, xs[1]),
+        functools.partial(c.forward, xs[2]),
+    ]
+    got = await first_then_the_rest(held, calls)
+    got = [got[0], got[2], got[3], got[1]]
+    for i in (1, 2):
+        assert not got[i].requires_grad
+        assert got[i].grad_fn is None
+        with ag.no_grad():
+            np.testing.assert_allclose(got[i].numpy(), model(xs[i]).numpy(), rtol=RTOL)
+    for i in (0, 3):
+        np.testing.assert_allclose(got[i].numpy(), alone(model, xs[i]), rtol=RTOL, atol=1e-14)
+    st = c.stats()
+    # The first alone; the second gradient request by itself; the two forward-only together.
+    assert st["batches"] == 3
+    assert st["largest_batch"] == 1 + 3

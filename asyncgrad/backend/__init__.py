@@ -438,6 +438,12 @@ def arange(start: Any, end: Any, step: Any, dtype: Any, device: Device | None = 
     return on_device(np.arange(start, end, step).astype(dtype), device)
 
 
+def gauss_legendre(n: int) -> tuple[list[float], list[float]]:
+    """The ``n`` Gauss-Legendre nodes on [-1, 1] and their weights, as Python floats."""
+    nodes, weights = np.polynomial.legendre.leggauss(n)
+    return [float(a) for a in nodes], [float(w) for w in weights]
+
+
 def linspace(start: Any, end: Any, steps: int, dtype: Any, device: Device | None = None) -> Any:
     return on_device(np.linspace(start, end, steps).astype(dtype), device)
 
