@@ -94,7 +94,8 @@ class Explainer:
         model: a function (an ``nn.Module``, say) from a batch of inputs ``(N, *features)`` to
             per-sample outputs ``(N,)`` or ``(N, classes)``; samples must not interact.
         max_batch: the most rows one pass holds (requests beyond it are split).
-        max_wait_s, forward_off_loop, priority, max_concurrent: as ``Coalescer``'s.
+        options: the other arguments of ``Coalescer`` (``max_wait_s``, ``forward_off_loop``,
+            ``priority``, ``max_concurrent``).
 
     Examples:
         >>> import asyncio, asyncgrad as ag
@@ -108,23 +109,9 @@ class Explainer:
     """
 
     def __init__(
-        self,
-        model: Callable[..., Tensor],
-        *,
-        max_batch: int = 4096,
-        max_wait_s: float = 0.0,
-        forward_off_loop: bool = False,
-        priority: int = 0,
-        max_concurrent: int | None = None,
+        self, model: Callable[..., Tensor], *, max_batch: int = 4096, **options: Any
     ) -> None:
-        self.coalescer = Coalescer(
-            model,
-            max_batch=max_batch,
-            max_wait_s=max_wait_s,
-            forward_off_loop=forward_off_loop,
-            priority=priority,
-            max_concurrent=max_concurrent,
-        )
+        self.coalescer = Coalescer(model, max_batch=max_batch, **options)
 
     # ------------------------------------------------------------------ the methods
     async def saliency(self, x: Tensor, target: Any = None, *, abs: bool = True) -> Tensor:
@@ -154,7 +141,6 @@ class Explainer:
         x = _check_x(x, "smoothgrad")
         if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1:
             raise ValueError(f"smoothgrad: n_samples must be an int >= 1, got {n_samples!r}")
-        rows = x.shape[0] * n_samples
         with no_grad():
             expanded = x.detach().repeat_interleave(n_samples, 0)
             if noise is None:
@@ -172,7 +158,7 @@ class Explainer:
         g = await self._grads(noisy, None if t is None else t.repeat_interleave(n_samples, 0))
         if abs:
             g = g.abs()
-        return g.reshape(x.shape[0], n_samples, *x.shape[1:]).mean(1) if rows else g
+        return g.reshape(x.shape[0], n_samples, *x.shape[1:]).mean(1)
 
     async def integrated_gradients(
         self,
@@ -208,7 +194,7 @@ class Explainer:
             attr = total * diff
             if not return_convergence_delta:
                 return attr
-            picked = _pick(out[k * n :], tt if tt is None else tt[k * n :])
+            picked = _pick(out[k * n :], None if tt is None else tt[k * n :])
             delta = attr.reshape(n, -1).sum(1) - (picked[:n] - picked[n:])
         return attr, delta
 
@@ -284,11 +270,8 @@ class Explainer:
         ``zero_from`` on get a zero gradient: they are there for their outputs), in requests
         of at most ``max_batch`` rows that run concurrently."""
         c = self.coalescer
-        size = c.max_batch
-        n = rows.shape[0]
         pieces = []
-        for start in range(0, n, size):
-            stop = min(n, start + size)
+        for start, stop in _chunks(rows.shape[0], c.max_batch):
             tp = None if t is None else t[start:stop]
             zero = None if zero_from is None else max(0, zero_from - start)
             pieces.append(c.vjp(rows[start:stop], grad_output=_grad_output(tp, zero)))
@@ -300,13 +283,16 @@ class Explainer:
 
     async def _forward(self, rows: Tensor) -> Tensor:
         c = self.coalescer
-        size = c.max_batch
-        n = rows.shape[0]
-        done = await _all([c.forward(rows[s : min(n, s + size)]) for s in range(0, n, size)])
+        done = await _all([c.forward(rows[a:b]) for a, b in _chunks(rows.shape[0], c.max_batch)])
         if len(done) == 1:
             return done[0]
         with no_grad():
             return ops.cat(list(done), 0)
+
+
+def _chunks(n: int, size: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive pieces of ``n`` rows, at most ``size`` each."""
+    return [(a, min(n, a + size)) for a in range(0, n, size)]
 
 
 async def _all(aws: Sequence[Awaitable[_T]]) -> list[_T]:
