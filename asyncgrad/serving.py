@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any, cast
 
 from . import ops
@@ -79,6 +80,22 @@ __all__ = ["Coalescer"]
 
 # Requests of other callers within this many seconds of each other count as concurrent.
 CONCURRENT_S = 0.002
+
+# NOTE [Forwards off the loop]
+# A batch's forward runs on the loop unless it is long: there it would hold the loop for its
+# whole duration (a batch of 256 rows of an MLP 64-1024x3-10 takes about 15 ms on one core),
+# while a hand-off to a compute thread costs about 0.1 ms, more than a small batch's whole
+# forward. The coalescer cannot know a forward's length before it runs, so it measures: per
+# kind of row (shape, dtype, device, with or without gradient) it keeps the last forward's
+# time and rows, and runs a batch on a compute thread (``ag.run``) when that time scaled to
+# the batch's rows exceeds OFF_LOOP_FORWARD_S, the engine's own bound for a node on the loop
+# (See NOTE [Large nodes] in asyncgrad/engine/worker.py: 2**25 multiply-adds, about 1 ms). A
+# kind's first forward runs off the loop (nothing is known of it yet), and every forward
+# updates the estimate wherever it ran, so a model that grows slower moves off the loop after
+# one slow batch. Scaling by rows overestimates a larger batch from a small one (a forward has
+# a fixed cost), which errs towards the thread. ``forward_off_loop=True`` or ``False`` fixes
+# the choice instead.
+OFF_LOOP_FORWARD_S = 1e-3
 
 
 class _ForwardOnly:
@@ -127,8 +144,10 @@ class Coalescer:
         max_batch: the most rows a batch holds (a request's rows are never split).
         max_wait_s: how long a batch waits for more requests before it starts (default 0:
             it starts at once, and requests that arrive while it runs form the next one).
-        forward_off_loop: run each batch's forward on the engine's compute threads
-            (``ag.run``), for models whose forward would hold the loop.
+        forward_off_loop: where each batch's forward runs: ``None`` (the default) chooses
+            per batch by the forward's measured time (See NOTE [Forwards off the loop]),
+            ``True`` always on the engine's compute threads (``ag.run``), ``False`` always on
+            the loop.
         priority: the engine priority of the batches' backward passes.
         max_concurrent: how many batches may run at once (each takes the requests waiting
             when it starts); default: one on a GPU, one per compute thread on the CPU
@@ -153,7 +172,7 @@ class Coalescer:
         *,
         max_batch: int = 256,
         max_wait_s: float = 0.0,
-        forward_off_loop: bool = False,
+        forward_off_loop: bool | None = None,
         priority: int = 0,
         max_concurrent: int | None = None,
     ) -> None:
@@ -163,6 +182,11 @@ class Coalescer:
             raise ValueError(f"Coalescer: max_batch must be an int >= 1, got {max_batch!r}")
         if not max_wait_s >= 0:
             raise ValueError(f"Coalescer: max_wait_s must be >= 0, got {max_wait_s!r}")
+        if forward_off_loop is not None and not isinstance(forward_off_loop, bool):
+            raise TypeError(
+                "Coalescer: forward_off_loop must be None (chosen per batch), True or False, "
+                f"got {forward_off_loop!r}"
+            )
         if max_concurrent is not None and (
             not isinstance(max_concurrent, int) or max_concurrent < 1
         ):
@@ -184,11 +208,16 @@ class Coalescer:
         # The task of the last request and when it came (See NOTE [Coalesced gradients]).
         self._last_task: Any = None
         self._last_at = float("-inf")
-        self._stats = {"requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0}
+        self._stats = {
+            "requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0,
+            "forwards_off_loop": 0,
+        }  # fmt: skip
+        # Per kind of row: the last forward's (seconds, rows) (See NOTE [Forwards off the loop]).
+        self._forward_time: dict[Any, tuple[float, int]] = {}
 
     def stats(self) -> dict[str, int]:
-        """Requests served, batches run, rows in them, the largest batch (rows), and requests
-        rerun alone after their batch failed."""
+        """Requests served, batches run, rows in them, the largest batch (rows), requests
+        rerun alone after their batch failed, and forwards run off the loop."""
         return dict(self._stats)
 
     async def grad(self, x: Any, *args: Any, grad_output: Any = None) -> Tensor:
@@ -457,10 +486,7 @@ class Coalescer:
         x = parts[0].detach().requires_grad_(not forward_only)
         args = [a.detach() for a in parts[1:]]
         run = _forward_only if forward_only else _forward
-        if self.forward_off_loop:
-            out = await run_off_loop(run, self.model, x, args)
-        else:
-            out = run(self.model, x, args)
+        out = await self._run_forward(run, x, args, n, forward_only)
         if not isinstance(out, Tensor):
             raise TypeError(
                 f"Coalescer: the model returned {type(out).__name__}, not a Tensor of "
@@ -495,6 +521,33 @@ class Coalescer:
             return [(None, g) for g in grads]
         return list(zip(outs, grads, strict=True))
 
+    async def _run_forward(
+        self,
+        run: Callable[[Callable[..., Tensor], Tensor, list[Tensor]], Tensor],
+        x: Tensor,
+        args: list[Tensor],
+        n: int,
+        forward_only: bool,
+    ) -> Tensor:
+        """The batch's forward, on the loop or on a compute thread (See NOTE [Forwards off the
+        loop])."""
+        off = self.forward_off_loop
+        if off is False:
+            return run(self.model, x, args)
+        kind = (tuple(x.shape[1:]), x.dtype, x.device, forward_only)
+        if off is None:
+            last = self._forward_time.get(kind)
+            off = last is None or last[0] * n > OFF_LOOP_FORWARD_S * last[1]
+        if off:
+            self._stats["forwards_off_loop"] += 1
+            out, seconds = await run_off_loop(_timed, run, self.model, x, args)
+        else:
+            t0 = perf_counter()
+            out = run(self.model, x, args)
+            seconds = perf_counter() - t0
+        self._forward_time[kind] = (seconds, n)
+        return out
+
     def _check_exact(self) -> None:
         """Refuse a model that uses batch statistics (See NOTE [Coalesced gradients])."""
         modules = getattr(self.model, "modules", None)
@@ -516,6 +569,18 @@ def _forward(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Ten
         return model(x, *args)
     with enable_grad():
         return model(x, *args)
+
+
+def _timed(
+    run: Callable[[Callable[..., Tensor], Tensor, list[Tensor]], Tensor],
+    model: Callable[..., Tensor],
+    x: Tensor,
+    args: list[Tensor],
+) -> tuple[Tensor, float]:
+    """``run(model, x, args)`` and the seconds it took (on the thread that ran it)."""
+    t0 = perf_counter()
+    out = run(model, x, args)
+    return out, perf_counter() - t0
 
 
 def _forward_only(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Tensor:

@@ -11,7 +11,8 @@ require grad, as nn.Linear parameters do.
   - asyncgrad: the noisy batch and the forward with ``await ag.run(forward, x, seed)`` (on the
     engine's compute threads), then ``await ag.grad(score, [xb])``;
   - asyncgrad-coalesced: ``await coalescer.vjp(xb, grad_output=predicted)`` with an
-    ``ag.serving.Coalescer(model, max_batch=256, forward_off_loop=True)``: the noisy
+    ``ag.serving.Coalescer(model)`` (its defaults: batches of up to 256 rows, each forward
+    on the loop or off it by its measured time): the noisy
     batches of the requests waiting at once go through one forward and one backward (the
     predicted class of each row picked from its own logits);
   - torch-inline: forward and ``torch.autograd.grad`` in the handler, blocking the loop;
@@ -119,7 +120,8 @@ def make_saliency(lib: str, compute_threads: int | None = None, defaults: bool =
             return ag.tensor(one_hot(logits.numpy())[0])
 
         # Batches in flight at once: the default, one per compute thread.
-        coalescer = ag.serving.Coalescer(model, max_batch=COALESCED_ROWS, forward_off_loop=True)
+        # Its defaults: the forwards' place chosen by their time (NOTE [Forwards off the loop]).
+        coalescer = ag.serving.Coalescer(model, max_batch=COALESCED_ROWS)
 
         def noisy_rows(x: np.ndarray, seed: int) -> Any:
             return ag.tensor(noisy(x, seed))

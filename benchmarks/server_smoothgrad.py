@@ -405,8 +405,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         "threads); asyncgrad's compute threads are left at their default (one per core). "
         "`vs to_thread`: against PyTorch via to_thread run the same way (the library-defaults "
         "rows against PyTorch's library-defaults row). The coalesced rows serve through "
-        "`ag.serving.Coalescer(model, max_batch=256, forward_off_loop=True)` (one batch in "
-        "flight per compute thread). "
+        "`ag.serving.Coalescer(model, max_batch=256)` (one batch in flight per compute thread; "
+        "each batch's forward on the loop or off it by its measured time, the default). "
         + H.THREADS_NOTE
         + " Except the `library defaults` rows: their servers start with no thread variables "
         "and PyTorch's own intra-op threads, as a new user runs them (asyncgrad then limits "

@@ -302,7 +302,10 @@ async def test_bad_requests_are_rejected_before_they_join_a_batch() -> None:
         await c.grad(rows(2, 0), [1, 2])
     with pytest.raises(TypeError, match="a function of the output rows or None, got str"):
         await c.grad(rows(2, 0), grad_output="ones")
-    assert c.stats() == {"requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0}
+    assert c.stats() == {
+        "requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0,
+        "forwards_off_loop": 0,
+    }  # fmt: skip
 
 
 def test_bad_settings_are_refused() -> None:
@@ -314,6 +317,8 @@ def test_bad_settings_are_refused() -> None:
         Coalescer(mlp(), max_batch=0)
     with pytest.raises(ValueError, match="max_wait_s must be >= 0, got -1"):
         Coalescer(mlp(), max_wait_s=-1)
+    with pytest.raises(TypeError, match=r"forward_off_loop must be None .* got 'yes'"):
+        Coalescer(mlp(), forward_off_loop="yes")  # type: ignore[arg-type]
 
 
 def test_a_call_outside_an_event_loop_is_refused() -> None:
@@ -381,6 +386,77 @@ async def test_a_forward_off_the_loop_gives_the_same_gradients() -> None:
     got = await gather(*(c.grad(x) for x in xs))
     for x, r in zip(xs, got, strict=True):
         np.testing.assert_allclose(r.numpy(), alone(model, x), rtol=RTOL, atol=1e-14)
+
+
+class Clocked:
+    """A model whose forward takes ``cost`` seconds of a fake clock (the coalescer's
+    ``perf_counter``), and that records the thread each forward ran on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.model = mlp()
+        self.now = 0.0
+        self.cost = 1e-4
+        self.threads: list[str] = []
+        monkeypatch.setattr(ag.serving, "perf_counter", lambda: self.now)
+
+    def __call__(self, x: ag.Tensor) -> ag.Tensor:
+        self.threads.append(threading.current_thread().name)
+        self.now += self.cost
+        return self.model(x)
+
+
+async def test_forwards_leave_the_loop_by_their_measured_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NOTE [Forwards off the loop]: a kind's first forward runs on a compute thread; then a
+    forward stays on the loop while its last time scaled to the batch's rows is at most
+    OFF_LOOP_FORWARD_S (1 ms), and leaves it once a forward was slow."""
+    m = Clocked(monkeypatch)
+    c = Coalescer(m)
+    loop_thread = threading.current_thread().name
+
+    async def request(n: int) -> None:
+        x = rows(n, len(m.threads))
+        async with asyncio.timeout(TIMEOUT_S):
+            g = await c.grad(x)
+        np.testing.assert_allclose(g.numpy(), alone(m.model, x), rtol=RTOL, atol=1e-14)
+
+    await request(1)  # nothing known: off the loop; 0.1 ms for 1 row
+    await request(1)  # 0.1 ms: on the loop
+    await request(20)  # 20 x 0.1 ms = 2 ms: off the loop; 0.1 ms for 20 rows
+    await request(100)  # 5 x 0.1 ms = 0.5 ms: on the loop
+    m.cost = 5e-3
+    await request(1)  # 1/100 x 0.1 ms: on the loop; 5 ms for 1 row
+    await request(1)  # 5 ms: off the loop
+    where = ["loop" if t == loop_thread else t.rsplit("_", 1)[0] for t in m.threads]
+    assert where == [
+        "asyncgrad-compute", "loop", "asyncgrad-compute", "loop", "loop", "asyncgrad-compute"
+    ]  # fmt: skip
+    assert c.stats()["forwards_off_loop"] == 3
+    # Each kind of row is measured for itself: another width starts off the loop again.
+    m.cost = 1e-4
+    wide = ag.nn.Linear(7, 2, dtype=ag.float64)
+    c2 = Coalescer(lambda x: m(x) if x.shape[1] == 5 else wide(x))
+    for x in (rows(1, 0), rows(1, 1), ag.ones(1, 7, dtype=ag.float64)):
+        await asyncio.wait_for(c2.grad(x), TIMEOUT_S)
+    assert c2.stats()["forwards_off_loop"] == 2  # the first of each width
+
+
+async def test_forward_off_loop_true_or_false_fixes_where_forwards_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    m = Clocked(monkeypatch)
+    m.cost = 1.0  # a second each: would leave the loop if the coalescer chose
+    on_loop = Coalescer(m, forward_off_loop=False)
+    for i in range(2):
+        await asyncio.wait_for(on_loop.grad(rows(1, i)), TIMEOUT_S)
+    m.cost = 0.0
+    off_loop = Coalescer(m, forward_off_loop=True)
+    for i in range(2):
+        await asyncio.wait_for(off_loop.grad(rows(1, i)), TIMEOUT_S)
+    loop_thread = threading.current_thread().name
+    assert [t == loop_thread for t in m.threads] == [True, True, False, False]
+    assert (on_loop.stats()["forwards_off_loop"], off_loop.stats()["forwards_off_loop"]) == (0, 2)
 
 
 async def test_one_callers_requests_one_after_another_each_run_in_the_caller() -> None:

@@ -234,15 +234,30 @@ MASK_WHERE_MAX: Final = 2048
 
 
 def mm(a: Any, b: Any) -> Any:
-    """``a @ b``: through ``ndarray.dot`` for two 2-D NumPy arrays, where the two agree (See
-    NOTE [Small-array fast paths]), as the transposed product for a few float32 rows by a
-    transposed weight (See NOTE [A few rows by a transposed weight]); arrays of other ranks,
-    CuPy arrays and Tensors (under create_graph) take ``@``."""
+    """``a @ b``: through ``ndarray.dot`` for two small 2-D NumPy arrays (See NOTE [Small-array
+    fast paths] and NOTE [The GIL in a product]), as the transposed product for a few float32
+    rows by a transposed weight (See NOTE [A few rows by a transposed weight]); larger products,
+    arrays of other ranks, CuPy arrays and Tensors (under create_graph) take ``@``."""
     if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2:
         if a.size * b.shape[1] > NT_SWAP_MIN_WORK and _swap_nt(a, b):
-            return np.ascontiguousarray(b.T.dot(a.T).T)
-        return a.dot(b)
+            return np.ascontiguousarray(np.matmul(b.T, a.T).T)
+        if a.shape[0] * b.shape[1] <= DOT_MAX_OUT:
+            return a.dot(b)
     return a @ b
+
+
+# NOTE [The GIL in a product]
+# ``ndarray.dot`` zeroes its output with ``memset`` before it releases the GIL for BLAS; the
+# product's own time runs without it. On a fresh allocation that memset is the first touch of
+# every page, and the kernel's page faults then run with the GIL held: 39-62 ms for the 18 MB
+# of a 1500 x 1500 float64 output on a 2-core VM, against 1 ms once the allocator reuses the
+# memory. A compute thread's forward then held the loop that long at the start of each product
+# (``await ag.run(heavy)`` with six such products: a longest gap of 21-66 ms, where NumPy's
+# ``@`` in ``asyncio.to_thread`` left 3-5 ms). ``@`` (the matmul ufunc) allocates without
+# touching and releases the GIL before its loop, so the pages are faulted in without it. So
+# ``dot`` serves only outputs of up to DOT_MAX_OUT elements (256 kB of float64, where the
+# first touch is a fraction of a millisecond and ``dot``'s cheaper dispatch still counts).
+DOT_MAX_OUT: Final = 1 << 15
 
 
 # NOTE [A few rows by a transposed weight]

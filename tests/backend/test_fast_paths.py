@@ -4,6 +4,7 @@ them stay exact at infinities and NaN."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,50 @@ def test_a_linear_layer_with_a_swapped_product_has_exact_gradients() -> None:
         grads[dt] = [g.numpy().astype(np.float64) for g in ag.grad_sync(z, [x, w])]
     for g32, g64 in zip(grads[np.float32], grads[np.float64], strict=True):
         np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-4)
+
+
+def _calls_dot(fn: Any) -> bool:
+    """Whether ``fn()`` calls a builtin named ``dot`` (``ndarray.dot``, through the profiler's
+    C-call events)."""
+    names: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":
+            names.append(getattr(arg, "__name__", ""))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return "dot" in names
+
+
+@pytest.mark.parametrize(
+    ("shape", "dot"),
+    [
+        ((8, 64, 64), True),
+        ((181, 8, 181), True),  # 32,761 elements: at most DOT_MAX_OUT
+        ((182, 8, 181), False),  # 32,942
+        ((1500, 4, 1500), False),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_mm_leaves_dot_to_small_outputs(
+    shape: tuple[int, int, int], dot: bool, transposed: bool
+) -> None:
+    """NOTE [The GIL in a product]: ``ndarray.dot`` zeroes its output holding the GIL, so only
+    small outputs take it; the others take ``@``, with the same values."""
+    rows, inner, cols = shape
+    rng = np.random.default_rng(rows + cols)
+    a = rng.standard_normal((rows, inner))
+    b = rng.standard_normal((cols, inner)).T if transposed else rng.standard_normal((inner, cols))
+    assert (rows * cols <= backend.DOT_MAX_OUT) is dot
+    got: list[Any] = []
+    assert _calls_dot(lambda: got.append(backend.mm(a, b))) is dot
+    assert got[0].flags.c_contiguous
+    np.testing.assert_allclose(got[0], a @ b, rtol=1e-12, atol=1e-12)
 
 
 def test_mm_of_tensors_records_the_product() -> None:
