@@ -43,6 +43,11 @@ backward, and gives each caller its own rows of the input gradient:
   - forward only: ``forward`` asks for the output rows alone (perturbation methods such as
     occlusion, predictions): such requests batch with each other, under ``no_grad``, and never
     with gradient requests.
+  - parameter gradients: ``parameter_grads`` requests batch with each other, never with
+    input-gradient requests, and each gets its own gradients of the model's parameters (See
+    NOTE [Per-request parameter gradients] in asyncgrad/per_sample.py). A batch holds one
+    gradient of every trainable parameter per request at once, so its memory is up to
+    ``max_batch`` times the model's parameters (a request of several rows counts once).
   - the engine: a batch is one backward pass, so ``configure(max_running=N)`` counts it once,
     and it runs at the priority given to the coalescer.
   - sizing: a batch costs the per-pass overhead once (about 120 µs on a 2-core VM) plus its
@@ -55,19 +60,34 @@ backward, and gives each caller its own rows of the input gradient:
     more requests wait, larger batches run); raise it only when requests arrive spread out and
     one pass each would cost more than the wait, since a request may then wait that long in
     addition to the batch in flight.
-Batches need an asyncio event loop (uvloop included). Under trio (any loop anyio drives other
-than asyncio) every request runs alone in its caller, with the same checks and results: there
-is no runner task to serve the others yet. Called outside any event loop, ``ag.grad``'s error.
+Batches run on every event loop: asyncio's (uvloop included) in runner tasks, any other that
+anyio drives (trio) in the requests' own tasks (See NOTE [Batches on other event loops]).
+Called outside any event loop, ``ag.grad``'s error.
+
+NOTE [Batches on other event loops]
+Under trio a library cannot start a task that outlives the call that starts it (tasks live in
+nurseries), so there are no runner tasks: the requests lead their own batches. A request
+joins the queue of its kind; if fewer than ``max_concurrent`` batches of the kind are in
+flight it leads at once, otherwise it waits on its event. A leader lets the tasks of the same
+turn make their requests (one checkpoint, or ``max_wait_s``), takes the next batch (which
+holds its own request unless an earlier leader took it), and runs it shielded from its own
+cancellation: the others' results do not depend on it staying. It then wakes the first request
+still waiting to lead the next batch, and returns its result, or raises its cancellation. So,
+as on asyncio, a caller cancelled before its batch starts is dropped from it, one cancelled
+later has its rows discarded (a leader's cancellation waits for its batch to end), and under
+load the batch in flight is the window in which the next one gathers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from time import perf_counter
 from typing import Any, cast
 
-from . import ops
+from . import ops, per_sample
 from ._tensor import Tensor
 from .autograd.api import _grad
 from .engine import settings
@@ -75,6 +95,7 @@ from .engine.foreign import require_library
 from .engine.offload import run as run_off_loop
 from .engine.worker import yield_to_loop
 from .graph.grad_mode import enable_grad, is_grad_enabled, no_grad
+from .nn.modules import Module
 
 __all__ = ["Coalescer"]
 
@@ -112,23 +133,80 @@ _GradOutput = Tensor | Callable[[Tensor], Tensor] | _ForwardOnly | None
 
 
 # What a request gets: its output rows (None unless asked for), and its gradient rows (None
-# for a forward-only request).
-_Result = tuple[Tensor | None, Tensor | None]
+# for a forward-only request), or its parameter gradients by name (``parameter_grads``).
+_Result = tuple[Tensor | None, Any]
+
+# The forward's capture list of the batch running in this context (See NOTE [Per-request
+# parameter gradients] in asyncgrad/per_sample.py): the modules' forward hooks append to it.
+_CAPTURE: ContextVar[list[tuple[Module, Tensor, Tensor]] | None] = ContextVar(
+    "asyncgrad_serving_capture", default=None
+)
+
+
+class _Slot:
+    """A request's result on another event loop than asyncio's (See NOTE [Batches on other
+    event loops]): what a batch uses of an asyncio.Future, an event its caller waits on, and
+    whether it is the request's turn to lead a batch."""
+
+    __slots__ = ("_done", "_error", "_event", "_result", "lead")
+
+    def __init__(self) -> None:
+        import anyio
+
+        self._event = anyio.Event()
+        self._done = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.lead = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: Any) -> None:
+        self._result, self._done = result, True
+        self._event.set()
+
+    def set_exception(self, e: BaseException) -> None:
+        self._error, self._done = e, True
+        self._event.set()
+
+    def drop(self) -> None:
+        """Its caller is gone: a batch that has not started leaves it out."""
+        self._done = True
+
+    def wake(self) -> None:
+        """Its turn to lead a batch."""
+        self.lead = True
+        self._event.set()
+
+    async def wait(self) -> None:
+        import anyio
+
+        await self._event.wait()
+        if not self._done:  # woken to lead: the next wait needs a new event
+            self._event = anyio.Event()
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class _Request:
-    __slots__ = ("future", "grad_output", "output", "rows", "x")
+    __slots__ = ("future", "grad_output", "output", "params", "rows", "x")
 
     def __init__(
         self,
         x: tuple[Tensor, ...],
         grad_output: _GradOutput,
         output: bool,
-        fut: asyncio.Future[_Result],
+        fut: Any,  # an asyncio.Future, or a _Slot on another event loop
+        params: bool = False,
     ) -> None:
         self.x = x  # the input, then the model's other per-row arguments
         self.grad_output = grad_output
         self.output = output
+        self.params = params  # parameter gradients instead of input gradients
         self.rows = int(x[0].shape[0])
         self.future = fut
 
@@ -210,10 +288,13 @@ class Coalescer:
         self._last_at = float("-inf")
         self._stats = {
             "requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0,
-            "forwards_off_loop": 0,
+            "forwards_off_loop": 0, "parameter_batches_alone": 0,
         }  # fmt: skip
         # Per kind of row: the last forward's (seconds, rows) (See NOTE [Forwards off the loop]).
         self._forward_time: dict[Any, tuple[float, int]] = {}
+        # The capturing hooks while parameter-gradient batches run, and how many run.
+        self._hooks: list[Any] = []
+        self._capturing = 0
 
     def stats(self) -> dict[str, int]:
         """Requests served, batches run, rows in them, the largest batch (rows), requests
@@ -229,7 +310,7 @@ class Coalescer:
         rows (detached) that returns them, for a weighting that depends on the output, such as
         the predicted class's one-hot."""
         g = (await self._submit(x, args, grad_output, False))[1]
-        assert g is not None
+        assert isinstance(g, Tensor)
         return g
 
     async def vjp(self, x: Any, *args: Any, grad_output: Any = None) -> tuple[Tensor, Tensor]:
@@ -240,6 +321,27 @@ class Coalescer:
         assert g is not None
         return out, g
 
+    async def parameter_grads(
+        self, x: Any, *args: Any, grad_output: Any = None
+    ) -> dict[str, Tensor]:
+        """The request's own gradient of ``<grad_output, model(x, *args)>`` (summed over its
+        rows) with respect to each of the model's parameters that require grad, by name (as
+        ``named_parameters`` gives them): what ``ag.grad(loss, model.parameters())`` would
+        give for this request alone (a per-sample loss, per-user fine-tuning, influence
+        scores, per-example clipping). Requests of one kind share one batched forward and
+        backward; each request's part is read back by the per-sample rules of the modules
+        that have one (See NOTE [Per-request parameter gradients] in asyncgrad/per_sample.py),
+        and a batch whose parameters are used where no rule covers them runs each request
+        alone. ``grad_output`` as in ``grad``. The model must be an ``nn.Module``."""
+        if not callable(getattr(self.model, "named_parameters", None)):
+            raise TypeError(
+                "Coalescer.parameter_grads: the model must be an nn.Module (its parameters "
+                f"are read from named_parameters()), got {type(self.model).__name__}"
+            )
+        grads = (await self._submit(x, args, grad_output, False, params=True))[1]
+        assert isinstance(grads, dict)
+        return grads
+
     async def forward(self, x: Any, *args: Any) -> Tensor:
         """The request's rows of ``model(x, *args)`` (detached, no gradient), from a batched
         forward shared with the other forward-only requests of its kind (perturbation methods,
@@ -249,7 +351,7 @@ class Coalescer:
         return out
 
     def _submit(
-        self, x: Any, args: tuple[Any, ...], grad_output: Any, output: bool
+        self, x: Any, args: tuple[Any, ...], grad_output: Any, output: bool, params: bool = False
     ) -> Awaitable[_Result]:
         """The request checked, and what to await for its result: its run alone, or the
         future its batch sets. (A plain function, not a coroutine: a request that waits holds
@@ -257,9 +359,8 @@ class Coalescer:
         loop = asyncio._get_running_loop()
         xt, g = self._check(x, grad_output)
         parts = (xt, *self._check_args(args, int(xt.shape[0])))
-        if loop is None:  # trio, say: each request alone (See NOTE [Coalesced gradients])
+        if loop is None:  # trio, say (See NOTE [Batches on other event loops])
             require_library()
-            return self._one(parts, g, output)
         # What each row of grad_output is: none, its shape, or a function of the output.
         kind: Any = (
             None
@@ -270,15 +371,17 @@ class Coalescer:
             if g is FORWARD_ONLY
             else "function"
         )
-        key = (tuple((tuple(p.shape[1:]), p.dtype, p.device) for p in parts), kind)
+        key = (tuple((tuple(p.shape[1:]), p.dtype, p.device) for p in parts), kind, params)
+        if loop is None:
+            return self._led(key, _Request(parts, g, output, _Slot(), params))
         # See NOTE [Coalesced gradients]: alone, or concurrent with another caller's request.
         now, task = loop.time(), asyncio.current_task()
         concurrent = self._last_task is not task and now - self._last_at < CONCURRENT_S
         self._last_task, self._last_at = task, now
         if key not in self._runners and not concurrent:
-            return self._alone(loop, key, parts, g, output)
+            return self._alone(loop, key, parts, g, output, params)
         fut: asyncio.Future[_Result] = loop.create_future()
-        self._pending.setdefault(key, []).append(_Request(parts, g, output, fut))
+        self._pending.setdefault(key, []).append(_Request(parts, g, output, fut, params))
         self._start_runner(loop, key)
         return fut  # cancelling it before its batch starts drops the request
 
@@ -289,32 +392,97 @@ class Coalescer:
         x: tuple[Tensor, ...],
         g: _GradOutput,
         output: bool,
+        params: bool,
     ) -> _Result:
         """Nothing of its kind runs or waits: the request runs at once, in its caller, as a
         batch of one (no task hop); those that arrive meanwhile wait for the batch after it."""
         self._runners[key] = self._runners.get(key, 0) + 1
         try:
-            return await self._one(x, g, output)
+            return await self._one(x, g, output, params)
         finally:
             self._leave(key)
             if self._pending.get(key):
                 self._start_runner(loop, key)
 
-    async def _one(self, x: tuple[Tensor, ...], g: _GradOutput, output: bool) -> _Result:
+    async def _one(
+        self, x: tuple[Tensor, ...], g: _GradOutput, output: bool, params: bool = False
+    ) -> _Result:
         """One request run by itself: alone in its caller, rerun after its batch failed, or on
         another event loop than asyncio's."""
         self._check_exact()
-        (result,) = await self._vjp([x], [g], [int(x[0].shape[0])], output)
+        (result,) = await self._vjp([x], [g], [int(x[0].shape[0])], output, params)
         self._stats["requests"] += 1
         return result
 
-    def _start_runner(self, loop: asyncio.AbstractEventLoop, key: Any) -> None:
-        """A task that runs batches of ``key``'s waiting requests until none wait, unless a
-        runner is about to take the next batch, or max_concurrent batches are in flight."""
+    def _limit(self, key: Any) -> int:
+        """How many batches of ``key`` may be in flight at once."""
         limit = self.max_concurrent
         if limit is None:  # one on a GPU; on the CPU, one per compute thread
             device = key[0][0][2]
             limit = 1 if device.type != "cpu" else int(settings.get("compute_threads"))
+        return limit
+
+    async def _led(self, key: Any, req: _Request) -> _Result:
+        """A request on another event loop than asyncio's: it waits in the queue of its kind
+        until its batch has run, leading batches itself when its turn comes (See NOTE
+        [Batches on other event loops])."""
+        from anyio.lowlevel import checkpoint_if_cancelled
+
+        slot: _Slot = req.future
+        self._pending.setdefault(key, []).append(req)
+        if self._runners.get(key, 0) < self._limit(key):
+            self._runners[key] = self._runners.get(key, 0) + 1
+            slot.lead = True
+        try:
+            while not slot.done():
+                if slot.lead:
+                    slot.lead = False
+                    await self._lead(key, req)
+                    await checkpoint_if_cancelled()  # cancelled while its batch ran
+                else:
+                    await slot.wait()
+        except BaseException:
+            slot.drop()  # cancelled before its batch: dropped from it; later: rows discarded
+            raise
+        return slot.result()
+
+    async def _lead(self, key: Any, req: _Request) -> None:
+        """Run the next batch of ``key`` in this request's task, shielded from its
+        cancellation, then hand the lead to a request still waiting."""
+        import anyio
+        from anyio.lowlevel import checkpoint
+
+        try:
+            # As a runner task's: requests made in the same turn join this batch.
+            await (anyio.sleep(self.max_wait_s) if self.max_wait_s else checkpoint())
+            batch = self._take(key)
+            self._hand_off(key, req)  # more than this batch holds: another may lead at once
+            if batch:
+                with anyio.CancelScope(shield=True):
+                    await self._run_batch(batch)
+        finally:
+            self._leave(key)
+            self._hand_off(key, req)
+            if key not in self._runners and not self._pending.get(key):
+                self._pending.pop(key, None)
+
+    def _hand_off(self, key: Any, req: _Request) -> None:
+        """Wake the first waiting request of ``key`` (not ``req``) to lead a batch, if fewer
+        than the limit are in flight and none is about to start."""
+        if self._runners.get(key, 0) >= self._limit(key):
+            return
+        for r in self._pending.get(key, ()):
+            if r is not req and not r.future.done():
+                if r.future.lead:
+                    return  # woken already
+                self._runners[key] = self._runners.get(key, 0) + 1
+                r.future.wake()
+                return
+
+    def _start_runner(self, loop: asyncio.AbstractEventLoop, key: Any) -> None:
+        """A task that runs batches of ``key``'s waiting requests until none wait, unless a
+        runner is about to take the next batch, or max_concurrent batches are in flight."""
+        limit = self._limit(key)
         if self._idle.get(key, 0) or self._runners.get(key, 0) >= limit:
             return
         self._runners[key] = self._runners.get(key, 0) + 1
@@ -445,6 +613,7 @@ class Coalescer:
                 [r.grad_output for r in batch],
                 [r.rows for r in batch],
                 any(r.output for r in batch),
+                batch[0].params,
             )
         except asyncio.CancelledError:
             raise
@@ -459,7 +628,7 @@ class Coalescer:
                     continue
                 self._stats["alone"] += 1
                 try:
-                    one = await self._one(r.x, r.grad_output, r.output)
+                    one = await self._one(r.x, r.grad_output, r.output, r.params)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as e1:
@@ -472,7 +641,12 @@ class Coalescer:
             _deliver(r.future, result)
 
     async def _vjp(
-        self, xs: list[tuple[Tensor, ...]], gs: list[_GradOutput], rows: list[int], output: bool
+        self,
+        xs: list[tuple[Tensor, ...]],
+        gs: list[_GradOutput],
+        rows: list[int],
+        output: bool,
+        params: bool = False,
     ) -> list[_Result]:
         """One forward and one backward over the stacked rows; each request's gradient rows
         back, with its output rows (detached) if ``output``."""
@@ -482,22 +656,13 @@ class Coalescer:
         else:
             with no_grad():  # the requests' tensors may require grad: stacking records nothing
                 parts = tuple(ops.cat([p[i] for p in xs], 0) for i in range(len(xs[0])))
+        if params:
+            return await self._parameter_vjp(xs, parts, gs, rows)
         forward_only = gs[0] is FORWARD_ONLY
         x = parts[0].detach().requires_grad_(not forward_only)
         args = [a.detach() for a in parts[1:]]
         run = _forward_only if forward_only else _forward
-        out = await self._run_forward(run, x, args, n, forward_only)
-        if not isinstance(out, Tensor):
-            raise TypeError(
-                f"Coalescer: the model returned {type(out).__name__}, not a Tensor of "
-                "per-sample outputs"
-            )
-        if out.dim() < 1 or out.shape[0] != n:
-            raise RuntimeError(
-                f"Coalescer: the model's output has shape {tuple(out.shape)}, not one row per "
-                f"input row ({n} rows): its outputs are not per-sample, so the batched "
-                "gradient would not be each request's own"
-            )
+        out = _checked_output(await self._run_forward(run, x, args, n, forward_only), n)
         st = self._stats
         outs: list[Tensor] | None = None
         if output or (gs[0] is not None and not isinstance(gs[0], Tensor)):
@@ -506,14 +671,8 @@ class Coalescer:
             assert outs is not None
             _count_batch(st, n)
             return [(o, None) for o in outs]
-        # A batch's requests all give grad_output or none does (they share a key). Without,
-        # the gradient of the outputs' sum is the same as with ones, one op cheaper.
-        if gs[0] is None:
-            (gx,) = await _grad(out.sum(), x, priority=self.priority)
-        else:
-            given = [_grad_output_of(g, outs, i) for i, g in enumerate(gs)]
-            go = given[0] if len(given) == 1 else ops.cat(given, 0)
-            (gx,) = await _grad(out, x, grad_outputs=go, priority=self.priority)
+        root, go = _root(out, gs, outs)
+        (gx,) = await _grad(root, x, grad_outputs=go, priority=self.priority)
         _count_batch(st, n)
         assert gx is not None
         grads = _split(gx, rows)
@@ -521,20 +680,118 @@ class Coalescer:
             return [(None, g) for g in grads]
         return list(zip(outs, grads, strict=True))
 
+    async def _parameter_vjp(
+        self,
+        xs: list[tuple[Tensor, ...]],
+        parts: tuple[Tensor, ...],
+        gs: list[_GradOutput],
+        rows: list[int],
+    ) -> list[_Result]:
+        """Each request's parameter gradients from one batched pass, or from a pass per request
+        where no rule covers a use of a parameter (See NOTE [Per-request parameter gradients]
+        in asyncgrad/per_sample.py)."""
+        n = sum(rows)
+        named = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad]  # type: ignore[attr-defined]
+        ps = [p for _, p in named]
+        if len(xs) == 1:  # a request alone needs no rule
+            return [(None, await self._parameters_alone(xs[0], gs[0], ps, named))]
+        x = parts[0].detach()
+        args = [a.detach() for a in parts[1:]]
+        captured: list[tuple[Module, Tensor, Tensor]] = []
+        self._capture_start()
+        try:
+            run = functools.partial(_forward_capturing, captured)
+            out = _checked_output(await self._run_forward(run, x, args, n, "params"), n)
+        finally:
+            self._capture_end()
+        # Every use of a parameter in the graph must be one of the captured calls.
+        expected = dict.fromkeys(map(id, ps), 0)
+        for m, mx, my in captured:
+            if mx.dim() < 1 or mx.shape[0] != n or my.dim() < 1 or my.shape[0] != n:
+                expected.clear()  # a module that does not see the batch's rows: no rule holds
+                break
+            for p in m.parameters(recurse=False):
+                if id(p) in expected:
+                    expected[id(p)] += 1
+        uses = per_sample.graph_uses(out, ps)
+        if len(expected) != len(ps) or any(
+            u != expected[id(p)] for u, p in zip(uses, ps, strict=True)
+        ):
+            self._stats["parameter_batches_alone"] += 1
+            return [
+                (None, await self._parameters_alone(xi, g, ps, named))
+                for xi, g in zip(xs, gs, strict=True)
+            ]
+        outs = (
+            _split(out.detach(), rows)
+            if gs[0] is not None and not isinstance(gs[0], Tensor)
+            else None
+        )
+        root, go = _root(out, gs, outs)
+        live = [(m, mx, my) for m, mx, my in captured if my.requires_grad]
+        gys = await _grad(
+            root, [my for _, _, my in live], grad_outputs=go, allow_unused=True,
+            priority=self.priority,
+        )  # fmt: skip
+        mine = per_sample.per_request(
+            [(m, mx, gy) for (m, mx, _), gy in zip(live, gys, strict=True)], rows
+        )
+        _count_batch(self._stats, n)
+        return [(None, _by_name(named, d)) for d in mine]
+
+    async def _parameters_alone(
+        self,
+        x: tuple[Tensor, ...],
+        g: _GradOutput,
+        ps: list[Tensor],
+        named: list[tuple[str, Tensor]],
+    ) -> dict[str, Tensor]:
+        """One request's parameter gradients from a forward and backward of its own rows."""
+        n = int(x[0].shape[0])
+        _count_batch(self._stats, n)
+        out = _checked_output(
+            await self._run_forward(
+                _forward, x[0].detach(), [a.detach() for a in x[1:]], n, "params"
+            ),
+            n,
+        )
+        outs = [out.detach()] if g is not None and not isinstance(g, Tensor) else None
+        root, go = _root(out, [g], outs)
+        grads = await _grad(root, ps, grad_outputs=go, allow_unused=True, priority=self.priority)
+        return _by_name(
+            named, {id(p): gp for p, gp in zip(ps, grads, strict=True) if gp is not None}
+        )
+
+    def _capture_start(self) -> None:
+        """Hooks that capture the calls of the modules with a per-sample rule, while any
+        parameter-gradient batch runs (they read the batch's capture list from its context)."""
+        self._capturing += 1
+        if self._capturing == 1:
+            for m in self.model.modules():  # type: ignore[attr-defined]
+                if per_sample.has_rule(m):
+                    self._hooks.append(m.register_forward_hook(_capture_hook))
+
+    def _capture_end(self) -> None:
+        self._capturing -= 1
+        if not self._capturing:
+            for h in self._hooks:
+                h.remove()
+            self._hooks.clear()
+
     async def _run_forward(
         self,
         run: Callable[[Callable[..., Tensor], Tensor, list[Tensor]], Tensor],
         x: Tensor,
         args: list[Tensor],
         n: int,
-        forward_only: bool,
+        mode: Any,
     ) -> Tensor:
         """The batch's forward, on the loop or on a compute thread (See NOTE [Forwards off the
         loop])."""
         off = self.forward_off_loop
         if off is False:
             return run(self.model, x, args)
-        kind = (tuple(x.shape[1:]), x.dtype, x.device, forward_only)
+        kind = (tuple(x.shape[1:]), x.dtype, x.device, mode)
         if off is None:
             last = self._forward_time.get(kind)
             off = last is None or last[0] * n > OFF_LOOP_FORWARD_S * last[1]
@@ -569,6 +826,64 @@ def _forward(model: Callable[..., Tensor], x: Tensor, args: list[Tensor]) -> Ten
         return model(x, *args)
     with enable_grad():
         return model(x, *args)
+
+
+def _checked_output(out: Any, n: int) -> Tensor:
+    """The model's output of a batch of ``n`` rows, refused unless a Tensor of ``n`` rows."""
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"Coalescer: the model returned {type(out).__name__}, not a Tensor of per-sample "
+            "outputs"
+        )
+    if out.dim() < 1 or out.shape[0] != n:
+        raise RuntimeError(
+            f"Coalescer: the model's output has shape {tuple(out.shape)}, not one row per "
+            f"input row ({n} rows): its outputs are not per-sample, so the batched "
+            "gradient would not be each request's own"
+        )
+    return out
+
+
+def _root(
+    out: Tensor, gs: list[_GradOutput], outs: list[Tensor] | None
+) -> tuple[Tensor, Tensor | None]:
+    """What the backward starts from: the outputs with the requests' grad_outputs stacked. A
+    batch's requests all give grad_output or none does (they share a key); without, the
+    gradient of the outputs' sum is the same as with ones, one op cheaper."""
+    if gs[0] is None:
+        return out.sum(), None
+    given = [_grad_output_of(g, outs, i) for i, g in enumerate(gs)]
+    return out, given[0] if len(given) == 1 else ops.cat(given, 0)
+
+
+def _by_name(named: list[tuple[str, Tensor]], grads: dict[int, Tensor]) -> dict[str, Tensor]:
+    """Gradients by parameter name; a parameter the output does not reach gets zeros."""
+    out = {}
+    for name, p in named:
+        g = grads.get(id(p))
+        out[name] = g if g is not None else ops.zeros_like(p.detach())
+    return out
+
+
+def _capture_hook(module: Module, inputs: tuple[Any, ...], output: Any) -> None:
+    """A per-sample module's forward hook: its call, into the batch's capture list."""
+    cap = _CAPTURE.get()
+    if cap is not None and inputs and isinstance(inputs[0], Tensor) and isinstance(output, Tensor):
+        cap.append((module, inputs[0], output))
+
+
+def _forward_capturing(
+    captured: list[tuple[Module, Tensor, Tensor]],
+    model: Callable[..., Tensor],
+    x: Tensor,
+    args: list[Tensor],
+) -> Tensor:
+    """``_forward`` with the capture list of its batch set for the hooks."""
+    tok = _CAPTURE.set(captured)
+    try:
+        return _forward(model, x, args)
+    finally:
+        _CAPTURE.reset(tok)
 
 
 def _timed(

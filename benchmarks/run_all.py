@@ -32,6 +32,8 @@ import bench_cuda
 import bench_loop
 import bench_mlp
 import bench_new_ops
+import bench_param_grads
+import bench_run_gap
 import bench_small
 import distributed
 import serve_replicas
@@ -44,12 +46,14 @@ BENCHES = {
     "cnn": bench_cnn,
     "small": bench_small,
     "loop": bench_loop,
+    "run_gap": bench_run_gap,
     "cuda": bench_cuda,
     "server_load": server_load,
     "smoothgrad": server_smoothgrad,
     # ----- serving: what batching buys, and concurrent requests coalesced -----
     "batching": bench_batching,
     "coalesce": bench_coalesce,
+    "param_grads": bench_param_grads,
     # ----- torch's wider API: the common new ops and modules -----
     "new_ops": bench_new_ops,
     # ----- checkpointing -----

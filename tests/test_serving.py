@@ -42,23 +42,25 @@ def rows(n: int, seed: int) -> ag.Tensor:
     return ag.tensor(rng.standard_normal((n, 5)), dtype=ag.float64)
 
 
-class Held:
+class Held(ag.nn.Module):
     """A model whose first call waits on its compute thread until the test opens the gate, so
     that the requests made meanwhile queue behind it: which requests share a batch is then
-    fixed by construction, not by timing."""
+    fixed by construction, not by timing. A module, so that a module given as ``inner`` is its
+    child (its parameters are the model's, named ``inner.*``)."""
 
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.first = True
 
-    def __call__(self, *args: Any) -> Any:
+    def forward(self, *args: Any) -> Any:
         if self.first:
             self.first = False
             self.entered.set()
             assert self.gate.wait(THREAD_TIMEOUT_S), "the test never opened the gate"
-        return self.fn(*args)
+        return self.inner(*args)
 
 
 async def first_then_the_rest(held: Held, calls: list[Any]) -> list[Any]:
@@ -304,7 +306,7 @@ async def test_bad_requests_are_rejected_before_they_join_a_batch() -> None:
         await c.grad(rows(2, 0), grad_output="ones")
     assert c.stats() == {
         "requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0,
-        "forwards_off_loop": 0,
+        "forwards_off_loop": 0, "parameter_batches_alone": 0,
     }  # fmt: skip
 
 
@@ -328,35 +330,99 @@ def test_a_call_outside_an_event_loop_is_refused() -> None:
         coro.send(None)
 
 
-def test_under_trio_each_request_runs_alone_with_the_same_results() -> None:
-    """No runner task under trio yet: every request is a pass of its own, checked as on
-    asyncio, with the gradient and outputs computed alone."""
+def test_under_trio_requests_coalesce_with_the_same_results_and_cancellation() -> None:
+    """NOTE [Batches on other event loops]: under trio the requests that wait while a batch
+    runs form the next one, led by one of them; a caller cancelled before its batch is dropped
+    from it, and the others' results are those computed alone."""
     trio = pytest.importorskip("trio", reason="the trio case needs trio")
     pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
+    trio_testing = pytest.importorskip("trio.testing")
     model = mlp(7)
-    c = Coalescer(model, forward_off_loop=True)
-    xs = [rows(n, 60 + i) for i, n in enumerate((2, 3, 1))]
-    got: list[Any] = []
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True, max_concurrent=1)
+    xs = [rows(n, 60 + i) for i, n in enumerate((2, 3, 1, 2))]
+    got: list[Any] = [None] * 4
+    gone = trio.CancelScope()
 
     async def main() -> None:
         with trio.fail_after(TIMEOUT_S):
             async with trio.open_nursery() as nursery:
-                for i, x in enumerate(xs):
-                    got.append(None)
 
-                    async def one(i: int = i, x: ag.Tensor = x) -> None:
-                        got[i] = await c.vjp(x, grad_output=predicted_one_hot)
+                async def one(i: int) -> None:
+                    got[i] = await c.vjp(xs[i], grad_output=predicted_one_hot)
 
-                    nursery.start_soon(one)
+                async def cancelled() -> None:
+                    with gone:
+                        got[3] = await c.vjp(xs[3], grad_output=predicted_one_hot)
+
+                nursery.start_soon(one, 0)
+                assert await trio.to_thread.run_sync(held.entered.wait, THREAD_TIMEOUT_S)
+                nursery.start_soon(one, 1)
+                nursery.start_soon(one, 2)
+                nursery.start_soon(cancelled)
+                await trio_testing.wait_all_tasks_blocked()  # each has made its request
+                gone.cancel()
+                await trio_testing.wait_all_tasks_blocked()
+                held.gate.set()
             with pytest.raises(ValueError, match="more than max_batch"):
                 await c.grad(rows(300, 0))
 
-    trio.run(main)
-    for x, (out, g) in zip(xs, got, strict=True):
+    try:
+        trio.run(main)
+    finally:
+        held.gate.set()
+    for x, (out, g) in zip(xs, got[:3], strict=False):
         want_out, want_g = alone_predicted(model, x)
         np.testing.assert_allclose(out.numpy(), want_out, rtol=RTOL, atol=1e-14)
         np.testing.assert_allclose(g.numpy(), want_g, rtol=RTOL, atol=1e-14)
-    assert c.stats()["batches"] == 3
+    assert gone.cancelled_caught
+    st = c.stats()
+    # The first alone, then the two that waited (the cancelled one dropped) in one batch.
+    assert (st["requests"], st["batches"], st["largest_batch"]) == (3, 2, 4)
+    assert not c._pending
+    assert not c._runners
+
+
+def test_under_trio_a_leader_cancelled_mid_batch_still_answers_the_others() -> None:
+    trio = pytest.importorskip("trio", reason="the trio case needs trio")
+    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
+    trio_testing = pytest.importorskip("trio.testing")
+    model = mlp(8)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True, max_concurrent=1)
+    xs = [rows(2, 70 + i) for i in range(3)]
+    got: list[Any] = [None] * 3
+    leader = trio.CancelScope()
+
+    async def main() -> None:
+        with trio.fail_after(TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+
+                async def lead() -> None:
+                    with leader:
+                        got[0] = await c.grad(xs[0])
+
+                async def one(i: int) -> None:
+                    got[i] = await c.grad(xs[i])
+
+                # The first leads a batch of all three (requests of the same turn join it).
+                nursery.start_soon(lead)
+                nursery.start_soon(one, 1)
+                nursery.start_soon(one, 2)
+                assert await trio.to_thread.run_sync(held.entered.wait, THREAD_TIMEOUT_S)
+                leader.cancel()  # while its batch runs: the batch finishes for the others
+                await trio_testing.wait_all_tasks_blocked()
+                held.gate.set()
+
+    try:
+        trio.run(main)
+    finally:
+        held.gate.set()
+    assert leader.cancelled_caught
+    assert got[0] is None
+    for i in (1, 2):
+        np.testing.assert_allclose(got[i].numpy(), alone(model, xs[i]), rtol=RTOL, atol=1e-14)
+    assert c.stats()["batches"] == 1
 
 
 async def test_batch_statistics_are_refused_with_the_module_named() -> None:

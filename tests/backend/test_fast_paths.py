@@ -195,6 +195,7 @@ def _calls_dot(fn: Any) -> bool:
         ((181, 8, 181), True),  # 32,761 elements: at most DOT_MAX_OUT
         ((182, 8, 181), False),  # 32,942
         ((1500, 4, 1500), False),
+        ((256, 1, 784), False),  # an outer product: a * b
     ],
     ids=str,
 )
@@ -213,6 +214,8 @@ def test_mm_leaves_dot_to_small_outputs(
     assert _calls_dot(lambda: got.append(backend.mm(a, b))) is dot
     assert got[0].flags.c_contiguous
     np.testing.assert_allclose(got[0], a @ b, rtol=1e-12, atol=1e-12)
+    if inner == 1:  # the same products BLAS computes
+        np.testing.assert_array_equal(got[0], a.dot(b))
 
 
 def test_mm_of_tensors_records_the_product() -> None:
