@@ -181,9 +181,12 @@ class Explainer:
         with no_grad():
             xd = x.detach()
             diff = xd - base
-            # Steps as rows, step-major as Captum's, then the rows of x and of the baseline.
-            rows = ops.cat([base + a * diff for a in alphas] + [xd, base.expand(*x.shape)], 0)
-        k = len(alphas)
+            # Steps as rows, step-major as Captum's, then the rows of x and of the baseline:
+            # all steps in one broadcast product (a request's work on the loop is a few ops).
+            k = len(alphas)
+            a = ops.tensor(alphas, dtype=xd.dtype, device=xd.device)
+            steps = base + a.reshape(k, *([1] * xd.dim())) * diff
+            rows = ops.cat([steps.reshape(k * n, *x.shape[1:]), xd, base.expand(*x.shape)], 0)
         tt = None if t is None else ops.cat([t] * (k + 2), 0)
         out, g = await self._vjp(rows, tt, zero_from=k * n)
         with no_grad():

@@ -10,6 +10,11 @@ rows ``g_r`` (both of the batched pass) determine it exactly.
   - LayerNorm: ``weight`` gets the sum of ``g_r * x̂_r`` (``x̂`` the normalised input, computed
     again from ``x_r`` with the module's ``eps``) and ``bias`` the sum of ``g_r``, over every
     dimension but the normalised ones.
+  - GroupNorm: as LayerNorm, with ``x̂`` normalised per sample and group, summed over every
+    dimension but the channels.
+  - Conv1d, Conv2d (one group, numeric padding): ``weight`` gets ``g_r`` times the sliding
+    blocks of ``x_r`` (im2col, ``F.unfold``) summed over positions, ``bias`` the sum of
+    ``g_r`` over positions.
   - Embedding: ``weight`` gets the rows of ``g_r`` added at the request's indices, with the
     ``padding_idx`` row left at zero (``max_norm`` and ``scale_grad_by_freq`` have no rule:
     their gradient depends on the whole batch).
@@ -18,8 +23,9 @@ forward hook during the batch's forward, runs one backward to the captured outpu
 applies these rules per request. It is exact only if every use of a parameter in the graph is
 one of the captured calls: ``graph_uses`` counts the graph's edges into each parameter's
 accumulator, and where a parameter has uses no rule covers (a parameter of another module,
-one used outside its module, a module without a rule), each request of the batch runs alone
-instead: one forward and backward per request, exact by construction.
+one used outside its module, a module without a rule: RNN cells, grouped convolutions), each
+request of the batch runs alone instead: one forward and backward per request, exact by
+construction.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from . import ops
 from ._tensor import Tensor
 from .graph.grad_mode import no_grad
 from .nn import functional as F
-from .nn.modules import Embedding, LayerNorm, Linear, Module
+from .nn.modules import Conv1d, Conv2d, Embedding, LayerNorm, Linear, Module
+from .nn.normalization import GroupNorm
 
 __all__ = ["RULES", "graph_uses", "has_rule", "per_request"]
 
@@ -114,6 +121,52 @@ def _layer_norm(
     return out
 
 
+def _group_norm(
+    m: GroupNorm, x: Tensor, g: Tensor, rows: Sequence[int]
+) -> list[list[tuple[Tensor, Tensor]]]:
+    others = (0, *range(2, x.dim()))  # every dimension but the channels
+    x_hat = F.group_norm(x, m.num_groups, None, None, m.eps)
+    out = []
+    for s in _slices(rows):
+        pairs: list[tuple[Tensor, Tensor]] = []
+        if m.weight is not None:
+            pairs.append((m.weight, (g[s] * x_hat[s]).sum(others)))
+        if m.bias is not None:
+            pairs.append((m.bias, g[s].sum(others)))
+        out.append(pairs)
+    return out
+
+
+def _conv(
+    m: Conv1d | Conv2d, x: Tensor, g: Tensor, rows: Sequence[int]
+) -> list[list[tuple[Tensor, Tensor]]]:
+    # The weight gradient of a convolution is the output gradient times the input's sliding
+    # blocks (im2col), summed over positions: per request, one batched product per row count.
+    k, st, pd, dl = m.kernel_size, m.stride, m.padding, m.dilation
+    if isinstance(m, Conv1d):  # as a convolution over (1, L)
+        x, g = x.unsqueeze(2), g.unsqueeze(2)
+        k, st, pd, dl = (1, *k), (1, *st), (0, *pd), (1, *dl)
+    cols = F.unfold(x, k, dl, pd, st)  # (rows, in x kernel, positions)
+    n, c_out = g.shape[0], g.shape[1]
+    gg = g.reshape(n, c_out, -1)  # (rows, out, positions)
+    out: list[list[tuple[Tensor, Tensor]]] = [[] for _ in rows]
+    for idx, cs, gs in _groups(cols, gg, rows):
+        r = len(idx)
+        per = gs.shape[0] // r
+        positions = gs.shape[2]
+        go = gs.reshape(r, per, c_out, positions).permute(0, 2, 1, 3)
+        co = cs.reshape(r, per, cs.shape[1], positions).permute(0, 1, 3, 2)
+        gw = go.reshape(r, c_out, per * positions) @ co.reshape(r, per * positions, -1)
+        gw = gw.reshape(r, *m.weight.shape)
+        gb = go.sum((2, 3)) if m.bias is not None else None
+        for j, i in enumerate(idx):
+            out[i].append((m.weight, gw[j]))
+            if gb is not None:
+                assert m.bias is not None
+                out[i].append((m.bias, gb[j]))
+    return out
+
+
 def _embedding(
     m: Embedding, x: Tensor, g: Tensor, rows: Sequence[int]
 ) -> list[list[tuple[Tensor, Tensor]]]:
@@ -128,7 +181,14 @@ def _embedding(
     return out
 
 
-RULES: dict[type, Rule] = {Linear: _linear, LayerNorm: _layer_norm, Embedding: _embedding}
+RULES: dict[type, Rule] = {
+    Linear: _linear,
+    LayerNorm: _layer_norm,
+    GroupNorm: _group_norm,
+    Embedding: _embedding,
+    Conv1d: _conv,
+    Conv2d: _conv,
+}
 
 
 def has_rule(m: Module) -> bool:
@@ -139,6 +199,8 @@ def has_rule(m: Module) -> bool:
         return False
     if isinstance(m, Embedding):
         return m.max_norm is None and not m.scale_grad_by_freq and not m.sparse
+    if isinstance(m, (Conv1d, Conv2d)):  # one group; numeric padding (im2col's)
+        return m.groups == 1 and not isinstance(m.padding, str)
     return True
 
 

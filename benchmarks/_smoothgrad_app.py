@@ -18,6 +18,16 @@ require grad, as nn.Linear parameters do.
   - torch-inline: forward and ``torch.autograd.grad`` in the handler, blocking the loop;
   - torch-thread: the whole computation in ``await asyncio.to_thread(...)``.
 
+For benchmarks/server_ig.py the same endpoint answers integrated gradients instead (the
+``saliency`` field holds the attributions of class ``seed % 10``, from a zero baseline in
+IG_STEPS Gauss-Legendre steps):
+
+  - asyncgrad-ig: ``await explain.integrated_gradients(x, target, n_steps=50)`` through an
+    ``ag.attribution.Explainer(model)`` at its defaults (the steps of the requests waiting at
+    once share batched passes);
+  - captum-ig: Captum's ``IntegratedGradients(model).attribute(x, target=..., n_steps=50)``
+    in ``await asyncio.to_thread(...)``.
+
 A ticker task sleeps 1 ms at a time and records how late it wakes, and how many requests the
 server began (entered their handler) since its previous wake-up; GET /lag answers the lag
 statistics since the last POST /lag/reset (with the number of requests begun during the longest
@@ -53,7 +63,12 @@ SIGMA = 0.15
 TICK = 0.001
 # asyncgrad-coalesced: the most rows (noisy copies) in one batch.
 COALESCED_ROWS = 256
-LIBS = ("asyncgrad", "asyncgrad-coalesced", "torch-inline", "torch-thread")
+# Integrated gradients (benchmarks/server_ig.py): steps along the path from a zero baseline.
+IG_STEPS = 50
+LIBS = (
+    "asyncgrad", "asyncgrad-coalesced", "torch-inline", "torch-thread", "asyncgrad-ig",
+    "captum-ig",
+)  # fmt: skip
 
 
 class SaliencyRequest(BaseModel):
@@ -88,6 +103,8 @@ def one_hot(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def make_saliency(lib: str, compute_threads: int | None = None, defaults: bool = False) -> Any:
     """An ``async def saliency(x, seed) -> (saliency, classes)`` for the library."""
     w = weights()
+    if lib.endswith("-ig"):
+        return make_ig(lib, w, defaults)
     if lib.startswith("asyncgrad"):
         import asyncgrad as ag
         import asyncgrad.nn.functional as F
@@ -163,6 +180,56 @@ def make_saliency(lib: str, compute_threads: int | None = None, defaults: bool =
         return await asyncio.to_thread(compute, x, seed)
 
     return saliency_thread
+
+
+def make_ig(lib: str, w: list[np.ndarray], defaults: bool) -> Any:
+    """An ``async def attribute(x, seed) -> (attributions, [target])``: the integrated
+    gradients of class ``seed % 10`` from a zero baseline, IG_STEPS Gauss-Legendre steps."""
+    if lib == "asyncgrad-ig":
+        import asyncgrad as ag
+        import asyncgrad.nn.functional as F
+
+        p = [ag.nn.Parameter(a) for a in w]
+
+        def model(x: Any) -> Any:
+            for i in range(0, len(p) - 2, 2):
+                x = F.relu(F.linear(x, p[i], p[i + 1]))
+            return F.linear(x, p[-2], p[-1])
+
+        # Library defaults: the steps of the requests waiting at once share batched passes.
+        explain = ag.attribution.Explainer(model)
+
+        async def attribute(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+            t = seed % SIZES[-1]
+            a = await explain.integrated_gradients(ag.tensor(x[None]), t, n_steps=IG_STEPS)
+            return a.numpy()[0], np.asarray([t])
+
+        return attribute
+
+    import torch
+    import torch.nn.functional as TF
+    from captum.attr import IntegratedGradients
+
+    if not defaults:
+        H.pin_torch_threads()
+    tp = [torch.nn.Parameter(torch.from_numpy(a)) for a in w]
+
+    def torch_model(x: Any) -> Any:
+        for i in range(0, len(tp) - 2, 2):
+            x = TF.relu(TF.linear(x, tp[i], tp[i + 1]))
+        return TF.linear(x, tp[-2], tp[-1])
+
+    ig = IntegratedGradients(torch_model)
+
+    def compute(x: np.ndarray, t: int) -> np.ndarray:
+        a = ig.attribute(torch.from_numpy(x[None]), target=t, n_steps=IG_STEPS)
+        return a.detach().numpy()[0]
+
+    async def attribute_thread(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        t = seed % SIZES[-1]
+        return await asyncio.to_thread(compute, x, t), np.asarray([t])
+
+    return attribute_thread
 
 
 class Ticker:

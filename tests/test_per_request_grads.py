@@ -175,20 +175,51 @@ class Tied(ag.nn.Module):
         return ag.tanh(self.lin(x)) @ self.lin.weight
 
 
-class WithConv(ag.nn.Module):
-    """A module without a rule (a convolution) before a linear layer."""
+class WithPReLU(ag.nn.Module):
+    """A module without a rule (PReLU's slope) between linear layers."""
 
     def __init__(self) -> None:
         super().__init__()
         ag.manual_seed(4)
-        self.conv = ag.nn.Conv1d(1, 2, 3, dtype=F64)
-        self.lin = ag.nn.Linear(6, 2, dtype=F64)
+        self.a = ag.nn.Linear(5, 4, dtype=F64)
+        self.act = ag.nn.PReLU(dtype=F64)
+        self.b = ag.nn.Linear(4, 2, dtype=F64)
 
     def forward(self, x: ag.Tensor) -> ag.Tensor:
-        return self.lin(ag.tanh(self.conv(x.unsqueeze(1))).flatten(1))
+        return self.b(self.act(self.a(x)))
 
 
-@pytest.mark.parametrize("make", [Tied, WithConv], ids=["tied-weight", "conv"])
+class SmallCNN(ag.nn.Module):
+    """Conv2d (strided, padded), GroupNorm, Conv1d (dilated) and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        ag.manual_seed(11)
+        self.conv = ag.nn.Conv2d(2, 4, 3, stride=2, padding=1, dtype=F64)
+        self.norm = ag.nn.GroupNorm(2, 4, dtype=F64)
+        self.conv1 = ag.nn.Conv1d(4, 3, 2, dilation=2, dtype=F64)
+        self.head = ag.nn.Linear(3 * 7, 2, dtype=F64)
+
+    def forward(self, x: ag.Tensor) -> ag.Tensor:
+        h = ag.tanh(self.norm(self.conv(x.reshape(-1, 2, 5, 5))))  # (n, 4, 3, 3)
+        h = ag.tanh(self.conv1(h.flatten(2)))  # (n, 3, 7)
+        return self.head(h.flatten(1))
+
+
+async def test_convolutions_and_group_norm_have_rules() -> None:
+    model = SmallCNN()
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+    # Behind the first: 1, 2, 1 and 3 rows, so a group of equal row counts beside others.
+    xs = [rows(n, 80 + i, width=50) for i, n in enumerate((2, 1, 2, 1, 3))]
+    got = await first_then_the_rest(held, [lambda x=x: c.parameter_grads(x) for x in xs])
+    for x, g in zip(xs, got, strict=True):
+        check({k.removeprefix("inner."): v for k, v in g.items()}, alone(model, x))
+    assert c.stats()["parameter_batches_alone"] == 0
+    assert c.stats()["batches"] == 2
+
+
+@pytest.mark.parametrize("make", [Tied, WithPReLU], ids=["tied-weight", "prelu"])
 async def test_uses_no_rule_covers_run_each_request_alone(make: Any) -> None:
     model = make()
     held = Held(model)
