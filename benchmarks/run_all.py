@@ -37,6 +37,7 @@ import bench_run_gap
 import bench_small
 import distributed
 import serve_replicas
+import server_ig
 import server_load
 import server_smoothgrad
 
@@ -50,6 +51,7 @@ BENCHES = {
     "cuda": bench_cuda,
     "server_load": server_load,
     "smoothgrad": server_smoothgrad,
+    "ig": server_ig,
     # ----- serving: what batching buys, and concurrent requests coalesced -----
     "batching": bench_batching,
     "coalesce": bench_coalesce,

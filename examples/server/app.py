@@ -6,6 +6,8 @@
 Endpoints (see README.md next to this file):
     GET  /             a page to draw a digit on and see the prediction and its saliency map
     POST /saliency     d score / d pixels as JSON, or as a PNG heat map with ?format=png
+    POST /attribution  integrated gradients, input x gradient or saliency of a class, as JSON
+                       (ag.attribution: concurrent requests share batched passes)
     POST /adapt        one online SGD step from a labelled image
     GET  /weights      the current weights as an .npz file (version in X-Weights-Version)
     GET  /stats        the engine's metrics for the server's event loop, as JSON
@@ -58,6 +60,7 @@ log = logging.getLogger("asyncgrad.server")
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 MAX_SAMPLES: Final = 65536
+MAX_STEPS: Final = 512
 # The most rows one coalesced saliency pass holds (a request with more SmoothGrad samples runs
 # by itself, in chunks): a pass over them takes well under a millisecond on one core.
 MAX_BATCH: Final = 256
@@ -130,6 +133,19 @@ class SaliencyRequest(BaseModel):
     seed: int = Field(0, ge=0, le=2**32 - 1, description="SmoothGrad's noise seed")
 
 
+class AttributionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    image: Image8x8 = Field(description="8 rows of 8 pixels in [0, 1]")
+    target: Digit | None = Field(None, description="the class to explain (default: predicted)")
+    method: Literal["integrated_gradients", "input_x_gradient", "saliency"] = Field(
+        "integrated_gradients", description="Captum's method of the same name"
+    )
+    steps: int = Field(
+        50, ge=2, le=MAX_STEPS, description="integrated gradients' steps (Gauss-Legendre)"
+    )
+
+
 class AdaptRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -154,13 +170,16 @@ class Snapshot:
     # Its saliency requests made at once run as one forward and one backward over their
     # stacked rows (NOTE [Coalesced gradients]); None: one pass per request.
     coalescer: ag.serving.Coalescer | None
+    # Its attribution requests (NOTE [Attributions that coalesce]): they share batched passes.
+    explainer: ag.attribution.Explainer
     # What the weights were at publication: each parameter's array, version and checksum.
     published: tuple[tuple[int, int, float], ...]
 
     @classmethod
     def of(cls, version: int, model: ag.nn.Sequential, coalesce: bool) -> Snapshot:
         coalescer = ag.serving.Coalescer(model, max_batch=MAX_BATCH) if coalesce else None
-        return cls(version, model, coalescer, _weights_record(model))
+        explainer = ag.attribution.Explainer(model)
+        return cls(version, model, coalescer, explainer, _weights_record(model))
 
     def intact(self) -> bool:
         """Whether the weights are still exactly what was published (every response says so:
@@ -257,6 +276,36 @@ async def saliency(server: Server, req: SaliencyRequest) -> dict[str, Any]:
         "probabilities": probabilities.tolist(),
         "saliency": digits.to_numpy(grad).reshape(digits.SIDE, digits.SIDE).tolist(),
         "samples": req.samples,
+        "version": snap.version,
+        "snapshot_intact": snap.intact(),
+    }
+
+
+async def attribution(server: Server, req: AttributionRequest) -> dict[str, Any]:
+    snap = server.current
+    device = next(snap.model.parameters()).device
+    x = ag.tensor(np.asarray(req.image, dtype=np.float32).reshape(1, -1), device=device)
+    explain = snap.explainer
+    # The prediction from a forward shared with the other requests made meanwhile.
+    logits = await explain.coalescer.forward(x)
+    probabilities = digits.to_numpy(ag.nn.functional.softmax(logits, dim=1))[0]
+    target = int(probabilities.argmax()) if req.target is None else req.target
+    delta = None
+    if req.method == "integrated_gradients":
+        attr, d = await explain.integrated_gradients(
+            x, target, n_steps=req.steps, return_convergence_delta=True
+        )
+        delta = float(digits.to_numpy(d)[0])
+    elif req.method == "input_x_gradient":
+        attr = await explain.input_x_gradient(x, target)
+    else:
+        attr = await explain.saliency(x, target, abs=False)
+    return {
+        "method": req.method,
+        "prediction": int(probabilities.argmax()),
+        "target": target,
+        "attribution": digits.to_numpy(attr).reshape(digits.SIDE, digits.SIDE).tolist(),
+        "convergence_delta": delta,
         "version": snap.version,
         "snapshot_intact": snap.intact(),
     }
@@ -490,6 +539,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "X-Weights-Version": str(result["version"]),
         }
         return Response(png, media_type="image/png", headers=headers)
+
+    @app.post("/attribution")
+    async def post_attribution(request: Request, body: AttributionRequest) -> dict[str, Any]:
+        """Integrated gradients (with the convergence delta), input x gradient or saliency of
+        a class score with respect to the image's pixels."""
+        server: Server = request.app.state.server
+        return await cancel_on_disconnect(request, attribution(server, body))
 
     @app.post("/adapt")
     async def post_adapt(request: Request, body: AdaptRequest) -> dict[str, Any]:
