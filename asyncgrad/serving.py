@@ -46,8 +46,9 @@ backward, and gives each caller its own rows of the input gradient:
   - parameter gradients: ``parameter_grads`` requests batch with each other, never with
     input-gradient requests, and each gets its own gradients of the model's parameters (See
     NOTE [Per-request parameter gradients] in asyncgrad/per_sample.py). A batch holds one
-    gradient of every trainable parameter per request at once, so its memory is up to
-    ``max_batch`` times the model's parameters (a request of several rows counts once).
+    gradient of every trainable parameter per request at once, so it takes at most as many
+    requests as ``max_parameter_grad_bytes`` (256 MiB) holds of those (one at least): for an
+    MLP 784-256-256-10 in float32 (1.03 MiB of parameters), 249 requests.
   - the engine: a batch is one backward pass, so ``configure(max_running=N)`` counts it once,
     and it runs at the priority given to the coalescer.
   - sizing: a batch costs the per-pass overhead once (about 120 µs on a 2-core VM) plus its
@@ -186,10 +187,10 @@ class _Slot:
         if not self._done:  # woken to lead: the next wait needs a new event
             self._event = anyio.Event()
 
-    def result(self) -> Any:
+    def result(self) -> _Result:
         if self._error is not None:
             raise self._error
-        return self._result
+        return cast("_Result", self._result)
 
 
 class _Request:
@@ -230,6 +231,9 @@ class Coalescer:
         max_concurrent: how many batches may run at once (each takes the requests waiting
             when it starts); default: one on a GPU, one per compute thread on the CPU
             (``ag.configure(compute_threads=...)``).
+        max_parameter_grad_bytes: the most bytes of per-request parameter gradients one
+            ``parameter_grads`` batch holds (each request's are the size of the trainable
+            parameters; a batch holds one request at least). Default 256 MiB.
 
     Examples:
         >>> import asyncio, asyncgrad as ag
@@ -253,6 +257,7 @@ class Coalescer:
         forward_off_loop: bool | None = None,
         priority: int = 0,
         max_concurrent: int | None = None,
+        max_parameter_grad_bytes: int = 256 << 20,
     ) -> None:
         if not callable(model):
             raise TypeError(f"Coalescer(model): model must be callable, got {type(model).__name__}")
@@ -264,6 +269,15 @@ class Coalescer:
             raise TypeError(
                 "Coalescer: forward_off_loop must be None (chosen per batch), True or False, "
                 f"got {forward_off_loop!r}"
+            )
+        if (
+            not isinstance(max_parameter_grad_bytes, int)
+            or isinstance(max_parameter_grad_bytes, bool)
+            or max_parameter_grad_bytes < 1
+        ):
+            raise ValueError(
+                "Coalescer: max_parameter_grad_bytes must be an int >= 1, got "
+                f"{max_parameter_grad_bytes!r}"
             )
         if max_concurrent is not None and (
             not isinstance(max_concurrent, int) or max_concurrent < 1
@@ -277,6 +291,7 @@ class Coalescer:
         self.forward_off_loop = forward_off_loop
         self.priority = priority
         self.max_concurrent = max_concurrent
+        self.max_parameter_grad_bytes = max_parameter_grad_bytes
         # Waiting requests per kind of row (shape, dtype, device).
         self._pending: dict[Any, list[_Request]] = {}
         # Per kind: the runner tasks serving it and the request running alone in its caller,
@@ -589,16 +604,29 @@ class Coalescer:
         waiting = self._pending.get(key)
         batch: list[_Request] = []
         rows = 0
+        # Parameter-gradient requests: as many as their gradients' bytes allow at once.
+        most = self._parameter_requests() if key[2] else None
         while waiting:
             r = waiting[0]
             if r.future.done():  # its caller was cancelled before the batch started
                 waiting.pop(0)
                 continue
-            if batch and rows + r.rows > self.max_batch:
+            if batch and (rows + r.rows > self.max_batch or len(batch) == most):
                 break
             batch.append(waiting.pop(0))
             rows += r.rows
         return batch
+
+    def _parameter_requests(self) -> int:
+        """How many parameter-gradient requests a batch may hold: each gets a gradient of
+        every trainable parameter, so at most ``max_parameter_grad_bytes`` of them at once
+        (one request at least)."""
+        each = sum(
+            p.numel() * p.element_size()
+            for p in self.model.parameters()  # type: ignore[attr-defined]
+            if p.requires_grad
+        )
+        return max(1, self.max_parameter_grad_bytes // max(1, each))
 
     async def _run_batch(self, batch: list[_Request]) -> None:
         try:

@@ -284,6 +284,22 @@ async def test_parameter_requests_batch_apart_from_input_gradient_requests() -> 
     assert c.stats()["batches"] == 3  # the first; then the input and the parameter requests
 
 
+async def test_a_batch_holds_as_many_requests_as_their_gradients_bytes_allow() -> None:
+    model = mlp(12)
+    each = sum(p.numel() * p.element_size() for p in model.parameters())
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True, max_parameter_grad_bytes=2 * each + 1)
+    xs = [rows(1, 90 + i) for i in range(6)]
+    got = await first_then_the_rest(held, [lambda x=x: c.parameter_grads(x) for x in xs])
+    for x, g in zip(xs, got, strict=True):
+        check({k.removeprefix("inner."): v for k, v in g.items()}, alone(model, x))
+    st = c.stats()
+    # The first alone; the five behind it two at a time: 2, 2, 1.
+    assert (st["batches"], st["largest_batch"]) == (4, 2)
+    with pytest.raises(ValueError, match="max_parameter_grad_bytes must be an int >= 1, got 0"):
+        Coalescer(model, max_parameter_grad_bytes=0)
+
+
 async def test_bad_models_are_refused_with_a_clear_error() -> None:
     c = Coalescer(lambda x: x * 2)
     with pytest.raises(TypeError, match=r"must be an nn\.Module .* got function"):
