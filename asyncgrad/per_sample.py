@@ -66,13 +66,23 @@ def _linear(
         xr = xs.reshape(r, -1, xs.shape[-1])  # (requests, positions, in)
         # One position: an outer product, as a broadcast product (the same products).
         gw = gr * xr if xr.shape[1] == 1 else gr @ xr
-        gb = gr.sum(2) if m.bias is not None else None
-        for j, i in enumerate(idx):
-            out[i].append((m.weight, gw[j]))
-            if gb is not None:
-                assert m.bias is not None
-                out[i].append((m.bias, gb[j]))
+        _deal(out, idx, m, gw, gr.sum(2) if m.bias is not None else None)
     return out
+
+
+def _deal(
+    out: list[list[tuple[Tensor, Tensor]]],
+    idx: list[int],
+    m: Linear | Conv1d | Conv2d,
+    gw: Tensor,
+    gb: Tensor | None,
+) -> None:
+    """Give request ``idx[j]`` its views ``gw[j]`` of the weight's and ``gb[j]`` of the bias's
+    gradients, from its group's products."""
+    for j, i in enumerate(idx):
+        out[i].append((m.weight, gw[j]))
+        if gb is not None and m.bias is not None:
+            out[i].append((m.bias, gb[j]))
 
 
 # NOTE [Per-request gradients in one allocation]
@@ -158,12 +168,7 @@ def _conv(
         co = cs.reshape(r, per, cs.shape[1], positions).permute(0, 1, 3, 2)
         gw = go.reshape(r, c_out, per * positions) @ co.reshape(r, per * positions, -1)
         gw = gw.reshape(r, *m.weight.shape)
-        gb = go.sum((2, 3)) if m.bias is not None else None
-        for j, i in enumerate(idx):
-            out[i].append((m.weight, gw[j]))
-            if gb is not None:
-                assert m.bias is not None
-                out[i].append((m.bias, gb[j]))
+        _deal(out, idx, m, gw, go.sum((2, 3)) if m.bias is not None else None)
     return out
 
 

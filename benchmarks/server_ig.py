@@ -25,9 +25,7 @@ Usage: python benchmarks/server_ig.py [--rounds R] [--quick]
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,7 +44,6 @@ TARGET = 3.0  # requests/s against Captum's, with p99 at most its
 
 def worker_main(lib: str, argv: list[str]) -> None:
     import argparse
-    import asyncio
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -59,19 +56,7 @@ def worker_main(lib: str, argv: list[str]) -> None:
     env = dict(os.environ)
     for var in H.THREAD_ENV:  # library defaults: no thread settings of ours
         env.pop(var, None)
-    with tempfile.TemporaryFile() as err:
-        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        try:
-            res = asyncio.run(S.client(lib, port, S.requests_per_client(a.quick), server.pid))
-        except BaseException:
-            server.terminate()
-            server.wait(10)
-            err.seek(0)
-            sys.stderr.write(err.read().decode(errors="replace")[-3000:])
-            raise
-        server.terminate()
-        server.wait(30)
-    H.emit({"lib": lib, **res})
+    H.emit({"lib": lib, **S.serve_and_measure(lib, cmd, env, port, a.quick)})
 
 
 ROUNDS = 2

@@ -192,8 +192,6 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
 
 
 def worker_main(lib: str, argv: list[str]) -> None:
-    import asyncio
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
@@ -212,10 +210,20 @@ def worker_main(lib: str, argv: list[str]) -> None:
         cmd.append("--gc-freeze")
     if lib.endswith("-spare"):
         cmd += ["--compute-threads", str(SPARE_THREADS)]
+    H.emit({"lib": lib, **serve_and_measure(lib, cmd, env, port, a.quick)})
+
+
+def serve_and_measure(
+    lib: str, cmd: list[str], env: dict[str, str], port: int, quick: bool
+) -> dict[str, Any]:
+    """Start the server ``cmd`` (listening on ``port``), run the client against it, stop it;
+    the client's measurements (the server's stderr is shown when the run fails)."""
+    import asyncio
+
     with tempfile.TemporaryFile() as err:
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
-            res = asyncio.run(client(lib, port, requests_per_client(a.quick), server.pid))
+            res = asyncio.run(client(lib, port, requests_per_client(quick), server.pid))
         except BaseException:
             server.terminate()
             server.wait(10)
@@ -224,7 +232,7 @@ def worker_main(lib: str, argv: list[str]) -> None:
             raise
         server.terminate()
         server.wait(30)
-    H.emit({"lib": lib, **res})
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
