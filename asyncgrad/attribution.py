@@ -300,7 +300,8 @@ def _chunks(n: int, size: int) -> list[tuple[int, int]]:
 
 async def _all(aws: Sequence[Awaitable[_T]]) -> list[_T]:
     """The results of ``aws``: concurrently on asyncio (where they coalesce), one after another
-    on another loop (trio's requests run alone: See NOTE [Coalesced gradients])."""
+    on another loop (a request's pieces there batch with other callers' requests, not with
+    each other: See NOTE [Batches on other event loops])."""
     if len(aws) > 1 and asyncio._get_running_loop() is not None:
         return list(await asyncio.gather(*aws))
     done: list[_T] = []

@@ -33,7 +33,8 @@ server began (entered their handler) since its previous wake-up; GET /lag answer
 statistics since the last POST /lag/reset (with the number of requests begun during the longest
 stall), the cyclic garbage collector's longest pause and full collections over the same time
 (timed through ``gc.callbacks``), and for asyncgrad the engine's own longest stall of the loop
-(``ag.autograd.engine.stats()``). No gc.collect() and no
+(``ag.autograd.engine.stats()``). GET /health answers at once (the client probes it beside the
+load). No gc.collect() and no
 gc.freeze(), unless ``--gc-freeze`` says so: then the app calls ``gc.collect(); gc.freeze()``
 once at start-up, after the model is built (the remedy the server example documents).
 ``--compute-threads N`` sets asyncgrad's compute threads (default: one per core).
@@ -325,6 +326,10 @@ def make_app(
             raise HTTPException(422, f"x must hold {SIZES[0]} numbers")
         sal, cls = await saliency(x, req.seed)
         return {"saliency": sal.tolist(), "classes": cls.tolist()}
+
+    @app.get("/health")
+    async def get_health() -> dict[str, Any]:
+        return {"ok": True}
 
     @app.get("/lag")
     async def get_lag() -> dict[str, Any]:

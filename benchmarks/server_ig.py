@@ -106,7 +106,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     rep = H.Report(title="Integrated gradients over HTTP (FastAPI on uvicorn)", command=cmd)
     rows, summary = [], {}
     for lib in libs:
-        s = {k: med(lib, k) for k in ("rps", "p50", "p99", "lag_p99")}
+        s = {k: med(lib, k) for k in ("rps", "p50", "p99", "lag_p99", "health_p99")}
         s["lag_max"] = max(per_round(lib, "lag_max"))
         s["gc_max"] = max(per_round(lib, "gc_max"))
         s["gc_full"] = med(lib, "gc_full")
@@ -123,6 +123,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             [
                 LABELS[lib], H.fmt(s["rps"], ".1f"), vs, H.fmt(s["p50"], ".0f"),
                 H.fmt(s["p99"], ".0f"), H.fmt(s["lag_p99"], ".1f"), H.fmt(s["lag_max"], ".1f"),
+                H.fmt(s["health_p99"], ".1f"),
                 H.fmt(s["gc_max"], ".1f"), H.fmt(s["gc_full"], ".0f"),
                 H.fmt(s["server_cores"]),
             ]
@@ -130,10 +131,10 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     tab = H.table(
         [
             "server", "req/s", "vs Captum", "p50 ms", "p99 ms", "loop lag p99 ms",
-            "loop stall max ms", "GC pause max ms", "full GCs", "server cores",
+            "loop stall max ms", "/health p99 ms", "GC pause max ms", "full GCs", "server cores",
         ],
         rows,
-        align=["l"] + ["r"] * 9,
+        align=["l"] + ["r"] * 10,
     )  # fmt: skip
     legend = (
         "Each server is a fresh uvicorn process on 127.0.0.1, the client a separate fresh "
@@ -142,7 +143,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         "another, all starting at once. A request: the integrated gradients of one 64-value "
         f"input for class seed % 10, zero baseline, {IG_STEPS} Gauss-Legendre steps. req/s = "
         "requests / wall time; p50/p99 of the client's latencies; the server's 1 ms ticker's "
-        "lag p99 and longest stall, and the collector's longest pause and full collections, "
+        "lag p99 and longest stall, a /health probe's p99 beside the load (NOTE [Health beside "
+        "the load] in server_smoothgrad.py), the collector's longest pause and full collections, "
         f"over the run. Median over {rounds} interleaved rounds (stall and GC pause: the worst "
         "round). Both servers at library defaults: no thread variables, PyTorch's own "
         "intra-op threads, asyncgrad's own choices."

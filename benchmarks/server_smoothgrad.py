@@ -58,6 +58,12 @@ from _smoothgrad_app import SAMPLES, SIZES
 APP = H.HERE / "_smoothgrad_app.py"
 CONCURRENCY = 200
 WARMUP_REQUESTS = 24
+# NOTE [Health beside the load]
+# During the timed run a separate client (its own keep-alive connection) sends GET /health,
+# which the server answers at once, waits HEALTH_EVERY_S after each answer, and records how
+# long each took: what a load balancer's or an orchestrator's probe sees while the server is
+# busy. Its p50, p99 and worst are reported beside the loop's own lag.
+HEALTH_EVERY_S = 0.02
 LIBS = [
     "asyncgrad", "asyncgrad-coalesced", "asyncgrad-frozen", "asyncgrad-spare", "torch-inline",
     "torch-thread", "asyncgrad-defaults", "asyncgrad-coalesced-defaults", "torch-thread-defaults",
@@ -163,11 +169,29 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
                 r.raise_for_status()
                 lat.append((clock() - t) * 1e3)
 
+        # A health probe beside the load, on a connection of its own (See NOTE [Health beside
+        # the load]).
+        probe = await stack.enter_async_context(httpx.AsyncClient(base_url=base, timeout=300.0))
+        (await probe.get("/health")).raise_for_status()
+        health: list[float] = []
+        done = asyncio.Event()
+
+        async def probing() -> None:
+            while not done.is_set():
+                t = clock()
+                (await probe.get("/health")).raise_for_status()
+                health.append((clock() - t) * 1e3)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), HEALTH_EVERY_S)
+
         (await http.post("/lag/reset")).raise_for_status()
         cpu0, cc0 = cpu_seconds(server_pid), time.process_time()
         t0 = clock()
+        prober = asyncio.create_task(probing())
         await asyncio.gather(*(one_client(u, b) for u, b in zip(users, bodies, strict=True)))
         wall = clock() - t0
+        done.set()
+        await prober
         cpu1, cc1 = cpu_seconds(server_pid), time.process_time()
         lag = (await http.get("/lag")).json()
     n = len(lat)
@@ -187,6 +211,10 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
         "server_loop": lag.get("loop"),
         "server_cores": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / wall,
         "client_cores": (cc1 - cc0) / wall,
+        "health_p50": float(np.percentile(health, 50)),
+        "health_p99": float(np.percentile(health, 99)),
+        "health_max": max(health),
+        "health_probes": len(health),
         "saliency": first.json()["saliency"],
     }
 
@@ -297,7 +325,11 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
 
     rows = []
     for lib in libs:
-        s = {k: med(lib, k) for k in ("rps", "p50", "p99", "lag_p99", "client_cores")}
+        s = {
+            k: med(lib, k)
+            for k in ("rps", "p50", "p99", "lag_p99", "client_cores", "health_p50", "health_p99")
+        }
+        s["health_max"] = max(per_round(lib, "health_max"))
         s["lag_max"] = max(per_round(lib, "lag_max"))
         s["gc_max"] = max(per_round(lib, "gc_max"))
         s["gc_full"] = med(lib, "gc_full")
@@ -339,6 +371,16 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                         f"{med(lib_base, key):.0f} ms",
                     )
                 )
+            v = "MET" if s["health_p99"] < 5.0 else "NOT MET"
+            verdicts.append(f"/health p99 <5 ms: {v}")
+            rep.targets.append(
+                (
+                    f"SmoothGrad server /health p99 < 5 ms beside the load, {LABELS[lib]}",
+                    v,
+                    f"median over rounds {s['health_p99']:.1f} ms, worst probe "
+                    f"{s['health_max']:.1f} ms",
+                )
+            )
             v = "MET" if s["lag_max"] < 5.0 else "NOT MET"
             verdicts.append(f"stall <5 ms: {v}")
             rep.targets.append(
@@ -360,6 +402,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt(s["p99"], ".0f"),
                 H.fmt(s["lag_p99"], ".1f"),
                 H.fmt(s["lag_max"], ".1f"),
+                f"{s['health_p50']:.1f} / {s['health_p99']:.1f} / {s['health_max']:.1f}",
                 H.fmt(s["begun_at_max"], ".0f"),
                 H.fmt(s["engine_stall"], ".1f"),
                 H.fmt(s["gc_max"], ".1f"),
@@ -378,6 +421,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "p99 ms",
             "loop lag p99 ms",
             "loop stall max ms",
+            "/health p50 / p99 / max ms",
             "requests begun in it",
             "engine's stall max ms",
             "GC pause max ms",
@@ -387,7 +431,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
             "target",
         ],
         rows,
-        align=["l"] + ["r"] * 12 + ["l"],
+        align=["l"] + ["r"] * 13 + ["l"],
     )
     loops = sorted({s["loop"] for s in summary.values()})
     legend = (
@@ -399,7 +443,10 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         f"request{'s' if per > 1 else ''} each, one after another, all starting at once; "
         "req/s = requests / wall time of the run; p50/p99 of the latencies the client saw. "
         "The server's 1 ms ticker's lag p99 and max (longest stall) over the run, read from "
-        "GET /lag; `requests begun in it`: how many requests entered their handler during "
+        "GET /lag; `/health`: a probe on a connection of its own beside the load, one GET "
+        f"/health every {HEALTH_EVERY_S * 1e3:.0f} ms after the last answer, its latency p50, p99 "
+        "(medians over rounds) and worst (NOTE [Health beside the load]); `requests begun in "
+        "it`: how many requests entered their handler during "
         "the worst round's longest stall (the users' first requests arrive together, and the "
         "loop runs each handler up to its first await in one go); `engine's stall max`: the "
         "longest the engine itself held the loop (`ag.autograd.engine.stats()`, worst "
