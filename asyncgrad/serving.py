@@ -458,6 +458,10 @@ class Coalescer:
                     await slot.wait()
         except BaseException:
             slot.drop()  # cancelled before its batch: dropped from it; later: rows discarded
+            if slot.lead:  # woken to lead and gone before it could: the lead passes on
+                slot.lead = False
+                self._leave(key)
+                self._hand_off(key, req)
             raise
         return slot.result()
 

@@ -383,6 +383,58 @@ def test_under_trio_requests_coalesce_with_the_same_results_and_cancellation() -
     assert not c._runners
 
 
+def test_under_trio_a_request_woken_to_lead_and_cancelled_passes_the_lead_on() -> None:
+    """A request woken to lead the next batch whose caller is cancelled before it runs hands
+    the lead to the next waiting request: nothing waits forever."""
+    trio = pytest.importorskip("trio", reason="the trio case needs trio")
+    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
+    trio_testing = pytest.importorskip("trio.testing")
+    model = mlp(9)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True, max_concurrent=1)
+    xs = [rows(2, 80 + i) for i in range(3)]
+    got: list[Any] = [None] * 3
+    gone = trio.CancelScope()
+
+    async def main() -> None:
+        with trio.fail_after(TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+
+                async def one(i: int) -> None:
+                    got[i] = await c.grad(xs[i])
+
+                async def cancelled() -> None:
+                    with gone:
+                        got[1] = await c.grad(xs[1])
+
+                nursery.start_soon(one, 0)
+                assert await trio.to_thread.run_sync(held.entered.wait, THREAD_TIMEOUT_S)
+                nursery.start_soon(cancelled)
+                await trio_testing.wait_all_tasks_blocked()
+                nursery.start_soon(one, 2)
+                await trio_testing.wait_all_tasks_blocked()
+                # Its caller cancelled, and in the same turn the request woken to lead the next
+                # batch (as a batch ending then would): it leaves without leading.
+                (key,) = c._pending
+                waiting = next(r for r in c._pending[key] if r.x[0] is xs[1])
+                gone.cancel()
+                c._runners[key] += 1
+                waiting.future.wake()
+                await trio_testing.wait_all_tasks_blocked()
+                held.gate.set()
+
+    try:
+        trio.run(main)
+    finally:
+        held.gate.set()
+    assert gone.cancelled_caught
+    assert got[1] is None
+    for i in (0, 2):
+        np.testing.assert_allclose(got[i].numpy(), alone(model, xs[i]), rtol=RTOL, atol=1e-14)
+    assert not c._runners
+    assert not c._pending
+
+
 def test_under_trio_a_leader_cancelled_mid_batch_still_answers_the_others() -> None:
     trio = pytest.importorskip("trio", reason="the trio case needs trio")
     pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
