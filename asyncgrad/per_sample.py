@@ -15,6 +15,12 @@ rows ``g_r`` (both of the batched pass) determine it exactly.
   - Conv1d, Conv2d (one group, numeric padding): ``weight`` gets ``g_r`` times the sliding
     blocks of ``x_r`` (im2col, ``F.unfold``) summed over positions, ``bias`` the sum of
     ``g_r`` over positions.
+  - RNNCell, GRUCell, LSTMCell (called step by step, the state by position or as ``hx=``):
+    the gradients of the gates' two projections (``W_ih x + b_ih`` and ``W_hh h + b_hh``) are
+    computed again from the captured inputs, the state and the gradients of the outputs (for
+    LSTMCell both ``h'`` and ``c'``; that of ``c'`` is its whole gradient, its use in ``h'``
+    included); ``W_ih`` then gets ``d_ih^T x_r``, ``W_hh`` gets ``d_hh^T h_r``, the biases
+    their sums, and each step's share adds up over the steps.
   - Embedding: ``weight`` gets the rows of ``g_r`` added at the request's indices, with the
     ``padding_idx`` row left at zero (``max_norm`` and ``scale_grad_by_freq`` have no rule:
     their gradient depends on the whole batch).
@@ -23,7 +29,7 @@ forward hook during the batch's forward, runs one backward to the captured outpu
 applies these rules per request. It is exact only if every use of a parameter in the graph is
 one of the captured calls: ``graph_uses`` counts the graph's edges into each parameter's
 accumulator, and where a parameter has uses no rule covers (a parameter of another module,
-one used outside its module, a module without a rule: RNN cells, grouped convolutions), each
+one used outside its module, a module without a rule: grouped convolutions, PReLU), each
 request of the batch runs alone instead: one forward and backward per request, exact by
 construction.
 """
@@ -39,12 +45,55 @@ from .graph.grad_mode import no_grad
 from .nn import functional as F
 from .nn.modules import Conv1d, Conv2d, Embedding, LayerNorm, Linear, Module
 from .nn.normalization import GroupNorm
+from .nn.rnn import GRUCell, LSTMCell, RNNCell
 
-__all__ = ["RULES", "graph_uses", "has_rule", "per_request"]
+__all__ = ["CELL_RULES", "RULES", "Call", "call_of", "graph_uses", "has_rule", "per_request"]
 
 # A rule: (module, its input, the gradient of its output, the requests' row counts) -> for each
 # request, its (parameter, gradient) pairs.
 Rule = Callable[[Any, Tensor, Tensor, Sequence[int]], list[list[tuple[Tensor, Tensor]]]]
+# A cell's rule: (cell, its inputs (x, h[, c]), the gradients of its outputs, the row counts).
+CellRule = Callable[
+    [Any, tuple[Tensor | None, ...], tuple[Tensor | None, ...], Sequence[int]],
+    list[list[tuple[Tensor, Tensor]]],
+]
+
+
+class Call:
+    """One captured call of a module with a rule: its tensor inputs (None where a state was
+    not given) and outputs."""
+
+    __slots__ = ("inputs", "module", "outputs")
+
+    def __init__(
+        self, module: Module, inputs: tuple[Tensor | None, ...], outputs: tuple[Tensor, ...]
+    ) -> None:
+        self.module = module
+        self.inputs = inputs
+        self.outputs = outputs
+
+
+def call_of(
+    module: Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+) -> Call | None:
+    """The call ``module(*args, **kwargs) -> output`` as a rule reads it, or None where its
+    arguments are not what the rule knows (the call then counts as a use no rule covers)."""
+    x = args[0] if args else kwargs.get("input")
+    if not isinstance(x, Tensor):
+        return None
+    if isinstance(module, (RNNCell, GRUCell, LSTMCell)):
+        hx = args[1] if len(args) > 1 else kwargs.get("hx")
+        if isinstance(module, LSTMCell):
+            if not (isinstance(output, tuple) and len(output) == 2):
+                return None
+            h, c = (None, None) if hx is None else hx
+            if not all(t is None or isinstance(t, Tensor) for t in (h, c)):
+                return None
+            return Call(module, (x, h, c), tuple(output))
+        if hx is not None and not isinstance(hx, Tensor):
+            return None
+        return Call(module, (x, hx), (output,)) if isinstance(output, Tensor) else None
+    return Call(module, (x,), (output,)) if isinstance(output, Tensor) else None
 
 
 def _slices(rows: Sequence[int]) -> Iterable[slice]:
@@ -186,6 +235,111 @@ def _embedding(
     return out
 
 
+def _cell_pairs(
+    m: RNNCell | GRUCell | LSTMCell,
+    x: Tensor,
+    h: Tensor | None,
+    d_ih: Tensor,
+    d_hh: Tensor,
+    rows: Sequence[int],
+) -> list[list[tuple[Tensor, Tensor]]]:
+    """A cell's per-request gradients from the gradients of its gates' two projections
+    (``d_ih`` of ``W_ih x + b_ih``, ``d_hh`` of ``W_hh h + b_hh``)."""
+    out = []
+    for s in _slices(rows):
+        pairs: list[tuple[Tensor, Tensor]] = [(m.weight_ih, d_ih[s].t() @ x[s])]
+        if h is not None:
+            pairs.append((m.weight_hh, d_hh[s].t() @ h[s]))
+        if m.bias_ih is not None and m.bias_hh is not None:
+            pairs += [(m.bias_ih, d_ih[s].sum(0)), (m.bias_hh, d_hh[s].sum(0))]
+        out.append(pairs)
+    return out
+
+
+def _projections(
+    m: RNNCell | GRUCell | LSTMCell, x: Tensor, h: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """The gates' projections ``W_ih x + b_ih`` and ``W_hh h + b_hh`` computed again, as the
+    cell computes them (a missing state is zeros)."""
+    xw = F.linear(x, m.weight_ih, m.bias_ih)
+    if h is None:
+        hw = xw.new_zeros(xw.shape) if m.bias_hh is None else m.bias_hh.expand(*xw.shape)
+    else:
+        hw = F.linear(h, m.weight_hh, m.bias_hh)
+    return xw, hw
+
+
+def _rnn_cell(
+    m: RNNCell,
+    inputs: tuple[Tensor | None, ...],
+    gys: tuple[Tensor | None, ...],
+    rows: Sequence[int],
+) -> list[list[tuple[Tensor, Tensor]]]:
+    x, h = inputs
+    (gy,) = gys
+    assert x is not None
+    assert gy is not None
+    xw, hw = _projections(m, x, h)
+    pre = xw + hw
+    if m.nonlinearity == "tanh":
+        t = pre.tanh()
+        d = gy * (1 - t * t)
+    else:
+        d = gy * (pre > 0).to(gy.dtype)
+    return _cell_pairs(m, x, h, d, d, rows)
+
+
+def _gru_cell(
+    m: GRUCell,
+    inputs: tuple[Tensor | None, ...],
+    gys: tuple[Tensor | None, ...],
+    rows: Sequence[int],
+) -> list[list[tuple[Tensor, Tensor]]]:
+    x, h = inputs
+    (gy,) = gys
+    assert x is not None
+    assert gy is not None
+    xw, hw = _projections(m, x, h)
+    x_r, x_z, x_n = xw.chunk(3, -1)
+    h_r, h_z, h_n = hw.chunk(3, -1)
+    r = (x_r + h_r).sigmoid()
+    z = (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    prev = h if h is not None else gy.new_zeros(gy.shape)
+    a = gy * (1 - z) * (1 - n * n)  # the gradient of n's argument
+    d_r = a * h_n * r * (1 - r)
+    d_z = gy * (prev - n) * z * (1 - z)
+    d_ih = ops.cat([d_r, d_z, a], -1)
+    d_hh = ops.cat([d_r, d_z, a * r], -1)
+    return _cell_pairs(m, x, h, d_ih, d_hh, rows)
+
+
+def _lstm_cell(
+    m: LSTMCell,
+    inputs: tuple[Tensor | None, ...],
+    gys: tuple[Tensor | None, ...],
+    rows: Sequence[int],
+) -> list[list[tuple[Tensor, Tensor]]]:
+    x, h, c = inputs
+    g_h, g_c = gys
+    assert x is not None
+    xw, hw = _projections(m, x, h)
+    i, f, g, o = (xw + hw).chunk(4, -1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    prev = c if c is not None else i.new_zeros(i.shape)
+    c_new = f * prev + i * g
+    zeros = i.new_zeros(i.shape)
+    g_h = zeros if g_h is None else g_h
+    # The gradient of c' is the whole of it: its uses after this step and its use in h'.
+    g_c = zeros if g_c is None else g_c
+    d_o = g_h * c_new.tanh() * o * (1 - o)
+    d = ops.cat([g_c * g * i * (1 - i), g_c * prev * f * (1 - f), g_c * i * (1 - g * g), d_o], -1)
+    return _cell_pairs(m, x, h, d, d, rows)
+
+
+CELL_RULES: dict[type, CellRule] = {RNNCell: _rnn_cell, GRUCell: _gru_cell, LSTMCell: _lstm_cell}
+
+
 RULES: dict[type, Rule] = {
     Linear: _linear,
     LayerNorm: _layer_norm,
@@ -200,6 +354,8 @@ def has_rule(m: Module) -> bool:
     """Whether ``m``'s own parameters get their per-request gradients from a rule (See NOTE
     [Per-request parameter gradients])."""
     cls = type(m)
+    if cls in CELL_RULES:
+        return True
     if cls not in RULES:
         return False
     if isinstance(m, Embedding):
@@ -210,17 +366,26 @@ def has_rule(m: Module) -> bool:
 
 
 def per_request(
-    captured: Sequence[tuple[Module, Tensor, Tensor | None]], rows: Sequence[int]
+    calls: Sequence[tuple[Call, tuple[Tensor | None, ...]]], rows: Sequence[int]
 ) -> list[dict[int, Tensor]]:
     """Each request's parameter gradients, keyed by ``id(parameter)``, from the captured calls
-    ``(module, input, gradient of its output)`` of one batch (an output that did not reach the
-    backward's root gives None: no gradient)."""
+    of one batch with the gradients of their outputs (None for an output that did not reach
+    the backward's root)."""
     grads: list[dict[int, Tensor]] = [{} for _ in rows]
     with no_grad():
-        for m, x, g in captured:
-            if g is None:
+        for call, gys in calls:
+            if all(g is None for g in gys):
                 continue
-            for mine, pairs in zip(grads, RULES[type(m)](m, x.detach(), g, rows), strict=True):
+            m = call.module
+            inputs = tuple(None if t is None else t.detach() for t in call.inputs)
+            if type(m) in CELL_RULES:
+                per = CELL_RULES[type(m)](m, inputs, gys, rows)
+            else:
+                x, g = inputs[0], gys[0]
+                assert x is not None
+                assert g is not None
+                per = RULES[type(m)](m, x, g, rows)
+            for mine, pairs in zip(grads, per, strict=True):
                 for p, gp in pairs:
                     if not p.requires_grad:
                         continue

@@ -139,7 +139,7 @@ _Result = tuple[Tensor | None, Any]
 
 # The forward's capture list of the batch running in this context (See NOTE [Per-request
 # parameter gradients] in asyncgrad/per_sample.py): the modules' forward hooks append to it.
-_CAPTURE: ContextVar[list[tuple[Module, Tensor, Tensor]] | None] = ContextVar(
+_CAPTURE: ContextVar[list[per_sample.Call] | None] = ContextVar(
     "asyncgrad_serving_capture", default=None
 )
 
@@ -729,7 +729,7 @@ class Coalescer:
             return [(None, await self._parameters_alone(xs[0], gs[0], ps, named))]
         x = parts[0].detach()
         args = [a.detach() for a in parts[1:]]
-        captured: list[tuple[Module, Tensor, Tensor]] = []
+        captured: list[per_sample.Call] = []
         self._capture_start()
         try:
             run = functools.partial(_forward_capturing, captured)
@@ -738,11 +738,14 @@ class Coalescer:
             self._capture_end()
         # Every use of a parameter in the graph must be one of the captured calls.
         expected = dict.fromkeys(map(id, ps), 0)
-        for m, mx, my in captured:
-            if mx.dim() < 1 or mx.shape[0] != n or my.dim() < 1 or my.shape[0] != n:
+        for call in captured:
+            if any(
+                t is not None and (t.dim() < 1 or t.shape[0] != n)
+                for t in call.inputs + call.outputs
+            ):
                 expected.clear()  # a module that does not see the batch's rows: no rule holds
                 break
-            for p in m.parameters(recurse=False):
+            for p in call.module.parameters(recurse=False):
                 if id(p) in expected:
                     expected[id(p)] += 1
         uses = per_sample.graph_uses(out, ps)
@@ -760,13 +763,16 @@ class Coalescer:
             else None
         )
         root, go = _root(out, gs, outs)
-        live = [(m, mx, my) for m, mx, my in captured if my.requires_grad]
-        gys = await _grad(
-            root, [my for _, _, my in live], grad_outputs=go, allow_unused=True,
-            priority=self.priority,
-        )  # fmt: skip
+        live = [y for call in captured for y in call.outputs if y.requires_grad]
+        got = iter(
+            await _grad(root, live, grad_outputs=go, allow_unused=True, priority=self.priority)
+        )
         mine = per_sample.per_request(
-            [(m, mx, gy) for (m, mx, _), gy in zip(live, gys, strict=True)], rows
+            [
+                (call, tuple(next(got) if y.requires_grad else None for y in call.outputs))
+                for call in captured
+            ],
+            rows,
         )
         _count_batch(self._stats, n)
         return [(None, _by_name(named, d)) for d in mine]
@@ -801,7 +807,7 @@ class Coalescer:
         if self._capturing == 1:
             for m in self.model.modules():  # type: ignore[attr-defined]
                 if per_sample.has_rule(m):
-                    self._hooks.append(m.register_forward_hook(_capture_hook))
+                    self._hooks.append(m.register_forward_hook(_capture_hook, with_kwargs=True))
 
     def _capture_end(self) -> None:
         self._capturing -= 1
@@ -897,15 +903,19 @@ def _by_name(named: list[tuple[str, Tensor]], grads: dict[int, Tensor]) -> dict[
     return out
 
 
-def _capture_hook(module: Module, inputs: tuple[Any, ...], output: Any) -> None:
+def _capture_hook(
+    module: Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+) -> None:
     """A per-sample module's forward hook: its call, into the batch's capture list."""
     cap = _CAPTURE.get()
-    if cap is not None and inputs and isinstance(inputs[0], Tensor) and isinstance(output, Tensor):
-        cap.append((module, inputs[0], output))
+    if cap is not None:
+        call = per_sample.call_of(module, args, kwargs, output)
+        if call is not None:
+            cap.append(call)
 
 
 def _forward_capturing(
-    captured: list[tuple[Module, Tensor, Tensor]],
+    captured: list[per_sample.Call],
     model: Callable[..., Tensor],
     x: Tensor,
     args: list[Tensor],

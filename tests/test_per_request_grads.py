@@ -219,7 +219,23 @@ async def test_convolutions_and_group_norm_have_rules() -> None:
     assert c.stats()["batches"] == 2
 
 
-@pytest.mark.parametrize("make", [Tied, WithPReLU], ids=["tied-weight", "prelu"])
+class WithLSTM(ag.nn.Module):
+    """A whole nn.LSTM (no rule: its layers run their own steps) before a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        ag.manual_seed(14)
+        self.lstm = ag.nn.LSTM(5, 3, batch_first=True, dtype=F64)
+        self.head = ag.nn.Linear(3, 2, dtype=F64)
+
+    def forward(self, x: ag.Tensor) -> ag.Tensor:
+        out, _ = self.lstm(x.unsqueeze(1))
+        return self.head(out[:, -1])
+
+
+@pytest.mark.parametrize(
+    "make", [Tied, WithPReLU, WithLSTM], ids=["tied-weight", "prelu", "lstm-module"]
+)
 async def test_uses_no_rule_covers_run_each_request_alone(make: Any) -> None:
     model = make()
     held = Held(model)
@@ -282,6 +298,49 @@ async def test_parameter_requests_batch_apart_from_input_gradient_requests() -> 
         (want,) = ag.grad_sync(model(xx).sum(), xx)
         np.testing.assert_allclose(got[i].numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
     assert c.stats()["batches"] == 3  # the first; then the input and the parameter requests
+
+
+class Recurrent(ag.nn.Module):
+    """A cell unrolled over 3 steps of 3 features each, then a linear head; the state goes in
+    by position, or (``keyword``) as ``hx=``, and starts as None (zeros)."""
+
+    def __init__(self, kind: str, keyword: bool) -> None:
+        super().__init__()
+        ag.manual_seed(13)
+        if kind == "lstm":
+            self.cell: ag.nn.Module = ag.nn.LSTMCell(3, 4, dtype=F64)
+        elif kind == "gru":
+            self.cell = ag.nn.GRUCell(3, 4, dtype=F64)
+        else:
+            self.cell = ag.nn.RNNCell(3, 4, nonlinearity=kind, dtype=F64)
+        self.kind, self.keyword = kind, keyword
+        self.head = ag.nn.Linear(4, 2, dtype=F64)
+
+    def forward(self, x: ag.Tensor) -> ag.Tensor:
+        steps = x.reshape(x.shape[0], 3, 3)
+        state: Any = None
+        for t in range(3):
+            xt = steps[:, t]
+            state = self.cell(xt, hx=state) if self.keyword else self.cell(xt, state)
+        h = state[0] if self.kind == "lstm" else state
+        return self.head(ag.tanh(h))
+
+
+@pytest.mark.parametrize(
+    ("kind", "keyword"),
+    [("tanh", False), ("relu", True), ("gru", False), ("gru", True), ("lstm", False),
+     ("lstm", True)],
+)  # fmt: skip
+async def test_recurrent_cells_have_rules(kind: str, keyword: bool) -> None:
+    model = Recurrent(kind, keyword)
+    held = Held(model)
+    c = Coalescer(held, forward_off_loop=True)
+    xs = [rows(n, 100 + i, width=9) for i, n in enumerate((1, 2, 1, 3))]
+    got = await first_then_the_rest(held, [lambda x=x: c.parameter_grads(x) for x in xs])
+    for x, g in zip(xs, got, strict=True):
+        check({k.removeprefix("inner."): v for k, v in g.items()}, alone(model, x))
+    assert c.stats()["parameter_batches_alone"] == 0
+    assert c.stats()["batches"] == 2
 
 
 async def test_a_batch_holds_as_many_requests_as_their_gradients_bytes_allow() -> None:
