@@ -269,17 +269,26 @@ def _projections(
     return xw, hw
 
 
+def _one_state(
+    m: RNNCell | GRUCell, inputs: tuple[Tensor | None, ...], gys: tuple[Tensor | None, ...]
+) -> tuple[Tensor, Tensor | None, Tensor, Tensor, Tensor]:
+    """A one-state cell's call: its input, state, the gradient of its output, and the gates'
+    two projections computed again."""
+    x, h = inputs
+    (gy,) = gys
+    assert x is not None
+    assert gy is not None
+    xw, hw = _projections(m, x, h)
+    return x, h, gy, xw, hw
+
+
 def _rnn_cell(
     m: RNNCell,
     inputs: tuple[Tensor | None, ...],
     gys: tuple[Tensor | None, ...],
     rows: Sequence[int],
 ) -> list[list[tuple[Tensor, Tensor]]]:
-    x, h = inputs
-    (gy,) = gys
-    assert x is not None
-    assert gy is not None
-    xw, hw = _projections(m, x, h)
+    x, h, gy, xw, hw = _one_state(m, inputs, gys)
     pre = xw + hw
     if m.nonlinearity == "tanh":
         t = pre.tanh()
@@ -295,11 +304,7 @@ def _gru_cell(
     gys: tuple[Tensor | None, ...],
     rows: Sequence[int],
 ) -> list[list[tuple[Tensor, Tensor]]]:
-    x, h = inputs
-    (gy,) = gys
-    assert x is not None
-    assert gy is not None
-    xw, hw = _projections(m, x, h)
+    x, h, gy, xw, hw = _one_state(m, inputs, gys)
     x_r, x_z, x_n = xw.chunk(3, -1)
     h_r, h_z, h_n = hw.chunk(3, -1)
     r = (x_r + h_r).sigmoid()
