@@ -63,8 +63,6 @@ ROUNDS = 2
 
 
 def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
-    import numpy as np
-
     if quick:
         rounds = 1
     cmd = (
@@ -82,18 +80,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     libs = H.available_libs(LIBS, LABELS)
     args = ["--quick"] if quick else []
     results = H.interleaved_rounds(Path(__file__), libs, rounds, lambda lib, r: args)
-    firsts = {lib: np.asarray(results[lib][0]["saliency"]) for lib in libs}
-    ref = firsts[libs[-1]]
-    scale = float(np.max(np.abs(ref))) or 1.0
-    worst = 0.0
-    for lib, g in firsts.items():
-        if g.shape != ref.shape or not np.allclose(g, ref, rtol=1e-3, atol=1e-4 * scale):
-            raise SystemExit(f"server_ig: the attributions of {lib} differ from {libs[-1]}'s")
-        worst = max(worst, float(np.max(np.abs(g - ref))) / scale)
-    check = (
-        "Attribution check passed: the first request's integrated gradients from every server "
-        f"match {LABELS[libs[-1]]}'s (max difference {worst:.1e} relative to its largest "
-        "magnitude)."
+    check = S.check_saliency(
+        {lib: results[lib][0] for lib in libs}, libs[-1], LABELS, "integrated gradients"
     )
     print(check)
 

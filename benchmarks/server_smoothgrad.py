@@ -266,21 +266,31 @@ def serve_and_measure(
 # ---------------------------------------------------------------------------------------------
 # Parent
 # ---------------------------------------------------------------------------------------------
-def check_saliency(first_round: dict[str, dict[str, Any]]) -> str:
+def check_saliency(
+    first_round: dict[str, dict[str, Any]],
+    ref_lib: str | None = None,
+    labels: dict[str, str] | None = None,
+    what: str = "saliency map",
+) -> str:
+    """Every server's answer to the first request (its ``saliency`` field) against
+    ``ref_lib``'s (default: PyTorch inline where it ran); exits naming the first that differs,
+    else the line the report prints."""
     import numpy as np
 
-    ref_lib = "torch-inline" if "torch-inline" in first_round else next(iter(first_round))
+    labels = LABELS if labels is None else labels
+    if ref_lib is None:
+        ref_lib = "torch-inline" if "torch-inline" in first_round else next(iter(first_round))
     ref = np.asarray(first_round[ref_lib]["saliency"])
     scale = float(np.max(np.abs(ref))) or 1.0
     worst = 0.0
     for lib, r in first_round.items():
         g = np.asarray(r["saliency"])
         if g.shape != ref.shape or not np.allclose(g, ref, rtol=1e-3, atol=1e-4 * scale):
-            raise SystemExit(f"server_smoothgrad: the saliency from {lib} differs from {ref_lib}'s")
+            raise SystemExit(f"the {what} from {lib} differs from {ref_lib}'s")
         worst = max(worst, float(np.max(np.abs(g - ref))) / scale)
     return (
-        "Saliency check passed: the first request's saliency map from every server matches "
-        f"{LABELS[ref_lib]}'s (max difference {worst:.1e} relative to its largest magnitude)."
+        f"Check passed: the first request's {what} from every server matches "
+        f"{labels[ref_lib]}'s (max difference {worst:.1e} relative to its largest magnitude)."
     )
 
 

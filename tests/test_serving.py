@@ -330,16 +330,30 @@ def test_a_call_outside_an_event_loop_is_refused() -> None:
         coro.send(None)
 
 
+def held_under_trio(seed: int) -> tuple[Any, Any, ag.nn.Module, Held, Coalescer]:
+    """trio and trio.testing (or a skip), and a held model with its coalescer of one batch in
+    flight at a time: which requests share a batch is fixed by construction."""
+    trio = pytest.importorskip("trio", reason="the trio case needs trio")
+    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
+    trio_testing = pytest.importorskip("trio.testing")
+    model = mlp(seed)
+    held = Held(model)
+    return trio, trio_testing, model, held, Coalescer(held, forward_off_loop=True, max_concurrent=1)
+
+
+def run_held(trio: Any, held: Held, main: Any) -> None:
+    """``trio.run(main)``, the gate opened whatever happens (no thread is left waiting)."""
+    try:
+        trio.run(main)
+    finally:
+        held.gate.set()
+
+
 def test_under_trio_requests_coalesce_with_the_same_results_and_cancellation() -> None:
     """NOTE [Batches on other event loops]: under trio the requests that wait while a batch
     runs form the next one, led by one of them; a caller cancelled before its batch is dropped
     from it, and the others' results are those computed alone."""
-    trio = pytest.importorskip("trio", reason="the trio case needs trio")
-    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
-    trio_testing = pytest.importorskip("trio.testing")
-    model = mlp(7)
-    held = Held(model)
-    c = Coalescer(held, forward_off_loop=True, max_concurrent=1)
+    trio, trio_testing, model, held, c = held_under_trio(7)
     xs = [rows(n, 60 + i) for i, n in enumerate((2, 3, 1, 2))]
     got: list[Any] = [None] * 4
     gone = trio.CancelScope()
@@ -367,10 +381,7 @@ def test_under_trio_requests_coalesce_with_the_same_results_and_cancellation() -
             with pytest.raises(ValueError, match="more than max_batch"):
                 await c.grad(rows(300, 0))
 
-    try:
-        trio.run(main)
-    finally:
-        held.gate.set()
+    run_held(trio, held, main)
     for x, (out, g) in zip(xs, got[:3], strict=False):
         want_out, want_g = alone_predicted(model, x)
         np.testing.assert_allclose(out.numpy(), want_out, rtol=RTOL, atol=1e-14)
@@ -386,12 +397,7 @@ def test_under_trio_requests_coalesce_with_the_same_results_and_cancellation() -
 def test_under_trio_a_request_woken_to_lead_and_cancelled_passes_the_lead_on() -> None:
     """A request woken to lead the next batch whose caller is cancelled before it runs hands
     the lead to the next waiting request: nothing waits forever."""
-    trio = pytest.importorskip("trio", reason="the trio case needs trio")
-    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
-    trio_testing = pytest.importorskip("trio.testing")
-    model = mlp(9)
-    held = Held(model)
-    c = Coalescer(held, forward_off_loop=True, max_concurrent=1)
+    trio, trio_testing, model, held, c = held_under_trio(9)
     xs = [rows(2, 80 + i) for i in range(3)]
     got: list[Any] = [None] * 3
     gone = trio.CancelScope()
@@ -423,10 +429,7 @@ def test_under_trio_a_request_woken_to_lead_and_cancelled_passes_the_lead_on() -
                 await trio_testing.wait_all_tasks_blocked()
                 held.gate.set()
 
-    try:
-        trio.run(main)
-    finally:
-        held.gate.set()
+    run_held(trio, held, main)
     assert gone.cancelled_caught
     assert got[1] is None
     for i in (0, 2):
@@ -436,12 +439,7 @@ def test_under_trio_a_request_woken_to_lead_and_cancelled_passes_the_lead_on() -
 
 
 def test_under_trio_a_leader_cancelled_mid_batch_still_answers_the_others() -> None:
-    trio = pytest.importorskip("trio", reason="the trio case needs trio")
-    pytest.importorskip("anyio", reason="awaiting a pass under trio needs anyio")
-    trio_testing = pytest.importorskip("trio.testing")
-    model = mlp(8)
-    held = Held(model)
-    c = Coalescer(held, forward_off_loop=True, max_concurrent=1)
+    trio, trio_testing, model, held, c = held_under_trio(8)
     xs = [rows(2, 70 + i) for i in range(3)]
     got: list[Any] = [None] * 3
     leader = trio.CancelScope()
@@ -466,10 +464,7 @@ def test_under_trio_a_leader_cancelled_mid_batch_still_answers_the_others() -> N
                 await trio_testing.wait_all_tasks_blocked()
                 held.gate.set()
 
-    try:
-        trio.run(main)
-    finally:
-        held.gate.set()
+    run_held(trio, held, main)
     assert leader.cancelled_caught
     assert got[0] is None
     for i in (1, 2):
