@@ -7,6 +7,8 @@ counters, never from timing."""
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 from typing import Any
 
 import numpy as np
@@ -390,3 +392,46 @@ def test_under_trio_requests_share_a_pass_with_the_same_results() -> None:
     for x, g in zip(xs, got, strict=True):
         check(g, alone(model, x))
     assert c.stats()["batches"] == 1  # started in one turn: one batch
+
+
+# A bounded stress run (NOTE [Per-request parameter gradients]); .ci/run runs a longer one.
+STRESS_REQUESTS = int(os.environ.get("ASYNCGRAD_STRESS_PARAM_REQUESTS", "120"))
+
+
+async def test_stress_concurrent_parameter_and_input_requests_are_each_exact() -> None:
+    """Waves of concurrent requests of 1-3 rows, parameter and input gradients mixed, two
+    batches in flight at once on two compute threads, some callers cancelled while they wait:
+    every answer is exactly the request's own, computed alone; nothing is left behind."""
+    model = mlp(21)
+    c = Coalescer(model, max_concurrent=2, max_batch=8)
+    rng = random.Random(0)
+    done = 0
+    async with asyncio.timeout(30.0 + STRESS_REQUESTS * 0.05):
+        while done < STRESS_REQUESTS:
+            wave = []
+            for _ in range(rng.randint(1, 12)):
+                x = rows(rng.randint(1, 3), done + len(wave))
+                params = rng.random() < 0.6
+                task = asyncio.ensure_future(c.parameter_grads(x) if params else c.grad(x))
+                wave.append((x, params, task, rng.random() < 0.1))
+            await asyncio.sleep(0)  # every request made
+            for _, _, task, cancel in wave:
+                if cancel:
+                    task.cancel()
+            await asyncio.gather(*(t for _, _, t, _ in wave), return_exceptions=True)
+            for x, params, task, cancel in wave:
+                if task.cancelled():
+                    assert cancel
+                    continue
+                if params:
+                    check(task.result(), alone(model, x))
+                else:
+                    xx = x.detach().requires_grad_(True)
+                    (want,) = ag.grad_sync(model(xx).sum(), xx)
+                    np.testing.assert_allclose(
+                        task.result().numpy(), want.numpy(), rtol=RTOL, atol=ATOL
+                    )
+            done += len(wave)
+    assert not c._pending
+    assert not c._runners
+    assert c.stats()["parameter_batches_alone"] == 0
