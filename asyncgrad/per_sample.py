@@ -167,31 +167,33 @@ def _layer_norm(
     m: LayerNorm, x: Tensor, g: Tensor, rows: Sequence[int]
 ) -> list[list[tuple[Tensor, Tensor]]]:
     shape = tuple(m.normalized_shape)
-    lead = tuple(range(x.dim() - len(shape)))
     x_hat = F.layer_norm(x, shape, None, None, m.eps)
-    out = []
-    for s in _slices(rows):
-        pairs: list[tuple[Tensor, Tensor]] = []
-        if m.weight is not None:
-            pairs.append((m.weight, (g[s] * x_hat[s]).sum(lead)))
-        if m.bias is not None:
-            pairs.append((m.bias, g[s].sum(lead)))
-        out.append(pairs)
-    return out
+    return _affine(m, x_hat, g, rows, tuple(range(x.dim() - len(shape))))
 
 
 def _group_norm(
     m: GroupNorm, x: Tensor, g: Tensor, rows: Sequence[int]
 ) -> list[list[tuple[Tensor, Tensor]]]:
-    others = (0, *range(2, x.dim()))  # every dimension but the channels
     x_hat = F.group_norm(x, m.num_groups, None, None, m.eps)
+    return _affine(m, x_hat, g, rows, (0, *range(2, x.dim())))  # all but the channels
+
+
+def _affine(
+    m: LayerNorm | GroupNorm,
+    x_hat: Tensor,
+    g: Tensor,
+    rows: Sequence[int],
+    dims: tuple[int, ...],
+) -> list[list[tuple[Tensor, Tensor]]]:
+    """A normalisation's affine part per request: ``weight`` gets ``g_r * x̂_r`` and ``bias``
+    ``g_r``, summed over ``dims``."""
     out = []
     for s in _slices(rows):
         pairs: list[tuple[Tensor, Tensor]] = []
         if m.weight is not None:
-            pairs.append((m.weight, (g[s] * x_hat[s]).sum(others)))
+            pairs.append((m.weight, (g[s] * x_hat[s]).sum(dims)))
         if m.bias is not None:
-            pairs.append((m.bias, g[s].sum(others)))
+            pairs.append((m.bias, g[s].sum(dims)))
         out.append(pairs)
     return out
 
