@@ -47,7 +47,9 @@ from .nn.modules import Conv1d, Conv2d, Embedding, LayerNorm, Linear, Module
 from .nn.normalization import GroupNorm
 from .nn.rnn import GRUCell, LSTMCell, RNNCell
 
-__all__ = ["CELL_RULES", "RULES", "Call", "call_of", "graph_uses", "has_rule", "per_request"]
+__all__ = [
+    "CELL_RULES", "RULES", "Call", "call_of", "covered", "graph_uses", "has_rule", "per_request",
+]  # fmt: skip
 
 # A rule: (module, its input, the gradient of its output, the requests' row counts) -> for each
 # request, its (parameter, gradient) pairs.
@@ -399,6 +401,23 @@ def per_request(
                     key = id(p)
                     mine[key] = gp if key not in mine else mine[key] + gp
     return grads
+
+
+def covered(root: Tensor, calls: Sequence[Call], params: Sequence[Tensor], n: int) -> bool:
+    """Whether the rules give every parameter's whole gradient: each captured call sees the
+    batch's ``n`` rows, and every use of a parameter in ``root``'s graph is one of the calls
+    (See NOTE [Per-request parameter gradients])."""
+    expected = dict.fromkeys(map(id, params), 0)
+    for call in calls:
+        if any(
+            t is not None and (t.dim() < 1 or t.shape[0] != n) for t in call.inputs + call.outputs
+        ):
+            return False  # a module that does not see the batch's rows: no rule holds
+        for p in call.module.parameters(recurse=False):
+            if id(p) in expected:
+                expected[id(p)] += 1
+    uses = graph_uses(root, params)
+    return all(u == expected[id(p)] for u, p in zip(uses, params, strict=True))
 
 
 def graph_uses(root: Tensor, params: Sequence[Tensor]) -> list[int]:

@@ -736,22 +736,7 @@ class Coalescer:
             out = _checked_output(await self._run_forward(run, x, args, n, "params"), n)
         finally:
             self._capture_end()
-        # Every use of a parameter in the graph must be one of the captured calls.
-        expected = dict.fromkeys(map(id, ps), 0)
-        for call in captured:
-            if any(
-                t is not None and (t.dim() < 1 or t.shape[0] != n)
-                for t in call.inputs + call.outputs
-            ):
-                expected.clear()  # a module that does not see the batch's rows: no rule holds
-                break
-            for p in call.module.parameters(recurse=False):
-                if id(p) in expected:
-                    expected[id(p)] += 1
-        uses = per_sample.graph_uses(out, ps)
-        if len(expected) != len(ps) or any(
-            u != expected[id(p)] for u, p in zip(uses, ps, strict=True)
-        ):
+        if not per_sample.covered(out, captured, ps, n):
             self._stats["parameter_batches_alone"] += 1
             return [
                 (None, await self._parameters_alone(xi, g, ps, named))
