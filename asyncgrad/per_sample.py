@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import ops
+from . import backend, ops
 from ._tensor import Tensor
 from .graph.grad_mode import no_grad
 from .nn import functional as F
@@ -51,9 +51,11 @@ __all__ = [
     "CELL_RULES", "RULES", "Call", "call_of", "covered", "graph_uses", "has_rule", "per_request",
 ]  # fmt: skip
 
-# A rule: (module, its input, the gradient of its output, the requests' row counts) -> for each
-# request, its (parameter, gradient) pairs.
-Rule = Callable[[Any, Tensor, Tensor, Sequence[int]], list[list[tuple[Tensor, Tensor]]]]
+# A rule: (module, its input, the gradient of its output, the requests' row counts, where the
+# large products go) -> for each request, its (parameter, gradient) pairs.
+Rule = Callable[
+    [Any, Tensor, Tensor, Sequence[int], backend.Blocks], list[list[tuple[Tensor, Tensor]]]
+]
 # A cell's rule: (cell, its inputs (x, h[, c]), the gradients of its outputs, the row counts).
 CellRule = Callable[
     [Any, tuple[Tensor | None, ...], tuple[Tensor | None, ...], Sequence[int]],
@@ -106,7 +108,7 @@ def _slices(rows: Sequence[int]) -> Iterable[slice]:
 
 
 def _linear(
-    m: Linear, x: Tensor, g: Tensor, rows: Sequence[int]
+    m: Linear, x: Tensor, g: Tensor, rows: Sequence[int], blocks: backend.Blocks
 ) -> list[list[tuple[Tensor, Tensor]]]:
     # Requests of equal row counts get their weight gradients from one batched product, into
     # one allocation (See NOTE [Per-request gradients in one allocation]).
@@ -115,10 +117,22 @@ def _linear(
         r = len(idx)
         gr = gs.reshape(r, -1, gs.shape[-1]).transpose(1, 2)  # (requests, out, positions)
         xr = xs.reshape(r, -1, xs.shape[-1])  # (requests, positions, in)
-        # One position: an outer product, as a broadcast product (the same products).
-        gw = gr * xr if xr.shape[1] == 1 else gr @ xr
+        gw = _products(blocks, gr, xr)
         _deal(out, idx, m, gw, gr.sum(2) if m.bias is not None else None)
     return out
+
+
+def _products(blocks: backend.Blocks, a: Tensor, b: Tensor) -> Tensor:
+    """The stacked products ``a @ b`` of ``(requests, m, k)`` by ``(requests, k, n)``, into a
+    block of ``blocks`` (See NOTE [Reused blocks] in asyncgrad/backend/__init__.py); for one
+    ``k``, the outer products (the same products)."""
+    aa, ba = a._array, b._array
+    out = blocks.empty((a.shape[0], a.shape[1], b.shape[2]), backend.result_type(aa, ba), aa)
+    if b.shape[1] == 1:
+        backend.outer_into(aa[:, :, 0], ba[:, 0, :], out)
+    else:
+        backend.matmul_into(aa, ba, out)
+    return Tensor._wrap(out)
 
 
 def _deal(
@@ -145,7 +159,9 @@ def _deal(
 # every page is faulted in again. So the requests of each row count share one product over the
 # batch, ``(requests, out, in)``, in one allocation (which NumPy backs with huge pages from
 # 4 MB on, where the kernel allows), and each request's gradient is a view of it: a request
-# that keeps its gradient keeps its group's block alive.
+# that keeps its gradient keeps its group's block alive. A large block is still a mapping of
+# its own, faulted in again each batch; the coalescer keeps its blocks and reuses those no
+# request holds any more (See NOTE [Reused blocks] in asyncgrad/backend/__init__.py).
 def _groups(
     x: Tensor, g: Tensor, rows: Sequence[int]
 ) -> Iterable[tuple[list[int], Tensor, Tensor]]:
@@ -166,7 +182,7 @@ def _groups(
 
 
 def _layer_norm(
-    m: LayerNorm, x: Tensor, g: Tensor, rows: Sequence[int]
+    m: LayerNorm, x: Tensor, g: Tensor, rows: Sequence[int], blocks: backend.Blocks
 ) -> list[list[tuple[Tensor, Tensor]]]:
     shape = tuple(m.normalized_shape)
     x_hat = F.layer_norm(x, shape, None, None, m.eps)
@@ -174,7 +190,7 @@ def _layer_norm(
 
 
 def _group_norm(
-    m: GroupNorm, x: Tensor, g: Tensor, rows: Sequence[int]
+    m: GroupNorm, x: Tensor, g: Tensor, rows: Sequence[int], blocks: backend.Blocks
 ) -> list[list[tuple[Tensor, Tensor]]]:
     x_hat = F.group_norm(x, m.num_groups, None, None, m.eps)
     return _affine(m, x_hat, g, rows, (0, *range(2, x.dim())))  # all but the channels
@@ -201,7 +217,7 @@ def _affine(
 
 
 def _conv(
-    m: Conv1d | Conv2d, x: Tensor, g: Tensor, rows: Sequence[int]
+    m: Conv1d | Conv2d, x: Tensor, g: Tensor, rows: Sequence[int], blocks: backend.Blocks
 ) -> list[list[tuple[Tensor, Tensor]]]:
     # The weight gradient of a convolution is the output gradient times the input's sliding
     # blocks (im2col), summed over positions: per request, one batched product per row count.
@@ -219,14 +235,15 @@ def _conv(
         positions = gs.shape[2]
         go = gs.reshape(r, per, c_out, positions).permute(0, 2, 1, 3)
         co = cs.reshape(r, per, cs.shape[1], positions).permute(0, 1, 3, 2)
-        gw = go.reshape(r, c_out, per * positions) @ co.reshape(r, per * positions, -1)
-        gw = gw.reshape(r, *m.weight.shape)
+        gw = _products(
+            blocks, go.reshape(r, c_out, per * positions), co.reshape(r, per * positions, -1)
+        ).reshape(r, *m.weight.shape)
         _deal(out, idx, m, gw, go.sum((2, 3)) if m.bias is not None else None)
     return out
 
 
 def _embedding(
-    m: Embedding, x: Tensor, g: Tensor, rows: Sequence[int]
+    m: Embedding, x: Tensor, g: Tensor, rows: Sequence[int], blocks: backend.Blocks
 ) -> list[list[tuple[Tensor, Tensor]]]:
     w = m.weight
     dim = w.shape[1]
@@ -375,11 +392,15 @@ def has_rule(m: Module) -> bool:
 
 
 def per_request(
-    calls: Sequence[tuple[Call, tuple[Tensor | None, ...]]], rows: Sequence[int]
+    calls: Sequence[tuple[Call, tuple[Tensor | None, ...]]],
+    rows: Sequence[int],
+    blocks: backend.Blocks | None = None,
 ) -> list[dict[int, Tensor]]:
     """Each request's parameter gradients, keyed by ``id(parameter)``, from the captured calls
     of one batch with the gradients of their outputs (None for an output that did not reach
-    the backward's root)."""
+    the backward's root); the large products go into ``blocks`` (new memory without)."""
+    if blocks is None:
+        blocks = backend.Blocks(0)
     grads: list[dict[int, Tensor]] = [{} for _ in rows]
     with no_grad():
         for call, gys in calls:
@@ -393,7 +414,7 @@ def per_request(
                 x, g = inputs[0], gys[0]
                 assert x is not None
                 assert g is not None
-                per = RULES[type(m)](m, x, g, rows)
+                per = RULES[type(m)](m, x, g, rows, blocks)
             for mine, pairs in zip(grads, per, strict=True):
                 for p, gp in pairs:
                     if not p.requires_grad:

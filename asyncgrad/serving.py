@@ -86,9 +86,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from time import perf_counter
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from . import ops, per_sample
+from . import backend, ops, per_sample
 from ._tensor import Tensor
 from .autograd.api import _grad
 from .engine import settings
@@ -99,6 +99,8 @@ from .graph.grad_mode import enable_grad, is_grad_enabled, no_grad
 from .nn.modules import Module
 
 __all__ = ["Coalescer"]
+
+_T = TypeVar("_T")
 
 # Requests of other callers within this many seconds of each other count as concurrent.
 CONCURRENT_S = 0.002
@@ -116,7 +118,9 @@ CONCURRENT_S = 0.002
 # updates the estimate wherever it ran, so a model that grows slower moves off the loop after
 # one slow batch. Scaling by rows overestimates a larger batch from a small one (a forward has
 # a fixed cost), which errs towards the thread. ``forward_off_loop=True`` or ``False`` fixes
-# the choice instead.
+# the choice instead. A parameter-gradient batch's per-sample rules are placed the same way
+# (their own kind): they write every request's gradients, 64 MB for 64 requests of an MLP
+# 784-256-256-10, 10-16 ms that would otherwise hold the loop.
 OFF_LOOP_FORWARD_S = 1e-3
 
 
@@ -223,17 +227,19 @@ class Coalescer:
         max_batch: the most rows a batch holds (a request's rows are never split).
         max_wait_s: how long a batch waits for more requests before it starts (default 0:
             it starts at once, and requests that arrive while it runs form the next one).
-        forward_off_loop: where each batch's forward runs: ``None`` (the default) chooses
-            per batch by the forward's measured time (See NOTE [Forwards off the loop]),
-            ``True`` always on the engine's compute threads (``ag.run``), ``False`` always on
-            the loop.
+        forward_off_loop: where each batch's forward (and a parameter-gradient batch's
+            per-sample rules) runs: ``None`` (the default) chooses per batch by its measured
+            time (See NOTE [Forwards off the loop]), ``True`` always on the engine's compute
+            threads (``ag.run``), ``False`` always on the loop.
         priority: the engine priority of the batches' backward passes.
         max_concurrent: how many batches may run at once (each takes the requests waiting
             when it starts); default: one on a GPU, one per compute thread on the CPU
             (``ag.configure(compute_threads=...)``).
         max_parameter_grad_bytes: the most bytes of per-request parameter gradients one
             ``parameter_grads`` batch holds (each request's are the size of the trainable
-            parameters; a batch holds one request at least). Default 256 MiB.
+            parameters; a batch holds one request at least), and the most the coalescer keeps
+            of their memory for the next batches once the requests have dropped them (See
+            NOTE [Reused blocks] in asyncgrad/backend/__init__.py). Default 256 MiB.
 
     Examples:
         >>> import asyncio, asyncgrad as ag
@@ -292,6 +298,9 @@ class Coalescer:
         self.priority = priority
         self.max_concurrent = max_concurrent
         self.max_parameter_grad_bytes = max_parameter_grad_bytes
+        # The per-request parameter gradients' products, kept for reuse (See NOTE [Reused
+        # blocks] in asyncgrad/backend/__init__.py).
+        self._blocks = backend.Blocks(max_parameter_grad_bytes)
         # Waiting requests per kind of row (shape, dtype, device).
         self._pending: dict[Any, list[_Request]] = {}
         # Per kind: the runner tasks serving it and the request running alone in its caller,
@@ -303,7 +312,7 @@ class Coalescer:
         self._last_at = float("-inf")
         self._stats = {
             "requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0,
-            "forwards_off_loop": 0, "parameter_batches_alone": 0,
+            "forwards_off_loop": 0, "parameter_batches_alone": 0, "parameter_rules_off_loop": 0,
         }  # fmt: skip
         # Per kind of row: the last forward's (seconds, rows) (See NOTE [Forwards off the loop]).
         self._forward_time: dict[Any, tuple[float, int]] = {}
@@ -313,7 +322,9 @@ class Coalescer:
 
     def stats(self) -> dict[str, int]:
         """Requests served, batches run, rows in them, the largest batch (rows), requests
-        rerun alone after their batch failed, and forwards run off the loop."""
+        rerun alone after their batch failed, forwards run off the loop, parameter-gradient
+        batches run a request at a time (no rule covered them) and those whose rules ran off
+        the loop."""
         return dict(self._stats)
 
     async def grad(self, x: Any, *args: Any, grad_output: Any = None) -> Tensor:
@@ -752,12 +763,18 @@ class Coalescer:
         got = iter(
             await _grad(root, live, grad_outputs=go, allow_unused=True, priority=self.priority)
         )
-        mine = per_sample.per_request(
-            [
-                (call, tuple(next(got) if y.requires_grad else None for y in call.outputs))
-                for call in captured
-            ],
+        calls = [
+            (call, tuple(next(got) if y.requires_grad else None for y in call.outputs))
+            for call in captured
+        ]
+        mine = await self._placed(
+            (tuple(x.shape[1:]), x.dtype, x.device, "rules"),
+            n,
+            "parameter_rules_off_loop",
+            per_sample.per_request,
+            calls,
             rows,
+            self._blocks,
         )
         _count_batch(self._stats, n)
         return [(None, _by_name(named, d)) for d in mine]
@@ -811,19 +828,26 @@ class Coalescer:
     ) -> Tensor:
         """The batch's forward, on the loop or on a compute thread (See NOTE [Forwards off the
         loop])."""
+        kind = (tuple(x.shape[1:]), x.dtype, x.device, mode)
+        return await self._placed(kind, n, "forwards_off_loop", run, self.model, x, args)
+
+    async def _placed(self, kind: Any, n: int, count: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)``, a batch's work of ``n`` rows of ``kind``, on the loop or on a compute
+        thread by its last time (See NOTE [Forwards off the loop]); ``count`` names the stat
+        of those run off the loop."""
         off = self.forward_off_loop
         if off is False:
-            return run(self.model, x, args)
-        kind = (tuple(x.shape[1:]), x.dtype, x.device, mode)
+            return fn(*args)
         if off is None:
             last = self._forward_time.get(kind)
             off = last is None or last[0] * n > OFF_LOOP_FORWARD_S * last[1]
+        out: _T
         if off:
-            self._stats["forwards_off_loop"] += 1
-            out, seconds = await run_off_loop(_timed, run, self.model, x, args)
+            self._stats[count] += 1
+            out, seconds = await run_off_loop(_timed, fn, *args)
         else:
             t0 = perf_counter()
-            out = run(self.model, x, args)
+            out = fn(*args)
             seconds = perf_counter() - t0
         self._forward_time[kind] = (seconds, n)
         return out
@@ -913,15 +937,10 @@ def _forward_capturing(
         _CAPTURE.reset(tok)
 
 
-def _timed(
-    run: Callable[[Callable[..., Tensor], Tensor, list[Tensor]], Tensor],
-    model: Callable[..., Tensor],
-    x: Tensor,
-    args: list[Tensor],
-) -> tuple[Tensor, float]:
-    """``run(model, x, args)`` and the seconds it took (on the thread that ran it)."""
+def _timed(fn: Callable[..., _T], *args: Any) -> tuple[_T, float]:
+    """``fn(*args)`` and the seconds it took (on the thread that ran it)."""
     t0 = perf_counter()
-    out = run(model, x, args)
+    out = fn(*args)
     return out, perf_counter() - t0
 
 

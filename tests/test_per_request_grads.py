@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 import asyncgrad as ag
 import asyncgrad.nn.functional as F
+from asyncgrad import per_sample
 from asyncgrad.serving import Coalescer
 
 from .engine.helpers import TIMEOUT_S
@@ -77,6 +79,43 @@ async def test_concurrent_requests_share_one_pass_and_get_their_own_gradients() 
     assert (st["requests"], st["batches"], st["largest_batch"]) == (6, 2, 10)
     assert st["parameter_batches_alone"] == 0
     assert not any(m._forward_hooks for m in held.modules())  # the capture hooks are gone
+
+
+@pytest.mark.parametrize("off", [None, True, False])
+async def test_the_rules_run_where_the_forwards_would(
+    off: bool | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's per-sample rules write every request's gradients: they are placed as its
+    forward is (NOTE [Forwards off the loop]): by default the first off the loop (nothing is
+    known of them yet), and always off or always on it when forward_off_loop says so."""
+    where: list[str] = []
+    rules = per_sample.per_request
+
+    def recorded(*args: Any) -> Any:
+        where.append(threading.current_thread().name)
+        return rules(*args)
+
+    monkeypatch.setattr(per_sample, "per_request", recorded)
+    model = mlp()
+    xs = [rows(n, i) for i, n in enumerate((1, 2, 1, 3))]
+    if off is False:  # on the loop, the first request runs in its caller, the rest queue
+        c = Coalescer(model, forward_off_loop=False)
+        got = await asyncio.wait_for(asyncio.gather(*(c.parameter_grads(x) for x in xs)), TIMEOUT_S)
+        names = [n for n, _ in model.named_parameters()]
+    else:
+        held = Held(model)
+        c = Coalescer(held, forward_off_loop=off)
+        got = await first_then_the_rest(held, [lambda x=x: c.parameter_grads(x) for x in xs])
+        names = [n for n, _ in held.named_parameters()]
+    for x, g in zip(xs, got, strict=True):
+        assert sorted(g) == sorted(names)
+        check({k.removeprefix("inner."): v for k, v in g.items()}, alone(model, x))
+    st = c.stats()
+    assert st["batches"] < st["requests"]  # some requests shared a batch, and its rules ran
+    assert len(where) == st["batches"] - 1  # the first request ran alone: no rules
+    loop = threading.current_thread().name
+    assert all((t == loop) is (off is False) for t in where), where
+    assert st["parameter_rules_off_loop"] == (0 if off is False else len(where))
 
 
 class PerSampleLoss(ag.nn.Module):
@@ -401,11 +440,14 @@ STRESS_REQUESTS = int(os.environ.get("ASYNCGRAD_STRESS_PARAM_REQUESTS", "120"))
 async def test_stress_concurrent_parameter_and_input_requests_are_each_exact() -> None:
     """Waves of concurrent requests of 1-3 rows, parameter and input gradients mixed, two
     batches in flight at once on two compute threads, some callers cancelled while they wait:
-    every answer is exactly the request's own, computed alone; nothing is left behind."""
+    every answer is exactly the request's own, computed alone; nothing is left behind. Some
+    answers are kept across later waves and checked again after each: the memory of a kept
+    gradient is never given to a later batch (See NOTE [Reused blocks])."""
     model = mlp(21)
     c = Coalescer(model, max_concurrent=2, max_batch=8)
     rng = random.Random(0)
     done = 0
+    kept: list[tuple[dict[str, ag.Tensor], dict[str, np.ndarray[Any, Any]]]] = []
     async with asyncio.timeout(30.0 + STRESS_REQUESTS * 0.05):
         while done < STRESS_REQUESTS:
             wave = []
@@ -424,7 +466,12 @@ async def test_stress_concurrent_parameter_and_input_requests_are_each_exact() -
                     assert cancel
                     continue
                 if params:
-                    check(task.result(), alone(model, x))
+                    want = alone(model, x)
+                    check(task.result(), want)
+                    if rng.random() < 0.3:
+                        kept.append((task.result(), want))
+                        if len(kept) > 40:
+                            kept.pop(rng.randrange(len(kept)))
                 else:
                     xx = x.detach().requires_grad_(True)
                     (want,) = ag.grad_sync(model(xx).sum(), xx)
@@ -432,6 +479,10 @@ async def test_stress_concurrent_parameter_and_input_requests_are_each_exact() -
                         task.result().numpy(), want.numpy(), rtol=RTOL, atol=ATOL
                     )
             done += len(wave)
+            del wave, task
+            for got, want in kept:
+                check(got, want)
     assert not c._pending
     assert not c._runners
     assert c.stats()["parameter_batches_alone"] == 0
+    assert c._blocks.reused > 0  # memory was reused beside the answers kept

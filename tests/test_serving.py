@@ -306,7 +306,7 @@ async def test_bad_requests_are_rejected_before_they_join_a_batch() -> None:
         await c.grad(rows(2, 0), grad_output="ones")
     assert c.stats() == {
         "requests": 0, "batches": 0, "rows": 0, "largest_batch": 0, "alone": 0,
-        "forwards_off_loop": 0, "parameter_batches_alone": 0,
+        "forwards_off_loop": 0, "parameter_batches_alone": 0, "parameter_rules_off_loop": 0,
     }  # fmt: skip
 
 
