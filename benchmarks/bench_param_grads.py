@@ -9,7 +9,14 @@ Each request is one sample (784 features and a class) and its cross-entropy loss
     request's part read back by the layers' per-sample rules);
   - PyTorch, one pass per request: 64 ``torch.autograd.grad`` calls one after another;
   - PyTorch ``torch.func``: ``vmap(grad(loss))`` over the 64 samples in one call (the batched
-    per-sample gradients PyTorch offers; not a server of concurrent requests).
+    per-sample gradients PyTorch offers; not a server of concurrent requests);
+  - NumPy by hand: the batch's forward and backward written out, each sample's weight
+    gradients as ``einsum`` outer products into new arrays (the floor of one batched pass:
+    no engine, no requests).
+
+Beside each burst a ticker task on the same loop wakes every millisecond: the loop's longest
+gap is the longest time between two of its wake-ups during a burst (the rows that compute
+inline hold the loop for the whole burst).
 
 Timed: the burst of 64, from the first request to the last answer, after warm-up bursts;
 medians over bursts and rounds, each library in a fresh process. No gc.collect().
@@ -31,12 +38,13 @@ import _harness as H
 
 SIZES = (784, 256, 256, 10)
 REQUESTS = 64
-LIBS = ["asyncgrad-alone", "asyncgrad-coalesced", "torch-alone", "torch-vmap"]
+LIBS = ["asyncgrad-alone", "asyncgrad-coalesced", "torch-alone", "torch-vmap", "numpy-floor"]
 LABELS = {
     "asyncgrad-alone": "asyncgrad, one pass per request (await ag.grad)",
     "asyncgrad-coalesced": "asyncgrad coalesced (Coalescer.parameter_grads)",
     "torch-alone": "PyTorch, one pass per request (torch.autograd.grad)",
     "torch-vmap": "PyTorch torch.func.vmap(grad) over the 64",
+    "numpy-floor": "NumPy by hand, one batched pass (einsum)",
 }
 BASELINE = "asyncgrad-alone"
 TARGET = 10.0  # coalesced requests/s against one pass per request
@@ -59,6 +67,8 @@ def data() -> tuple[list[Any], Any, Any]:
 def make_burst(lib: str) -> Any:
     """An ``async burst() -> first request's gradients (list of arrays)`` for the library."""
     ws, xs, ys = data()
+    if lib == "numpy-floor":
+        return _floor_burst(ws, xs, ys)
     if lib.startswith("asyncgrad"):
         import asyncio
 
@@ -139,19 +149,69 @@ def make_burst(lib: str) -> Any:
     return burst
 
 
+def _floor_burst(ws: list[Any], xs: Any, ys: Any) -> Any:
+    """The hand-written floor: one batched forward and backward in NumPy, each sample's
+    gradients read off as outer products (``einsum``) into new arrays."""
+    import numpy as np
+
+    w1, b1, w2, b2, w3, b3 = ws
+    n = len(ys)
+    rows = np.arange(n)
+
+    async def burst() -> Any:
+        a1 = xs @ w1.T + b1
+        h1 = np.maximum(a1, 0)
+        a2 = h1 @ w2.T + b2
+        h2 = np.maximum(a2, 0)
+        z = h2 @ w3.T + b3
+        e = np.exp(z - z.max(1, keepdims=True))
+        dz = e / e.sum(1, keepdims=True)  # each sample's own loss: no 1/n
+        dz[rows, ys] -= 1
+        d2 = (dz @ w3) * (a2 > 0)
+        d1 = (d2 @ w2) * (a1 > 0)
+        per = [
+            np.einsum("ri,rj->rij", d1, xs), d1,
+            np.einsum("ri,rj->rij", d2, h1), d2,
+            np.einsum("ri,rj->rij", dz, h2), dz,
+        ]  # fmt: skip
+        return [g[0] for g in per]
+
+    return burst
+
+
 async def measure(lib: str, bursts: int, warm: int) -> dict[str, Any]:
+    import asyncio
+
     burst = make_burst(lib)
-    times = []
+    times, gaps = [], []
     first = None
-    for i in range(warm + bursts):
-        t0 = time.perf_counter()
-        got = await burst()
-        t = time.perf_counter() - t0
-        if first is None:  # every 997th value of each parameter's gradient
-            first = [g.ravel()[::997].tolist() for g in got]
-        if i >= warm:
-            times.append(t)
-    return {"times": times, "first": first}
+    ticks = [time.perf_counter()]
+    ticked = asyncio.Event()
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0.001)
+            ticks.append(time.perf_counter())
+            ticked.set()
+
+    task = asyncio.create_task(ticker())
+    try:
+        for i in range(warm + bursts):
+            t0 = time.perf_counter()
+            got = await burst()
+            t1 = time.perf_counter()
+            while ticks[-1] <= t1:  # the first wake-up after the burst ends its last gap
+                ticked.clear()
+                await ticked.wait()
+            if first is None:  # every 997th value of each parameter's gradient
+                first = [g.ravel()[::997].tolist() for g in got]
+            if i >= warm:
+                times.append(t1 - t0)
+                gaps.append(max(b - a for a, b in pairwise(ticks) if b > t0 and a < t1))
+            del ticks[:-1]
+    finally:
+        task.cancel()
+    return {"times": times, "gaps": gaps, "first": first}
 
 
 def worker_main(lib: str, argv: list[str]) -> None:
@@ -200,17 +260,33 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     for lib in libs:
         per_round = [H.median(r["times"]) for r in results[lib]]
         t = H.median([t for r in results[lib] for t in r["times"]])
-        summary[lib] = {"ms": t * 1e3, "rps": REQUESTS / t, "per_round": per_round}
+        gap = H.median([g for r in results[lib] for g in r["gaps"]])
+        worst = max(g for r in results[lib] for g in r["gaps"])
+        summary[lib] = {
+            "ms": t * 1e3, "rps": REQUESTS / t, "per_round": per_round,
+            "gap_ms": gap * 1e3, "worst_gap_ms": worst * 1e3,
+        }  # fmt: skip
     base = summary.get(BASELINE)
     for lib in libs:
         s = summary[lib]
         vs = f"{s['rps'] / base['rps']:.2f}x" if base else "n/a"
-        rows.append([LABELS[lib], H.fmt(s["ms"], ".1f"), H.fmt(s["rps"], ".0f"), vs])
+        rows.append(
+            [
+                LABELS[lib],
+                H.fmt(s["ms"], ".1f"),
+                H.fmt(s["rps"], ".0f"),
+                vs,
+                H.fmt(s["gap_ms"], ".1f"),
+                H.fmt(s["worst_gap_ms"], ".1f"),
+            ]
+        )
     headers = [
         "per-request parameter gradients",
         "burst of 64 ms",
         "requests/s",
         "vs one pass each",
+        "loop's longest gap ms (median)",
+        "(worst)",
     ]
     legend = (
         f"{REQUESTS} requests, one sample each, their cross-entropy loss's gradient with respect "
@@ -221,7 +297,16 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
     )
     rep = H.Report(title="Per-request parameter gradients", command=cmd)
     rep.sections += [legend, H.table(headers, rows), check]
-    co = summary.get("asyncgrad-coalesced")
+    floor, co = summary.get("numpy-floor"), summary.get("asyncgrad-coalesced")
+    if floor and base and co:
+        mb = REQUESTS * sum(a * b + b for a, b in pairwise(SIZES)) * 4 / 1e6
+        rep.sections.append(
+            f"What limits it (from the numbers above): every burst hands out {mb:.0f} MB of new "
+            f"gradients. The hand-written floor, one batched pass that computes nothing else, "
+            f"takes {floor['ms']:.1f} ms a burst ({mb / floor['ms']:.1f} GB/s of gradients), "
+            f"{floor['rps'] / base['rps']:.2f}x the requests/s of one pass per request; the "
+            f"coalescer's burst is {co['ms'] / floor['ms']:.2f}x the floor's."
+        )
     if co and base:
         r = H.paired_ratio([1 / t for t in co["per_round"]], [1 / t for t in base["per_round"]])
         ratio = co["rps"] / base["rps"]
