@@ -205,6 +205,7 @@ def make_ig(lib: str, w: list[np.ndarray], defaults: bool) -> Any:
             a = await explain.integrated_gradients(ag.tensor(x[None]), t, n_steps=IG_STEPS)
             return a.numpy()[0], np.asarray([t])
 
+        attribute.coalescer = explain.coalescer  # type: ignore[attr-defined]  # GET /lag
         return attribute
 
     import torch
@@ -297,6 +298,9 @@ def make_app(
     from fastapi import FastAPI
 
     saliency = make_saliency(lib, compute_threads, defaults)
+    # The coalescer's counters when the stats were last reset (servers that coalesce).
+    coalescer = getattr(saliency, "coalescer", None)
+    counted = {"batches": 0, "rows": 0}
     ticker = Ticker()
     engine = None
     if lib.startswith("asyncgrad"):
@@ -337,6 +341,10 @@ def make_app(
         out = {"lib": lib, "loop": type(loop).__module__, **ticker.stats(), **gcw.stats()}
         if engine is not None:
             out["engine_stall_ms"] = engine.stats()["longest_stall_s"] * 1e3
+        if coalescer is not None:  # rows a batched pass held on average since the reset
+            st = coalescer.stats()
+            batches = st["batches"] - counted["batches"]
+            out["rows_per_pass"] = (st["rows"] - counted["rows"]) / batches if batches else None
         return out
 
     @app.post("/lag/reset")
@@ -345,6 +353,8 @@ def make_app(
         gcw.reset()
         if engine is not None:
             engine.reset_stats()
+        if coalescer is not None:
+            counted.update({k: coalescer.stats()[k] for k in counted})
         return {"ok": True}
 
     return app

@@ -100,6 +100,8 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         s["gc_full"] = med(lib, "gc_full")
         cores = [c for c in per_round(lib, "server_cores") if c is not None]
         s["server_cores"] = H.median(cores) if cores else None
+        passes = [c for c in per_round(lib, "rows_per_pass") if c is not None]
+        s["rows_per_pass"] = H.median(passes) if passes else None
         summary[lib] = s
         base = BASELINE if BASELINE in results and lib != BASELINE else None
         vs = (
@@ -114,15 +116,17 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
                 H.fmt(s["health_p99"], ".1f"),
                 H.fmt(s["gc_max"], ".1f"), H.fmt(s["gc_full"], ".0f"),
                 H.fmt(s["server_cores"]),
+                H.fmt(s["rows_per_pass"], ".0f") if s["rows_per_pass"] else f"{IG_STEPS}",
             ]
         )  # fmt: skip
     tab = H.table(
         [
             "server", "req/s", "vs Captum", "p50 ms", "p99 ms", "loop lag p99 ms",
             "loop stall max ms", "/health p99 ms", "GC pause max ms", "full GCs", "server cores",
+            "rows a pass",
         ],
         rows,
-        align=["l"] + ["r"] * 10,
+        align=["l"] + ["r"] * 11,
     )  # fmt: skip
     legend = (
         "Each server is a fresh uvicorn process on 127.0.0.1, the client a separate fresh "
@@ -135,7 +139,9 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> H.Report:
         "the load] in server_smoothgrad.py), the collector's longest pause and full collections, "
         f"over the run. Median over {rounds} interleaved rounds (stall and GC pause: the worst "
         "round). Both servers at library defaults: no thread variables, PyTorch's own "
-        "intra-op threads, asyncgrad's own choices."
+        "intra-op threads, asyncgrad's own choices. `rows a pass`: the rows of one batched "
+        "forward and backward, on average (asyncgrad: read from its coalescer's counters; "
+        f"Captum: one request's {IG_STEPS} steps)."
     )
     print()
     print(tab)

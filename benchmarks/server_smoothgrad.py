@@ -208,6 +208,7 @@ async def client(lib: str, port: int, per_client: int, server_pid: int) -> dict[
         "gc_full": lag.get("gc_full"),
         "begun_at_max": lag.get("begun_at_max"),
         "engine_stall": lag.get("engine_stall_ms"),
+        "rows_per_pass": lag.get("rows_per_pass"),
         "server_loop": lag.get("loop"),
         "server_cores": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / wall,
         "client_cores": (cc1 - cc0) / wall,
