@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from .. import backend, engine
 from .._tensor import SAME_DTYPE, Tensor
+from ..engine.backward_pass import BackwardPass
 from ..graph.node import Edge
 from .entry import AT_ONCE, awaitable, backward_done, call_use, finished, loop_running
 from .graph import GradientEdge
@@ -257,7 +258,7 @@ def _prepare_grad(
     materialize_grads: bool,
     is_grads_batched: bool,
     priority: int = 0,
-) -> tuple[list[Any], bool, dict[str, Any]]:
+) -> tuple[list[Any], bool, BackwardPass]:
     if (
         (retain_graph is not None and retain_graph is not True and retain_graph is not False)
         or (create_graph is not True and create_graph is not False)
@@ -365,17 +366,10 @@ def _task(
     keep_graph: bool,
     create_graph: bool,
     priority: int,
-) -> dict[str, Any]:
-    """The engine's arguments for one graph task: the same for the coroutine and its twin."""
-    return {
-        "roots": roots,
-        "root_grads": values,
-        "outputs": outputs,
-        "accumulate": accumulate,
-        "keep_graph": keep_graph,
-        "create_graph": create_graph,
-        "priority": priority,
-    }
+) -> BackwardPass:
+    """The engine's one value for one pass: the same for the coroutine and its twin (See NOTE
+    [One pass, one value] in asyncgrad/engine/backward_pass.py)."""
+    return BackwardPass(roots, values, outputs, accumulate, keep_graph, create_graph, priority)
 
 
 def _finish_grad(
@@ -555,7 +549,7 @@ async def _grad(
         is_grads_batched,
         priority,
     )
-    run = engine.execute(**task)
+    run = engine.execute(task)
     del task  # See NOTE [Fewer objects for the collector] in asyncgrad/ops/_record.py
     captured = await run
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
@@ -604,7 +598,7 @@ def grad_sync(
         is_grads_batched,
         priority,
     )
-    captured = engine.execute_sync(**task)
+    captured = engine.execute_sync(task)
     return _finish_grad(captured, ins, allow, materialize_grads, create_graph)
 
 
@@ -615,7 +609,7 @@ def _prepare_backward(
     create_graph: bool,
     inputs: Any,
     priority: int = 0,
-) -> dict[str, Any]:
+) -> BackwardPass:
     if (
         (retain_graph is not None and retain_graph is not True and retain_graph is not False)
         or (create_graph is not True and create_graph is not False)
@@ -695,7 +689,7 @@ async def _backward(
     priority: int,
 ) -> None:
     task = _prepare_backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-    run = engine.execute(**task)
+    run = engine.execute(task)
     del task  # See NOTE [Fewer objects for the collector] in asyncgrad/ops/_record.py
     await run
 
@@ -713,4 +707,4 @@ def backward_sync(
 ) -> None:
     """Blocking twin of :func:`backward`: runs on the calling thread (inside a running loop too)."""
     task = _prepare_backward(tensors, grad_tensors, retain_graph, create_graph, inputs, priority)
-    engine.execute_sync(**task)
+    engine.execute_sync(task)

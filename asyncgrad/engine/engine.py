@@ -1,8 +1,9 @@
 """Engine.execute: how a gradient goes through the engine, file by file.
 
-1. ``ag.grad`` / ``backward`` (autograd/api.py) call ``execute`` (awaited, on the running loop)
-   or ``execute_sync`` (blocking, on the calling thread) here; under trio, foreign.py runs the
-   blocking form on a worker thread.
+1. ``ag.grad`` / ``backward`` (autograd/api.py) make the pass one value (backward_pass.py:
+   BackwardPass, NOTE [One pass, one value]) and call ``execute`` (awaited, on the running
+   loop) or ``execute_sync`` (blocking, on the calling thread) here with it; under trio,
+   foreign.py runs the blocking form on a worker thread.
 2. Admission (scheduler.py): a top-level pass takes a place among the ``max_running`` of its
    loop, or waits for one; a pass nested in a running one (reentrant.py: ``current_graph_task``,
    its depth) never waits, and past the depth limit moves to a pool loop or thread (pools.py).
@@ -45,6 +46,7 @@ from ..backend import CPU
 from ..graph.graph_root import GraphRoot
 from ..graph.node import Edge, Node
 from . import scheduler, streams
+from .backward_pass import BackwardPass
 from .evaluate import run_callbacks_blocking
 from .graph_task import NEEDED, ExecInfo, GraphTask, request_cancel
 from .pools import blocking, jobs_in_flight, loop_pool, thread_pool
@@ -62,6 +64,9 @@ def _spent() -> Generator[None, None, Start | None]:
 # A finished preparation: what a spent one's variable is rebound to.
 _SPENT: Final = _spent()
 next(_SPENT, None)
+# What a variable that held a pass is rebound to once its GraphTask is built (See NOTE [One
+# pass, one value]).
+_NO_PASS: Final = BackwardPass((), (), None, False, False, False, 0)
 
 
 def _depths(parent: GraphTask | None) -> tuple[int, int]:
@@ -72,14 +77,13 @@ def _depths(parent: GraphTask | None) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------- preparation
 def _prepare(
-    gt: GraphTask,
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    outputs: Sequence[Edge] | None,
-    accumulate: bool,
+    gt: GraphTask, p: BackwardPass
 ) -> Generator[None, None, tuple[Node, list[Any]] | None]:
     """Find the start node, exec_info and dependency counts. A generator that yields every few
     thousand nodes so that an async caller can let the loop run meanwhile."""
+    roots, root_grads, outputs = p.roots, p.root_grads, p.outputs
+    accumulate = p.accumulate
+    del p  # the roots and their gradients stay only as long as this walk needs them
     if len(roots) == 1:
         root, nr = roots[0]
         buf: list[Any] = [None] * len(root._input_meta)
@@ -216,45 +220,25 @@ Start = tuple[Node, list[Any]]
 
 
 def build(
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    outputs: Sequence[Edge] | None,
-    accumulate: bool,
-    keep_graph: bool,
-    create_graph: bool,
-    priority: int,
-    depth: tuple[int, int],
-    sched: Scheduler,
-    turn: int | None = None,
+    p: BackwardPass, depth: tuple[int, int], sched: Scheduler, turn: int | None = None
 ) -> tuple[GraphTask, Generator[None, None, Start | None]]:
-    """The one builder of a GraphTask: the task (scheduled by ``sched``, in ``turn`` if given),
-    and the preparation (a generator that yields every few hundred nodes, so an awaiting caller
-    can let the loop run) whose value is the start node and its input buffer, or None when no
-    output is reachable."""
-    gt = GraphTask(keep_graph, create_graph, priority, depth[0], depth[1], sched, turn)
-    gt.streams = streams.begin(roots)
-    return gt, _prepare(gt, roots, root_grads, outputs, accumulate)
+    """The one builder of a GraphTask: the task of pass ``p`` (scheduled by ``sched``, in
+    ``turn`` if given), and the preparation (a generator that yields every few hundred nodes, so
+    an awaiting caller can let the loop run) whose value is the start node and its input buffer,
+    or None when no output is reachable."""
+    gt = GraphTask(p.keep_graph, p.create_graph, p.priority, depth[0], depth[1], sched, turn)
+    gt.streams = streams.begin(p.roots)
+    return gt, _prepare(gt, p)
 
 
-async def execute(
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    *,
-    keep_graph: bool,
-    create_graph: bool,
-    outputs: Sequence[Edge] | None = None,
-    accumulate: bool = True,
-    priority: int = 0,
-) -> list[Any]:
-    """Run a backward pass on the running loop; returns the captured gradients (for outputs)."""
+async def execute(p: BackwardPass) -> list[Any]:
+    """Run backward pass ``p`` on the running loop; returns the captured gradients (for its
+    outputs)."""
     loop = asyncio._get_running_loop()
     if loop is None:  # trio, say: See NOTE [Other event loops] in foreign.py
         from .foreign import execute_foreign
 
-        return await execute_foreign(
-            roots, root_grads, keep_graph=keep_graph, create_graph=create_graph,
-            outputs=outputs, accumulate=accumulate, priority=priority,
-        )  # fmt: skip
+        return await execute_foreign(p)
     parent = current_graph_task.get()
     depth = _depths(parent)
     if depth[1] > settings.max_reentrant_depth:
@@ -263,11 +247,9 @@ async def execute(
         depth = (depth[0], 0)
         target = loop_pool.pick(loop)
         if target is not None and target.loop is not loop:
-            return await _execute_on(
-                target.loop, parent, roots, root_grads, outputs, accumulate, keep_graph,
-                create_graph, priority, depth,
-            )  # fmt: skip
+            return await _execute_on(target.loop, parent, p, depth)
     sched = scheduler.of(loop)
+    priority = p.priority
     # A nested pass is never held back (See NOTE [One scheduler], 6) and has its parent's turn
     # order.
     top = parent is None
@@ -276,18 +258,13 @@ async def execute(
     try:
         # A top-level pass continues its caller's flow (See NOTE [One scheduler], 2).
         flow = sched.flow(priority, depth[0]) if top else None
-        gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth,
-            sched, None if flow is None else flow.turn,
-        )  # fmt: skip
+        gt, prep = build(p, depth, sched, None if flow is None else flow.turn)
         gt.link(parent)
         run = _run(gt, prep)
-        # The preparation holds what it needs until it has run: nothing here keeps the argument
-        # lists or the spent generator alive while the pass is awaited (See NOTE [Fewer objects
-        # for the collector] in asyncgrad/ops/_record.py). Rebound, not deleted: compiled
-        # coroutines cannot delete their locals.
-        roots = root_grads = ()
-        outputs = None
+        # The preparation holds what it needs until it has run: nothing here keeps the pass
+        # or the spent generator alive while it is awaited (See NOTE [One pass, one value]).
+        # Rebound, not deleted: compiled coroutines cannot delete their locals.
+        p = _NO_PASS
         prep = _SPENT
         try:
             captured = await run
@@ -305,21 +282,13 @@ async def execute(
 async def _execute_on(
     loop: asyncio.AbstractEventLoop,
     parent: GraphTask | None,
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    outputs: Sequence[Edge] | None,
-    accumulate: bool,
-    keep_graph: bool,
-    create_graph: bool,
-    priority: int,
+    p: BackwardPass,
     depth: tuple[int, int],
 ) -> list[Any]:
-    """Run a graph task on another (pool) loop and await it there, blocking no thread; it runs
-    in a copy of this context (grad mode; ``parent`` as current graph task)."""
-    gt, prep = build(
-        roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth,
-        scheduler.of(loop),
-    )  # fmt: skip
+    """Run pass ``p``'s graph task on another (pool) loop and await it there, blocking no
+    thread; it runs in a copy of this context (grad mode; ``parent`` as current graph task)."""
+    gt, prep = build(p, depth, scheduler.of(loop))
+    p = _NO_PASS  # See NOTE [One pass, one value]
     gt.link(parent)
 
     async def run() -> list[Any]:
@@ -397,42 +366,25 @@ async def _run(gt: GraphTask, prep: Generator[None, None, Start | None]) -> list
     return gt.captured
 
 
-def execute_sync(
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    *,
-    keep_graph: bool,
-    create_graph: bool,
-    outputs: Sequence[Edge] | None = None,
-    accumulate: bool = True,
-    priority: int = 0,
-    _depth: tuple[int, int] | None = None,
-) -> list[Any]:
-    """Run a backward pass to completion on the calling thread, with no event loop.
+def execute_sync(p: BackwardPass) -> list[Any]:
+    """Run backward pass ``p`` to completion on the calling thread, with no event loop.
 
     Safe inside a running loop too (the loop waits while this runs; nothing here needs it, and
     the wait counts as a stall of that loop: See NOTE [Engine metrics]).
     """
-    args = (roots, root_grads, keep_graph, create_graph, outputs, accumulate, priority, _depth)
     loop = asyncio._get_running_loop()
     if loop is None:
-        return _execute_sync(*args)
+        return _execute_sync(p, None)
     sched = scheduler.of(loop)
     t0 = sched.clock()
     try:
-        return _execute_sync(*args)
+        return _execute_sync(p, None)
     finally:
         sched.stats.stall(sched.clock() - t0)
 
 
 def _execute_sync(
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    keep_graph: bool,
-    create_graph: bool,
-    outputs: Sequence[Edge] | None,
-    accumulate: bool,
-    priority: int,
+    p: BackwardPass,
     _depth: tuple[int, int] | None,
     _on_task: Callable[[GraphTask], None] | None = None,  # gets the GraphTask, to cancel it
 ) -> list[Any]:
@@ -443,19 +395,14 @@ def _execute_sync(
     with blocking():
         if depth[1] > settings.max_reentrant_depth:
             # See NOTE [Reentrant depth]: continue on a pool thread, whose stack starts afresh.
-            cf = thread_pool.submit(
-                _execute_sync, roots, root_grads, keep_graph, create_graph, outputs,
-                accumulate, priority, (depth[0], 0), _on_task,
-            )  # fmt: skip
+            cf = thread_pool.submit(_execute_sync, p, (depth[0], 0), _on_task)
             try:
                 res: list[Any] = cf.result()
                 return res
             finally:
                 del cf  # it holds any error, whose traceback holds this frame: no cycle
-        gt, prep = build(
-            roots, root_grads, outputs, accumulate, keep_graph, create_graph, priority, depth,
-            scheduler.BLOCKING,
-        )  # fmt: skip
+        gt, prep = build(p, depth, scheduler.BLOCKING)
+        p = _NO_PASS  # See NOTE [One pass, one value]
         gt.link(parent)
         if _on_task is not None:
             _on_task(gt)

@@ -43,7 +43,8 @@ Limitations:
     trio's own thread, blocking it.
   - ``ag.autograd.engine.wait_idle()`` and the per-loop metrics are asyncio's: passes awaited
     from trio count among the blocking callers' (``metrics.BLOCKING``).
-Only this path imports anyio and sniffio, so ``import asyncgrad`` never does.
+anyio and sniffio are imported where a call first needs them (here, ``ag.run`` in offload.py and
+the Coalescer's batches under trio in asyncgrad/serving.py), so ``import asyncgrad`` never does.
 """
 
 from __future__ import annotations
@@ -52,14 +53,12 @@ import asyncio
 import contextvars
 import threading
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from .._build import adapt_await
+from .backward_pass import BackwardPass
 from .graph_task import GraphTask, request_cancel
-
-if TYPE_CHECKING:
-    from ..graph.node import Edge
 
 # How long a cancelled caller waits for its graph task's thread to stop (at its next slice or
 # node boundary) before it lets the cancellation go on and leaves the thread to finish alone.
@@ -112,16 +111,7 @@ def require_library() -> tuple[str, Any]:
     return lib, sniffio
 
 
-async def execute_foreign(
-    roots: Sequence[Edge],
-    root_grads: Sequence[Any],
-    *,
-    keep_graph: bool,
-    create_graph: bool,
-    outputs: Sequence[Edge] | None,
-    accumulate: bool,
-    priority: int,
-) -> list[Any]:
+async def execute_foreign(p: BackwardPass) -> list[Any]:
     """``execute`` where no asyncio loop runs: See NOTE [Other event loops]."""
     lib, sniffio = require_library()
     try:
@@ -145,10 +135,7 @@ async def execute_foreign(
                 raise asyncio.CancelledError("the backward pass was cancelled before it started")
             box.running = True
         try:
-            return ctx.run(
-                _execute_sync, roots, root_grads, keep_graph, create_graph, outputs, accumulate,
-                priority, None, box.started,
-            )  # fmt: skip
+            return ctx.run(_execute_sync, p, None, box.started)
         finally:
             with box.lock:
                 box.ended = True

@@ -13,6 +13,7 @@ from .._build import mypyc_attr
 from .._tensor import Tensor
 from ..backend import current_stream, device_of, is_device_array, namespace
 from ..graph.anomaly_mode import OFF, ON_CHECK_NAN, _anomaly, anomaly_mode, anomaly_note
+from .offload import run
 
 if TYPE_CHECKING:
     from ..graph.node import Node
@@ -174,8 +175,6 @@ def _first_nan(flags: list[tuple[Node, int, Any, Any]]) -> tuple[Node, int] | No
 
 
 async def _read_nan_flags(flags: list[tuple[Node, int, Any, Any]]) -> None:
-    from .offload import run  # offload imports the engine's configuration, which imports this
-
     found = await run(_first_nan, flags)
     flags.clear()
     if found is not None:
