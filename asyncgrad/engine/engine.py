@@ -83,7 +83,7 @@ def _prepare(
     thousand nodes so that an async caller can let the loop run meanwhile."""
     roots, root_grads, outputs = p.roots, p.root_grads, p.outputs
     accumulate = p.accumulate
-    del p  # the roots and their gradients stay only as long as this walk needs them
+    p = _NO_PASS  # the roots and their gradients stay only as long as this walk needs them
     if len(roots) == 1:
         root, nr = roots[0]
         buf: list[Any] = [None] * len(root._input_meta)
