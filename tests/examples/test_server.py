@@ -33,9 +33,12 @@ SALIENCY_REQUESTS: Final = 200
 ADAPT_REQUESTS: Final = 20
 SLOW_SAMPLES: Final = 65536  # noisy copies (the most a request may ask): a long backward pass
 POLL_S: Final = 0.01
-# Tries at a disconnect that lands while its pass runs: on a loaded 2-core machine one pass in
-# several ends first, and 5 tries in a row have all missed; each try costs a pass (~0.1 s).
-DISCONNECT_TRIES: Final = 25
+# Tries at a disconnect that lands while its pass runs. The pass is a few large nodes on compute
+# threads, and a cancellation takes effect between nodes, so a disconnect that lands during the
+# last one cannot stop it: about half the passes end first, in streaks (17 in a row on a quiet
+# 2-core VM with the compiled engine, 25 in a row once on a loaded one). A try that misses costs
+# one pass and a few polls (~0.1 s), so many tries stay well within TIMEOUT_S.
+DISCONNECT_TRIES: Final = 100
 Weights = dict[str, np.ndarray]
 
 
