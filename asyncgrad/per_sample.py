@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import backend, ops
+from . import backend, dtypes, ops
 from ._tensor import Tensor
 from .graph.grad_mode import no_grad
 from .nn import functional as F
@@ -127,7 +127,7 @@ def _products(blocks: backend.Blocks, a: Tensor, b: Tensor) -> Tensor:
     block of ``blocks`` (See NOTE [Reused blocks] in asyncgrad/backend/__init__.py); for one
     ``k``, the outer products (the same products)."""
     aa, ba = a._array, b._array
-    out = blocks.empty((a.shape[0], a.shape[1], b.shape[2]), backend.result_type(aa, ba), aa)
+    out = blocks.empty((a.shape[0], a.shape[1], b.shape[2]), dtypes.result_type(a, b), aa)
     if b.shape[1] == 1:
         backend.outer_into(aa[:, :, 0], ba[:, 0, :], out)
     else:

@@ -763,11 +763,6 @@ def matmul_into(a: Any, b: Any, out: Any) -> Any:
         restore_fp(token)
 
 
-def result_type(*arrays: Any) -> Any:
-    """The dtype NumPy gives an elementwise result of ``arrays``."""
-    return np.result_type(*(a.dtype for a in arrays))
-
-
 def masked_nonzero_into(g: Any, a: Any) -> Any:
     """``masked(g, a != 0)`` written into ``g``: 0 where ``a`` is 0, also where ``g`` is inf or
     NaN. On the CPU a multiplication in place (a masked copy is five times slower), with the
