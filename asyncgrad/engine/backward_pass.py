@@ -14,9 +14,10 @@ asyncgrad/ops/_record.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..graph.node import Edge
+if TYPE_CHECKING:  # a type only: importing it would put this module on the graph's import cycle
+    from ..graph.node import Edge
 
 __all__ = ["BackwardPass"]
 
